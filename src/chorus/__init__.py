@@ -1,0 +1,8 @@
+"""Chorus: a GraphQL API for collaborative playlists."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("chorus")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree
+    __version__ = "0.0.0"

@@ -1,0 +1,178 @@
+"""Commands: what a user asks a playlist to do, as frozen values.
+
+Every command carries an ``operation_id`` (client-made, ≤ 64 characters) that
+makes it idempotent. Commands on an existing playlist also carry
+``base_version`` (the version the client last applied) and ``strict``
+(compare-and-set instead of rebase). :func:`request_hash` fingerprints the
+normalised request so a reused operation id with a different request is
+recognised (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from chorus.domain.model import Role, Visibility
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where entries go: right after or right before an entry, or appended.
+
+    At most one of ``after`` and ``before`` is set; neither means the end of
+    the list. The anchor is an entry id, live or removed (a removed anchor
+    resolves to the place its tombstone held).
+    """
+
+    after: str | None = None
+    before: str | None = None
+
+    @property
+    def anchor(self) -> str | None:
+        return self.after if self.after is not None else self.before
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePlaylist:
+    operation_id: str
+    title: str
+    description: str | None = None
+    visibility: Visibility = Visibility.PRIVATE
+    collaborative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntries:
+    """Add ``media_ids`` contiguously, in the order given, at ``placement``."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    media_ids: tuple[str, ...]
+    placement: Placement = Placement()
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MoveEntries:
+    """Move ``entry_ids`` to ``placement``, contiguous and in the order given."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    entry_ids: tuple[str, ...]
+    placement: Placement = Placement()
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveEntries:
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    entry_ids: tuple[str, ...]
+    strict: bool = False
+
+
+class Unset(Enum):
+    """Marks a detail the command leaves as it is (``None`` clears a description)."""
+
+    UNSET = "UNSET"
+
+
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePlaylist:
+    """Change details; fields left :data:`UNSET` stay as they are."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    title: str | Unset = UNSET
+    description: str | Unset | None = UNSET
+    visibility: Visibility | Unset = UNSET
+    collaborative: bool | Unset = UNSET
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetMemberRole:
+    """Make ``user_id`` an EDITOR or VIEWER (any valid user id may be added)."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    user_id: str
+    role: Role
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveMember:
+    """Remove ``user_id``: the owner removes anyone else; a member may leave."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    user_id: str
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RevertPlaylist:
+    """Commit a new version whose entries, title and description equal ``to_version``'s."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    to_version: int
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePlaylist:
+    playlist_id: str
+    operation_id: str
+    base_version: int
+    strict: bool = False
+
+
+PlaylistCommand = (
+    AddEntries
+    | MoveEntries
+    | RemoveEntries
+    | UpdatePlaylist
+    | SetMemberRole
+    | RemoveMember
+    | RevertPlaylist
+    | DeletePlaylist
+)
+Command = CreatePlaylist | PlaylistCommand
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _normalise(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def request_hash(command: Command) -> str:
+    """SHA-256 (hex, 64 chars) of the command's type and every argument.
+
+    Two requests hash alike exactly when they ask for the same thing, so a
+    retry matches its first commit and a reused operation id does not.
+    """
+    body = {"type": type(command).__name__, "args": _normalise(command)}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()

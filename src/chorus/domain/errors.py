@@ -1,0 +1,96 @@
+"""Domain errors, each carrying the ``ErrorCode`` the API reports.
+
+Hierarchy::
+
+    DomainError                      base; never raised itself
+    ├── NotFound                     NOT_FOUND: missing, deleted or invisible to the actor
+    ├── Forbidden                    FORBIDDEN: visible, but the actor's role may not do this
+    ├── VersionConflict              VERSION_CONFLICT: strict command, base version is stale
+    ├── AnchorNotFound               ANCHOR_NOT_FOUND: after/before names no entry of the playlist
+    ├── InvalidInput                 INVALID_INPUT: malformed or contradictory arguments
+    ├── LimitExceeded                LIMIT_EXCEEDED: a size limit of DESIGN §4
+    ├── OperationIdReused            OPERATION_ID_REUSED: same operation id, different request
+    ├── MediaNotFound                MEDIA_NOT_FOUND: the catalog does not know a media id
+    └── RateLimited                  RATE_LIMITED: the actor sent too much
+
+Every error has a human ``message`` and an optional ``field`` path (the input
+field it concerns, e.g. ``("entryIds", "3")``) so the API maps it to a
+``UserError`` in one place.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Codes of expected failures; the GraphQL ``ErrorCode`` enum mirrors these."""
+
+    NOT_FOUND = "NOT_FOUND"
+    FORBIDDEN = "FORBIDDEN"
+    VERSION_CONFLICT = "VERSION_CONFLICT"
+    ANCHOR_NOT_FOUND = "ANCHOR_NOT_FOUND"
+    INVALID_INPUT = "INVALID_INPUT"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    OPERATION_ID_REUSED = "OPERATION_ID_REUSED"
+    MEDIA_NOT_FOUND = "MEDIA_NOT_FOUND"
+    RATE_LIMITED = "RATE_LIMITED"
+
+
+class DomainError(Exception):
+    """An expected failure of a command; nothing was committed."""
+
+    code: ErrorCode
+
+    def __init__(self, message: str, *, field: tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, field={self.field!r})"
+
+
+class NotFound(DomainError):
+    code = ErrorCode.NOT_FOUND
+
+
+class Forbidden(DomainError):
+    code = ErrorCode.FORBIDDEN
+
+
+class VersionConflict(DomainError):
+    """A strict command's base version differs from the playlist's version."""
+
+    code = ErrorCode.VERSION_CONFLICT
+
+    def __init__(self, base_version: int, current_version: int) -> None:
+        super().__init__(
+            f"baseVersion {base_version} is not the current version {current_version}",
+            field=("baseVersion",),
+        )
+        self.current_version = current_version
+
+
+class AnchorNotFound(DomainError):
+    code = ErrorCode.ANCHOR_NOT_FOUND
+
+
+class InvalidInput(DomainError):
+    code = ErrorCode.INVALID_INPUT
+
+
+class LimitExceeded(DomainError):
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class OperationIdReused(DomainError):
+    code = ErrorCode.OPERATION_ID_REUSED
+
+
+class MediaNotFound(DomainError):
+    code = ErrorCode.MEDIA_NOT_FOUND
+
+
+class RateLimited(DomainError):
+    code = ErrorCode.RATE_LIMITED

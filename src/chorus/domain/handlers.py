@@ -1,0 +1,360 @@
+"""Command handlers: the rules that turn a command into a decision.
+
+A handler gets the locked playlist header, the actor's role and a
+:class:`~chorus.domain.ports.PlaylistView` for the few entries it touches, and
+returns a :class:`Decision`: the canonical changes of the next version, the
+header after them and the :class:`Outcome` the client sees. It writes
+nothing; storage applies the decision in the command's transaction.
+
+Rebase (DESIGN §4, after the operational-transformation approach of the
+Spotify playlist service): anchors and targets are entry ids, so a command
+made against an older ``base_version`` is applied to the current state as
+is. An anchor removed since resolves to the place its tombstone holds; a
+target already gone is skipped and reported; removing a removed entry is a
+no-op. An anchor or target that never belonged to the playlist is an error.
+``strict`` commands refuse any stale base version instead.
+
+Every accepted command commits a version, even one whose changes turned out
+empty, so its operation id has a durable result to replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from chorus.domain import revert
+from chorus.domain.changes import (
+    Change,
+    Details,
+    DetailsUpdated,
+    EntriesAdded,
+    EntriesMoved,
+    EntriesRemoved,
+    MembersChanged,
+    Move,
+    PlaylistCreated,
+    PlaylistDeleted,
+)
+from chorus.domain.commands import (
+    UNSET,
+    AddEntries,
+    CreatePlaylist,
+    DeletePlaylist,
+    MoveEntries,
+    PlaylistCommand,
+    RemoveEntries,
+    RemoveMember,
+    RevertPlaylist,
+    SetMemberRole,
+    UpdatePlaylist,
+)
+from chorus.domain.errors import Forbidden, InvalidInput, LimitExceeded, NotFound, VersionConflict
+from chorus.domain.limits import DEFAULT_LIMITS, Limits
+from chorus.domain.model import Entry, Playlist, Role, role_can_edit, role_can_read
+from chorus.domain.placement import find_anchor, gap, place
+from chorus.domain.ports import PlaylistView
+from chorus.domain.replay import advance, created
+from chorus.domain.validation import (
+    anchor_field,
+    check_entry_ids,
+    check_id,
+    check_operation_id,
+    check_placement,
+    clean_description,
+    clean_title,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Who acts, and the values a handler must not make up itself."""
+
+    actor_id: str
+    now: datetime
+    new_id: Callable[[], str]
+    limits: Limits = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a committed command did; stored with it and returned again on a retry.
+
+    ``entries`` are the entries as placed by an add or a move, in list order;
+    ``skipped_entry_ids`` the targets of a move or remove that were already gone.
+    """
+
+    playlist_id: str
+    version: int
+    rebased: bool = False
+    entries: tuple[Entry, ...] = ()
+    skipped_entry_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The next version of a playlist, ready to be committed."""
+
+    playlist: Playlist
+    changes: tuple[Change, ...]
+    outcome: Outcome
+
+
+# --- access ----------------------------------------------------------------
+
+
+def _readable(playlist: Playlist | None, role: Role | None) -> Playlist:
+    """The playlist, or :class:`NotFound` when the actor may not see it (no existence leak)."""
+    if playlist is None or not role_can_read(role, playlist):
+        raise NotFound("playlist not found", field=("playlistId",))
+    return playlist
+
+
+def _require_edit(playlist: Playlist, role: Role | None) -> None:
+    if not role_can_edit(role, playlist):
+        raise Forbidden("you may not edit this playlist")
+
+
+def _require_owner(role: Role | None, what: str) -> None:
+    if role is not Role.OWNER:
+        raise Forbidden(f"only the owner may {what}")
+
+
+def _check_base_version(command: PlaylistCommand, playlist: Playlist) -> bool:
+    """Whether the command must be rebased; raises when it may not be applied."""
+    base = command.base_version
+    if base < 0 or base > playlist.version:
+        raise InvalidInput(
+            f"baseVersion {base} is not between 0 and the current version {playlist.version}",
+            field=("baseVersion",),
+        )
+    if command.strict and base != playlist.version:
+        raise VersionConflict(base, playlist.version)
+    return base < playlist.version
+
+
+# --- handlers --------------------------------------------------------------
+
+
+def create_playlist(command: CreatePlaylist, playlist_id: str, ctx: Context) -> Decision:
+    """Version 0 of a new playlist owned by the actor.
+
+    Raises:
+        InvalidInput, LimitExceeded: a malformed operation id, title or description.
+    """
+    check_operation_id(command.operation_id, ctx.limits)
+    details = Details(
+        title=clean_title(command.title, ctx.limits),
+        description=clean_description(command.description, ctx.limits),
+        visibility=command.visibility,
+        collaborative=command.collaborative,
+    )
+    change = PlaylistCreated(owner_id=ctx.actor_id, details=details, created_at=ctx.now)
+    return Decision(created(playlist_id, change), (change,), Outcome(playlist_id, 0))
+
+
+async def decide(
+    command: PlaylistCommand,
+    playlist: Playlist | None,
+    role: Role | None,
+    view: PlaylistView,
+    ctx: Context,
+) -> Decision:
+    """The next version of ``playlist`` made by ``command``.
+
+    Args:
+        command: any command on an existing playlist.
+        playlist: the header, locked for this transaction; ``None`` if missing.
+        role: the actor's role in it, ``None`` for a non-member.
+        view: read access to its entries and log.
+        ctx: actor, clock, id source and limits.
+
+    Raises:
+        DomainError: any subclass; nothing is to be committed.
+    """
+    check_operation_id(command.operation_id, ctx.limits)
+    current = _readable(playlist, role)
+    rebased = _check_base_version(command, current)
+    handler: Any = _HANDLERS[type(command)]
+    changes, entries, skipped = await handler(command, current, role, view, ctx)
+    version = current.version + 1
+    outcome = Outcome(current.id, version, rebased, tuple(entries), tuple(skipped))
+    return Decision(advance(current, changes, ctx.now), tuple(changes), outcome)
+
+
+Handled = tuple[list[Change], list[Entry], list[str]]
+"""A handler's answer: the changes, the entries as placed, the skipped ids."""
+
+
+async def _add_entries(
+    cmd: AddEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_edit(p, role)
+    limits = ctx.limits
+    if not cmd.media_ids:
+        raise InvalidInput("mediaIds must not be empty", field=("mediaIds",))
+    if len(cmd.media_ids) > limits.max_media_per_add:
+        raise LimitExceeded(
+            f"at most {limits.max_media_per_add} media per add", field=("mediaIds",)
+        )
+    for i, media_id in enumerate(cmd.media_ids):
+        check_id(media_id, ("mediaIds", str(i)), limits, "a media id")
+    check_placement(cmd.placement, limits)
+    if p.entry_count + len(cmd.media_ids) > limits.max_entries:
+        raise LimitExceeded(
+            f"a playlist holds at most {limits.max_entries} entries", field=("mediaIds",)
+        )
+    anchor = await find_anchor(view, cmd.placement, {})
+    low, high = await gap(view, cmd.placement, anchor, frozenset())
+    keys, rebalanced = await place(view, low, high, len(cmd.media_ids), frozenset())
+    added = [
+        Entry(ctx.new_id(), key, media_id, ctx.actor_id, ctx.now)
+        for key, media_id in zip(keys, cmd.media_ids, strict=True)
+    ]
+    changes: list[Change] = [EntriesMoved(rebalanced)] if rebalanced else []
+    changes.append(EntriesAdded(tuple(added)))
+    return changes, added, []
+
+
+async def _targets(
+    view: PlaylistView, ids: Sequence[str], extra: Sequence[str] = ()
+) -> dict[str, Entry]:
+    """The target entries (and ``extra`` ids), raising for ids never in the playlist."""
+    found = await view.entries([*ids, *extra])
+    for i, entry_id in enumerate(ids):
+        if entry_id not in found:
+            raise NotFound(
+                f"entry {entry_id!r} is not in this playlist", field=("entryIds", str(i))
+            )
+    return found
+
+
+async def _move_entries(
+    cmd: MoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_edit(p, role)
+    check_entry_ids(cmd.entry_ids, ctx.limits)
+    check_placement(cmd.placement, ctx.limits)
+    anchor_id = cmd.placement.anchor
+    if anchor_id is not None and anchor_id in cmd.entry_ids:
+        raise InvalidInput(
+            "an entry cannot be moved next to itself", field=(anchor_field(cmd.placement),)
+        )
+    found = await _targets(view, cmd.entry_ids, [anchor_id] if anchor_id else [])
+    anchor = await find_anchor(view, cmd.placement, found)
+    moving = [found[i] for i in cmd.entry_ids if found[i].live]
+    skipped = [i for i in cmd.entry_ids if not found[i].live]
+    if not moving:
+        return [], [], skipped
+    exclude = frozenset(e.entry_id for e in moving)
+    low, high = await gap(view, cmd.placement, anchor, exclude)
+    keys, rebalanced = await place(view, low, high, len(moving), exclude)
+    placed = [dataclasses.replace(e, position_key=k) for e, k in zip(moving, keys, strict=True)]
+    moves = [
+        *rebalanced,
+        *(Move(new, old.position_key) for new, old in zip(placed, moving, strict=True)),
+    ]
+    return [EntriesMoved(tuple(moves))], placed, skipped
+
+
+async def _remove_entries(
+    cmd: RemoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_edit(p, role)
+    check_entry_ids(cmd.entry_ids, ctx.limits)
+    found = await _targets(view, cmd.entry_ids)
+    removed = [found[i] for i in cmd.entry_ids if found[i].live]
+    skipped = [i for i in cmd.entry_ids if not found[i].live]
+    changes: list[Change] = [EntriesRemoved(tuple(removed))] if removed else []
+    return changes, [], skipped
+
+
+async def _update_playlist(
+    cmd: UpdatePlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    fields = (cmd.title, cmd.description, cmd.visibility, cmd.collaborative)
+    if all(f is UNSET for f in fields):
+        raise InvalidInput("nothing to update")
+    if cmd.title is not UNSET or cmd.description is not UNSET:
+        _require_edit(p, role)
+    if cmd.visibility is not UNSET or cmd.collaborative is not UNSET:
+        _require_owner(role, "change visibility or collaboration")
+    previous = Details(p.title, p.description, p.visibility, p.collaborative)
+    details = Details(
+        title=previous.title if cmd.title is UNSET else clean_title(cmd.title, ctx.limits),
+        description=(
+            previous.description
+            if cmd.description is UNSET
+            else clean_description(cmd.description, ctx.limits)
+        ),
+        visibility=previous.visibility if cmd.visibility is UNSET else cmd.visibility,
+        collaborative=previous.collaborative if cmd.collaborative is UNSET else cmd.collaborative,
+    )
+    changes: list[Change] = [] if details == previous else [DetailsUpdated(details, previous)]
+    return changes, [], []
+
+
+async def _set_member_role(
+    cmd: SetMemberRole, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_owner(role, "change members")
+    check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
+    if cmd.role is Role.OWNER:
+        raise InvalidInput("a playlist has exactly one owner", field=("role",))
+    if cmd.user_id == p.owner_id:
+        raise InvalidInput("the owner's role cannot change", field=("userId",))
+    previous = await view.role_of(cmd.user_id)
+    if previous is cmd.role:
+        return [], [], []
+    return [MembersChanged(cmd.user_id, cmd.role, previous)], [], []
+
+
+async def _remove_member(
+    cmd: RemoveMember, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
+    if cmd.user_id != ctx.actor_id:
+        _require_owner(role, "remove other members")
+    if cmd.user_id == p.owner_id:
+        raise InvalidInput("the owner cannot be removed", field=("userId",))
+    previous = await view.role_of(cmd.user_id)
+    if previous is None:
+        return [], [], []
+    return [MembersChanged(cmd.user_id, None, previous)], [], []
+
+
+async def _revert_playlist(
+    cmd: RevertPlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_edit(p, role)
+    if not 0 <= cmd.to_version <= p.version:
+        raise InvalidInput(f"toVersion must be between 0 and {p.version}", field=("toVersion",))
+    log = await view.changes_since(cmd.to_version)
+    if log is None:
+        raise InvalidInput(
+            f"version {cmd.to_version} is older than the history kept", field=("toVersion",)
+        )
+    past = revert.undo(p, log)
+    return revert.changes_to(p, past, await view.entries(list(past.entries))), [], []
+
+
+async def _delete_playlist(
+    cmd: DeletePlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+) -> Handled:
+    _require_owner(role, "delete the playlist")
+    return [PlaylistDeleted(ctx.now)], [], []
+
+
+_HANDLERS: dict[type, Callable[..., Any]] = {
+    AddEntries: _add_entries,
+    MoveEntries: _move_entries,
+    RemoveEntries: _remove_entries,
+    UpdatePlaylist: _update_playlist,
+    SetMemberRole: _set_member_role,
+    RemoveMember: _remove_member,
+    RevertPlaylist: _revert_playlist,
+    DeletePlaylist: _delete_playlist,
+}

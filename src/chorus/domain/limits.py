@@ -1,0 +1,27 @@
+"""Size limits of DESIGN §4, as one frozen value the settings can override."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds every command is checked against; defaults are DESIGN §4's."""
+
+    max_entries: int = 10_000
+    """Live entries per playlist."""
+    max_media_per_add: int = 100
+    max_entries_per_edit: int = 100
+    """Entry ids per move or remove."""
+    max_title_length: int = 200
+    """Title length in characters (Unicode code points), after trimming; minimum 1."""
+    max_description_length: int = 1_000
+    max_operation_id_length: int = 64
+    max_id_length: int = 128
+    """User, media, entry and playlist ids."""
+    page_size_default: int = 50
+    page_size_max: int = 100
+
+
+DEFAULT_LIMITS = Limits()

@@ -1,0 +1,112 @@
+"""The playlist aggregate: its header, its members and its entries.
+
+A playlist is read in parts. :class:`Playlist` is the header row (details,
+``version``, ``entry_count``), :class:`Member` a role held by a user, and
+:class:`Entry` one row of the ordered list, live or a tombstone. Commands load
+the header, the actor's membership and only the entries they touch (see
+:mod:`chorus.domain.ports`), so an edit costs the same on a long playlist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """What a member may do (DESIGN §7)."""
+
+    OWNER = "OWNER"
+    """Everything: entries, details, members, visibility, deletion."""
+    EDITOR = "EDITOR"
+    """Entries and title/description, while the playlist is collaborative."""
+    VIEWER = "VIEWER"
+    """Read only."""
+
+
+class Visibility(StrEnum):
+    PUBLIC = "PUBLIC"
+    """Readable by every authenticated user."""
+    PRIVATE = "PRIVATE"
+    """Readable by members only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Playlist:
+    """The header row of a playlist, as of ``version``.
+
+    ``membership_epoch`` grows by one with every membership change, so a
+    long-lived reader (a subscription) can tell cheaply that access must be
+    checked again. ``entry_count`` is the number of live entries.
+    """
+
+    id: str
+    owner_id: str
+    title: str
+    description: str | None
+    visibility: Visibility
+    collaborative: bool
+    version: int
+    membership_epoch: int
+    entry_count: int
+    created_at: datetime
+    updated_at: datetime
+    deleted_at: datetime | None = None
+
+    @property
+    def deleted(self) -> bool:
+        return self.deleted_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """``user_id`` holds ``role`` on ``playlist_id`` since ``membership_epoch``."""
+
+    playlist_id: str
+    user_id: str
+    role: Role
+    membership_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a playlist; a tombstone when ``removed_at`` is set.
+
+    ``entry_id`` is stable for the entry's life. Live entries are ordered by
+    ``(position_key, entry_id)`` compared bytewise; a tombstone keeps the key
+    it had when removed, so an anchor on it still knows where it stood.
+    """
+
+    entry_id: str
+    position_key: str
+    media_id: str
+    added_by: str
+    added_at: datetime
+    removed_at: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.removed_at is None
+
+    @property
+    def sort_key(self) -> tuple[str, str]:
+        """The keyset ``(position_key, entry_id)`` that orders entries and cursors."""
+        return (self.position_key, self.entry_id)
+
+
+def role_can_read(role: Role | None, playlist: Playlist) -> bool:
+    """Whether a user with ``role`` (``None``: not a member) may see ``playlist``."""
+    if playlist.deleted:
+        return False
+    return role is not None or playlist.visibility is Visibility.PUBLIC
+
+
+def role_can_edit(role: Role | None, playlist: Playlist) -> bool:
+    """Whether ``role`` may change entries, title and description.
+
+    A non-collaborative playlist is edited by its owner only (DESIGN §7).
+    """
+    if role is Role.OWNER:
+        return True
+    return role is Role.EDITOR and playlist.collaborative

@@ -1,0 +1,99 @@
+"""Input checks shared by the command handlers (limits of DESIGN §4).
+
+Each check raises :class:`~chorus.domain.errors.InvalidInput` or
+:class:`~chorus.domain.errors.LimitExceeded` naming the input field.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+
+from chorus.domain.commands import Placement
+from chorus.domain.errors import InvalidInput, LimitExceeded
+from chorus.domain.limits import DEFAULT_LIMITS, Limits
+
+
+def check_id(value: str, field: tuple[str, ...], limits: Limits, what: str = "id") -> None:
+    if not value or len(value) > limits.max_id_length or not value.isprintable():
+        raise InvalidInput(
+            f"{what} must be 1–{limits.max_id_length} printable characters", field=field
+        )
+
+
+def check_operation_id(operation_id: str, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Raises :class:`InvalidInput` unless 1–64 printable characters."""
+    n = limits.max_operation_id_length
+    if not operation_id or len(operation_id) > n or not operation_id.isprintable():
+        raise InvalidInput(
+            f"operationId must be 1–{n} printable characters", field=("operationId",)
+        )
+
+
+def _has_control(text: str, allowed: str = "") -> bool:
+    return any(unicodedata.category(ch) == "Cc" and ch not in allowed for ch in text)
+
+
+def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
+    """The title trimmed of surrounding white space.
+
+    Raises:
+        InvalidInput: empty, or holds a control character (NUL, …).
+        LimitExceeded: longer than ``limits.max_title_length`` code points.
+    """
+    title = title.strip()
+    if not title:
+        raise InvalidInput("title must not be empty", field=("title",))
+    if _has_control(title):
+        raise InvalidInput("title must not contain control characters", field=("title",))
+    if len(title) > limits.max_title_length:
+        raise LimitExceeded(
+            f"title is longer than {limits.max_title_length} characters", field=("title",)
+        )
+    return title
+
+
+def clean_description(description: str | None, limits: Limits = DEFAULT_LIMITS) -> str | None:
+    """The description trimmed; empty means none. Newlines and tabs are kept.
+
+    Raises:
+        InvalidInput: holds another control character.
+        LimitExceeded: longer than ``limits.max_description_length`` code points.
+    """
+    if description is None or not description.strip():
+        return None
+    description = description.strip()
+    if _has_control(description, allowed="\n\t"):
+        raise InvalidInput(
+            "description must not contain control characters", field=("description",)
+        )
+    if len(description) > limits.max_description_length:
+        raise LimitExceeded(
+            f"description is longer than {limits.max_description_length} characters",
+            field=("description",),
+        )
+    return description
+
+
+def check_entry_ids(ids: Sequence[str], limits: Limits) -> None:
+    if not ids:
+        raise InvalidInput("entryIds must not be empty", field=("entryIds",))
+    if len(ids) > limits.max_entries_per_edit:
+        raise LimitExceeded(
+            f"at most {limits.max_entries_per_edit} entries per command", field=("entryIds",)
+        )
+    for i, entry_id in enumerate(ids):
+        check_id(entry_id, ("entryIds", str(i)), limits, "an entry id")
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("entryIds must not repeat an id", field=("entryIds",))
+
+
+def check_placement(placement: Placement, limits: Limits) -> None:
+    if placement.after is not None and placement.before is not None:
+        raise InvalidInput("give after or before, not both", field=("after",))
+    if placement.anchor is not None:
+        check_id(placement.anchor, (anchor_field(placement),), limits, "an anchor")
+
+
+def anchor_field(placement: Placement) -> str:
+    return "after" if placement.after is not None else "before"
