@@ -185,7 +185,7 @@ class PlaylistEvent(TypedDict):
     changes: list[ChangeWire]
 
 
-def _entry_wire(entry: Entry) -> EntryWire:
+def entry_to_wire(entry: Entry) -> EntryWire:
     return {
         "entry_id": entry.entry_id,
         "position_key": entry.position_key,
@@ -195,7 +195,7 @@ def _entry_wire(entry: Entry) -> EntryWire:
     }
 
 
-def _entry(wire: EntryWire) -> Entry:
+def entry_from_wire(wire: EntryWire) -> Entry:
     return Entry(
         entry_id=wire["entry_id"],
         position_key=wire["position_key"],
@@ -234,17 +234,17 @@ def encode_change(change: Change) -> ChangeWire:
                 "created_at": change.created_at.isoformat(),
             }
         case EntriesAdded():
-            return {"type": "EntriesAdded", "entries": [_entry_wire(e) for e in change.entries]}
+            return {"type": "EntriesAdded", "entries": [entry_to_wire(e) for e in change.entries]}
         case EntriesMoved():
             return {
                 "type": "EntriesMoved",
                 "moves": [
-                    {**_entry_wire(m.entry), "previous_position_key": m.previous_position_key}
+                    {**entry_to_wire(m.entry), "previous_position_key": m.previous_position_key}
                     for m in change.moves
                 ],
             }
         case EntriesRemoved():
-            return {"type": "EntriesRemoved", "entries": [_entry_wire(e) for e in change.entries]}
+            return {"type": "EntriesRemoved", "entries": [entry_to_wire(e) for e in change.entries]}
         case DetailsUpdated():
             return {
                 "type": "DetailsUpdated",
@@ -276,13 +276,13 @@ def decode_change(wire: ChangeWire) -> Change:
                 created_at=datetime.fromisoformat(wire["created_at"]),
             )
         case "EntriesAdded":
-            return EntriesAdded(tuple(_entry(e) for e in wire["entries"]))
+            return EntriesAdded(tuple(entry_from_wire(e) for e in wire["entries"]))
         case "EntriesMoved":
             return EntriesMoved(
-                tuple(Move(_entry(m), m["previous_position_key"]) for m in wire["moves"])
+                tuple(Move(entry_from_wire(m), m["previous_position_key"]) for m in wire["moves"])
             )
         case "EntriesRemoved":
-            return EntriesRemoved(tuple(_entry(e) for e in wire["entries"]))
+            return EntriesRemoved(tuple(entry_from_wire(e) for e in wire["entries"]))
         case "DetailsUpdated":
             return DetailsUpdated(_details(wire["details"]), _details(wire["previous"]))
         case "MembersChanged":

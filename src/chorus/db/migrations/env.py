@@ -1,0 +1,51 @@
+"""Alembic environment: async engines for both dialects, URL from the caller."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from alembic import context
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from chorus.db.tables import metadata
+
+config = context.config
+
+
+def _url() -> str:
+    url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("no database URL: use chorus.db.migrate.upgrade(url)")
+    return str(make_url(url).render_as_string(hide_password=False))
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    url = make_url(_url())
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_run)
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=_url(), target_metadata=metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    asyncio.run(_run_async())

@@ -1,0 +1,282 @@
+"""Reads: rows to domain values, keyset pages, the log, and the command view.
+
+Every function takes the :class:`~sqlalchemy.ext.asyncio.AsyncConnection` of
+the caller's transaction and reads through an index: the playlist and member
+primary keys, ``ix_playlist_entry_order`` for anything in list order, the
+mutation log's primary key for history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, and_, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
+from chorus.domain.changes import Change, ChangeWire, decode_change
+from chorus.domain.model import Entry, Member, Playlist, Role, Visibility
+from chorus.domain.ports import SortKey
+from chorus.domain.revert import undo
+
+_entry_columns = (
+    playlist_entry.c.entry_id,
+    playlist_entry.c.position_key,
+    playlist_entry.c.media_id,
+    playlist_entry.c.added_by,
+    playlist_entry.c.added_at,
+    playlist_entry.c.removed_at,
+)
+_live_order = tuple_(playlist_entry.c.position_key, playlist_entry.c.entry_id)
+
+
+def playlist_from_row(row: Row[Any] | Mapping[str, Any]) -> Playlist:
+    m = row._mapping if isinstance(row, Row) else row
+    return Playlist(
+        id=m["id"],
+        owner_id=m["owner_id"],
+        title=m["title"],
+        description=m["description"],
+        visibility=Visibility(m["visibility"]),
+        collaborative=m["collaborative"],
+        version=m["version"],
+        membership_epoch=m["membership_epoch"],
+        entry_count=m["entry_count"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        deleted_at=m["deleted_at"],
+    )
+
+
+def entry_from_row(row: Row[Any]) -> Entry:
+    return Entry(
+        entry_id=row.entry_id,
+        position_key=row.position_key,
+        media_id=row.media_id,
+        added_by=row.added_by,
+        added_at=row.added_at,
+        removed_at=row.removed_at,
+    )
+
+
+async def get_playlist(
+    conn: AsyncConnection, playlist_id: str, *, for_update: bool = False
+) -> Playlist | None:
+    """The header row, deleted or not; ``for_update`` locks it (PostgreSQL)."""
+    query = select(playlist).where(playlist.c.id == playlist_id)
+    if for_update and conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    return playlist_from_row(row) if row else None
+
+
+async def get_role(conn: AsyncConnection, playlist_id: str, user_id: str) -> Role | None:
+    role = await conn.scalar(
+        select(playlist_member.c.role).where(
+            playlist_member.c.playlist_id == playlist_id, playlist_member.c.user_id == user_id
+        )
+    )
+    return Role(role) if role else None
+
+
+async def get_members(conn: AsyncConnection, playlist_id: str) -> list[Member]:
+    """Every member, the owner first, then by user id."""
+    rows = await conn.execute(
+        select(playlist_member)
+        .where(playlist_member.c.playlist_id == playlist_id)
+        .order_by(playlist_member.c.role != Role.OWNER.value, playlist_member.c.user_id)
+    )
+    return [
+        Member(r.playlist_id, r.user_id, Role(r.role), r.membership_epoch) for r in rows
+    ]
+
+
+async def entries_page(
+    conn: AsyncConnection,
+    playlist_id: str,
+    *,
+    after: SortKey | None = None,
+    before: SortKey | None = None,
+    limit: int,
+    from_end: bool = False,
+) -> list[Entry]:
+    """Up to ``limit`` live entries strictly between two keyset positions, in list order.
+
+    Args:
+        after, before: exclusive ``(position_key, entry_id)`` bounds; a bound
+            may be the position of an entry removed since, which still pages
+            from where it stood.
+        limit: the page size.
+        from_end: take the ``limit`` entries nearest ``before`` (``last``)
+            rather than nearest ``after`` (``first``).
+    """
+    query = select(*_entry_columns).where(
+        playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None)
+    )
+    if after is not None:
+        query = query.where(_live_order > tuple_(*after))
+    if before is not None:
+        query = query.where(_live_order < tuple_(*before))
+    if from_end:
+        query = query.order_by(
+            playlist_entry.c.position_key.desc(), playlist_entry.c.entry_id.desc()
+        )
+    else:
+        query = query.order_by(playlist_entry.c.position_key, playlist_entry.c.entry_id)
+    rows = (await conn.execute(query.limit(limit))).all()
+    entries = [entry_from_row(r) for r in rows]
+    return entries[::-1] if from_end else entries
+
+
+async def count_between(
+    conn: AsyncConnection, playlist_id: str, *, after: SortKey | None, before: SortKey | None
+) -> int:
+    """How many live entries lie strictly between two keyset positions."""
+    query = select(func.count()).where(
+        playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None)
+    )
+    if after is not None:
+        query = query.where(_live_order > tuple_(*after))
+    if before is not None:
+        query = query.where(_live_order < tuple_(*before))
+    return int(await conn.scalar(query) or 0)
+
+
+async def get_entries(
+    conn: AsyncConnection, playlist_id: str, entry_ids: Collection[str]
+) -> dict[str, Entry]:
+    """Entries by id, live or tombstones; ids not in the playlist are absent."""
+    if not entry_ids:
+        return {}
+    rows = await conn.execute(
+        select(*_entry_columns).where(
+            playlist_entry.c.playlist_id == playlist_id,
+            playlist_entry.c.entry_id.in_(list(set(entry_ids))),
+        )
+    )
+    return {r.entry_id: entry_from_row(r) for r in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedVersion:
+    """One row of the mutation log."""
+
+    playlist_id: str
+    version: int
+    operation_id: str
+    actor_id: str
+    committed_at: datetime
+    changes: tuple[Change, ...]
+
+
+def _decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
+    wires: list[ChangeWire] = payload["changes"]
+    return tuple(decode_change(w) for w in wires)
+
+
+async def log_floor(conn: AsyncConnection, playlist_id: str) -> int | None:
+    """The oldest version the log still holds (``None``: no log rows)."""
+    floor = await conn.scalar(
+        select(func.min(playlist_mutation.c.version)).where(
+            playlist_mutation.c.playlist_id == playlist_id
+        )
+    )
+    return None if floor is None else int(floor)
+
+
+async def versions_since(
+    conn: AsyncConnection, playlist_id: str, version: int, *, limit: int | None = None
+) -> list[LoggedVersion] | None:
+    """Log rows after ``version``, oldest first, at most ``limit``.
+
+    Returns ``None`` when the log no longer holds ``version + 1`` (it was
+    compacted away), so the caller must resync instead.
+    """
+    floor = await log_floor(conn, playlist_id)
+    if floor is None or floor > version + 1:
+        return None
+    query = (
+        select(playlist_mutation)
+        .where(
+            playlist_mutation.c.playlist_id == playlist_id,
+            playlist_mutation.c.version > version,
+        )
+        .order_by(playlist_mutation.c.version)
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    rows = await conn.execute(query)
+    return [
+        LoggedVersion(
+            playlist_id=r.playlist_id,
+            version=r.version,
+            operation_id=r.operation_id,
+            actor_id=r.actor_id,
+            committed_at=r.committed_at,
+            changes=_decode_payload(r.payload),
+        )
+        for r in rows
+    ]
+
+
+async def entries_at(conn: AsyncConnection, playlist_id: str, version: int) -> list[Entry] | None:
+    """The live entries at an older ``version``, in list order (``None``: compacted).
+
+    Reads the whole current list: meant for audits, tests and tools, not for
+    the request path (a revert reads only the entries changed since).
+    """
+    current = await get_playlist(conn, playlist_id)
+    log = await versions_since(conn, playlist_id, version)
+    if current is None or log is None:
+        return None
+    past = undo(current, [(v.version, v.changes) for v in log])
+    live = {e.entry_id: e for e in await entries_page(conn, playlist_id, limit=1 << 30)}
+    for entry_id, then in past.entries.items():
+        if then is None:
+            live.pop(entry_id, None)
+        else:
+            live[entry_id] = then
+    return sorted(live.values(), key=lambda e: e.sort_key)
+
+
+class SqlPlaylistView:
+    """The :class:`~chorus.domain.ports.PlaylistView` of one playlist in a transaction."""
+
+    def __init__(self, conn: AsyncConnection, playlist_id: str) -> None:
+        self._conn = conn
+        self._playlist_id = playlist_id
+
+    async def entries(self, entry_ids: Collection[str]) -> dict[str, Entry]:
+        return await get_entries(self._conn, self._playlist_id, entry_ids)
+
+    async def live_before(
+        self, position: SortKey | None, limit: int, exclude: Collection[str] = ()
+    ) -> Sequence[Entry]:
+        # Over-fetch by the excluded count so the page is full after filtering.
+        rows = await entries_page(
+            self._conn, self._playlist_id, before=position, limit=limit + len(exclude),
+            from_end=True,
+        )
+        return [e for e in reversed(rows) if e.entry_id not in exclude][:limit]
+
+    async def live_after(
+        self, position: SortKey | None, limit: int, exclude: Collection[str] = ()
+    ) -> Sequence[Entry]:
+        rows = await entries_page(
+            self._conn, self._playlist_id, after=position, limit=limit + len(exclude)
+        )
+        return [e for e in rows if e.entry_id not in exclude][:limit]
+
+    async def role_of(self, user_id: str) -> Role | None:
+        return await get_role(self._conn, self._playlist_id, user_id)
+
+    async def changes_since(self, version: int) -> Sequence[tuple[int, Sequence[Change]]] | None:
+        log = await versions_since(self._conn, self._playlist_id, version)
+        return None if log is None else [(v.version, v.changes) for v in log]
+
+
+def live_filter(playlist_id: str) -> Any:
+    return and_(playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None))

@@ -1,0 +1,163 @@
+"""The unit of work: one command, one transaction, commit is the acknowledgement.
+
+For a command on a playlist, inside one transaction (DESIGN §3):
+
+1. lock the playlist row (``SELECT … FOR UPDATE``; SQLite: ``BEGIN IMMEDIATE``
+   already made this the only writer);
+2. look the operation id up: a retry of the same request returns the stored
+   result (``replayed``), the same id with another request is
+   ``OPERATION_ID_REUSED``. This comes before the access checks so that the
+   retry of a delete, or of a command whose author lost access since, still
+   gets its original answer; operation ids are scoped to their actor, so
+   nothing leaks;
+3. let the domain decide (membership, base version, validation, placement);
+4. write entry rows, the header (``version + 1``), the log row and the outbox
+   event, and commit.
+
+Concurrent duplicates of one operation id queue on the row lock (or, for a
+create, on the unique index), and the late ones find the first one's commit
+and replay it. A domain error rolls everything back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chorus.db import repository
+from chorus.db.engine import Database
+from chorus.db.tables import playlist_mutation
+from chorus.db.writer import outcome_from_json, write_decision
+from chorus.domain.commands import CreatePlaylist, PlaylistCommand, request_hash
+from chorus.domain.errors import OperationIdReused
+from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
+from chorus.domain.limits import DEFAULT_LIMITS, Limits
+from chorus.domain.validation import check_operation_id
+
+
+def new_id() -> str:
+    """A random id: 32 lowercase hex digits (UUID4)."""
+    return uuid.uuid4().hex
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The answer to a command: its outcome, and whether it was a replay."""
+
+    outcome: Outcome
+    replayed: bool = False
+
+
+class PlaylistStore:
+    """Runs commands against a :class:`Database`.
+
+    Args:
+        db: the database.
+        limits: the limits commands are checked against.
+        clock: the commit time source (UTC).
+        id_factory: makes playlist and entry ids.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        clock: Callable[[], datetime] = utcnow,
+        id_factory: Callable[[], str] = new_id,
+    ) -> None:
+        self.db = db
+        self.limits = limits
+        self._clock = clock
+        self._new_id = id_factory
+
+    def _context(self, actor_id: str) -> Context:
+        return Context(actor_id, self._clock(), self._new_id, self.limits)
+
+    async def create(self, command: CreatePlaylist, actor_id: str) -> Committed:
+        """Create a playlist owned by ``actor_id``; version 0.
+
+        Raises:
+            DomainError: invalid input, or ``OPERATION_ID_REUSED``.
+        """
+        check_operation_id(command.operation_id, self.limits)
+        digest = request_hash(command)
+        try:
+            async with self.db.write() as conn:
+                if stored := await self._stored(conn, actor_id, command.operation_id, digest):
+                    return stored
+                decision = create_playlist(command, self._new_id(), self._context(actor_id))
+                await self._write(conn, decision, command.operation_id, actor_id, digest)
+                return Committed(decision.outcome)
+        except IntegrityError:
+            return await self._replay_after_race(actor_id, command.operation_id, digest)
+
+    async def execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
+        """Run a command on an existing playlist in one transaction.
+
+        Raises:
+            DomainError: any expected failure; nothing was committed.
+        """
+        check_operation_id(command.operation_id, self.limits)
+        digest = request_hash(command)
+        try:
+            async with self.db.write() as conn:
+                header = await repository.get_playlist(
+                    conn, command.playlist_id, for_update=True
+                )
+                if stored := await self._stored(conn, actor_id, command.operation_id, digest):
+                    return stored
+                role = await repository.get_role(conn, command.playlist_id, actor_id)
+                view = repository.SqlPlaylistView(conn, command.playlist_id)
+                decision = await decide(command, header, role, view, self._context(actor_id))
+                await self._write(conn, decision, command.operation_id, actor_id, digest)
+                return Committed(decision.outcome)
+        except IntegrityError:
+            return await self._replay_after_race(actor_id, command.operation_id, digest)
+
+    async def _write(
+        self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str
+    ) -> None:
+        await write_decision(
+            conn, decision, operation_id=operation_id, actor_id=actor, request_hash=digest
+        )
+
+    async def _stored(
+        self, conn: AsyncConnection, actor_id: str, operation_id: str, digest: str
+    ) -> Committed | None:
+        row = (
+            await conn.execute(
+                select(playlist_mutation.c.request_hash, playlist_mutation.c.result).where(
+                    playlist_mutation.c.actor_id == actor_id,
+                    playlist_mutation.c.operation_id == operation_id,
+                )
+            )
+        ).first()
+        if row is None:
+            return None
+        if row.request_hash != digest:
+            raise OperationIdReused(
+                f"operationId {operation_id!r} was already used for a different request",
+                field=("operationId",),
+            )
+        return Committed(outcome_from_json(row.result), replayed=True)
+
+    async def _replay_after_race(
+        self, actor_id: str, operation_id: str, digest: str
+    ) -> Committed:
+        """A concurrent twin committed first: answer with its stored result."""
+        async with self.db.read() as conn:
+            stored = await self._stored(conn, actor_id, operation_id, digest)
+        if stored is None:
+            raise RuntimeError("integrity error without a committed twin")
+        return stored

@@ -1,0 +1,144 @@
+"""The relational source of truth (DESIGN §3), as SQLAlchemy Core tables.
+
+Both dialects share these definitions; what differs is spelled with
+``with_variant``: position keys sort bytewise (``COLLATE "C"`` on PostgreSQL;
+SQLite's default ``BINARY`` already does), JSON is ``JSONB`` on PostgreSQL,
+and SQLite's auto-increment wants ``INTEGER``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on both dialects (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+POSITION_KEY = String(32).with_variant(String(32, collation="C"), "postgresql")
+JSON_DOCUMENT: Any = JSON().with_variant(JSONB(), "postgresql")
+ID = String(128)
+
+playlist = Table(
+    "playlist",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("owner_id", ID, nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("description", Text),
+    Column("visibility", String(16), nullable=False),
+    Column("collaborative", Boolean, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("membership_epoch", Integer, nullable=False),
+    Column("entry_count", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("deleted_at", UTCDateTime),
+)
+
+playlist_member = Table(
+    "playlist_member",
+    metadata,
+    Column("playlist_id", ForeignKey("playlist.id"), primary_key=True),
+    Column("user_id", ID, primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("membership_epoch", Integer, nullable=False),
+    Index(None, "user_id"),
+)
+
+playlist_entry = Table(
+    "playlist_entry",
+    metadata,
+    Column("playlist_id", ForeignKey("playlist.id"), primary_key=True),
+    Column("entry_id", String(64), primary_key=True),
+    Column("position_key", POSITION_KEY, nullable=False),
+    Column("media_id", ID, nullable=False),
+    Column("added_by", ID, nullable=False),
+    Column("added_at", UTCDateTime, nullable=False),
+    Column("removed_at", UTCDateTime),
+)
+# Live entries in list order: every page, neighbour and window read. Tombstones
+# are only ever read by entry id, through the primary key.
+Index(
+    "ix_playlist_entry_order",
+    playlist_entry.c.playlist_id,
+    playlist_entry.c.position_key,
+    playlist_entry.c.entry_id,
+    postgresql_where=playlist_entry.c.removed_at.is_(None),
+    sqlite_where=playlist_entry.c.removed_at.is_(None),
+)
+
+playlist_mutation = Table(
+    "playlist_mutation",
+    metadata,
+    Column("playlist_id", ForeignKey("playlist.id"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("operation_id", String(64), nullable=False),
+    Column("actor_id", ID, nullable=False),
+    Column("payload", JSON_DOCUMENT, nullable=False),
+    Column("request_hash", String(64), nullable=False),
+    Column("result", JSON_DOCUMENT, nullable=False),
+    Column("committed_at", UTCDateTime, nullable=False),
+    # Operation ids are the client's; scoping them per actor keeps one user's
+    # id from replaying (or blocking) another user's command.
+    UniqueConstraint("actor_id", "operation_id"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("event_id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("playlist_id", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("payload", JSON_DOCUMENT, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("published_at", UTCDateTime),
+)
+Index(
+    "ix_outbox_unpublished",
+    outbox.c.event_id,
+    postgresql_where=outbox.c.published_at.is_(None),
+    sqlite_where=outbox.c.published_at.is_(None),
+)

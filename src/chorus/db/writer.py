@@ -1,0 +1,181 @@
+"""Writes a decision: entry rows, the header, the mutation log and the outbox.
+
+Every row change comes from the decision's canonical changes, the same ones
+the log keeps, so the tables are always the log folded up to ``version``.
+Called inside the command's transaction only (:mod:`chorus.db.store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import bindparam, delete, insert, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
+from chorus.domain.changes import (
+    WIRE_VERSION,
+    EntriesAdded,
+    EntriesMoved,
+    EntriesRemoved,
+    MembersChanged,
+    PlaylistCreated,
+    PlaylistEvent,
+    encode_change,
+    entry_from_wire,
+    entry_to_wire,
+)
+from chorus.domain.handlers import Decision, Outcome
+from chorus.domain.model import Entry, Playlist, Role
+
+
+def _header_values(p: Playlist) -> dict[str, Any]:
+    values = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
+    values["visibility"] = p.visibility.value
+    return values
+
+
+def _entry_values(playlist_id: str, e: Entry) -> dict[str, Any]:
+    return {
+        "playlist_id": playlist_id,
+        "entry_id": e.entry_id,
+        "position_key": e.position_key,
+        "media_id": e.media_id,
+        "added_by": e.added_by,
+        "added_at": e.added_at,
+        "removed_at": None,
+    }
+
+
+def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
+    """The stored result of a commit, replayed on a retry."""
+    return {
+        "v": WIRE_VERSION,
+        "playlist_id": outcome.playlist_id,
+        "version": outcome.version,
+        "rebased": outcome.rebased,
+        "entries": [entry_to_wire(e) for e in outcome.entries],
+        "skipped_entry_ids": list(outcome.skipped_entry_ids),
+    }
+
+
+def outcome_from_json(data: dict[str, Any]) -> Outcome:
+    """The :class:`Outcome` that :func:`outcome_to_json` stored."""
+    return Outcome(
+        playlist_id=data["playlist_id"],
+        version=data["version"],
+        rebased=data["rebased"],
+        entries=tuple(entry_from_wire(e) for e in data["entries"]),
+        skipped_entry_ids=tuple(data["skipped_entry_ids"]),
+    )
+
+
+async def _upsert_entries(conn: AsyncConnection, playlist_id: str, entries: tuple[Entry, ...]) -> None:
+    """Insert new entries; a revert's re-added ids bring their tombstone back to life."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(playlist_entry)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[playlist_entry.c.playlist_id, playlist_entry.c.entry_id],
+        set_={"position_key": stmt.excluded.position_key, "removed_at": None},
+    )
+    await conn.execute(stmt, [_entry_values(playlist_id, e) for e in entries])
+
+
+async def write_decision(
+    conn: AsyncConnection,
+    decision: Decision,
+    *,
+    operation_id: str,
+    actor_id: str,
+    request_hash: str,
+) -> None:
+    """Apply ``decision`` and append its log row and outbox event.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: the operation id was committed
+            concurrently by the same actor (the caller replays it).
+    """
+    p = decision.playlist
+    now = p.updated_at
+    for change in decision.changes:
+        match change:
+            case PlaylistCreated():
+                await conn.execute(insert(playlist).values(_header_values(p)))
+                await conn.execute(
+                    insert(playlist_member).values(
+                        playlist_id=p.id, user_id=p.owner_id, role=Role.OWNER.value,
+                        membership_epoch=0,
+                    )
+                )
+            case EntriesAdded():
+                await _upsert_entries(conn, p.id, change.entries)
+            case EntriesMoved():
+                await conn.execute(
+                    update(playlist_entry)
+                    .where(
+                        playlist_entry.c.playlist_id == p.id,
+                        playlist_entry.c.entry_id == bindparam("b_entry_id"),
+                    )
+                    .values(position_key=bindparam("b_key")),
+                    [{"b_entry_id": m.entry.entry_id, "b_key": m.entry.position_key}
+                     for m in change.moves],
+                )
+            case EntriesRemoved():
+                await conn.execute(
+                    update(playlist_entry)
+                    .where(
+                        playlist_entry.c.playlist_id == p.id,
+                        playlist_entry.c.entry_id.in_([e.entry_id for e in change.entries]),
+                    )
+                    .values(removed_at=now)
+                )
+            case MembersChanged():
+                await _write_member(conn, p, change)
+            case _:
+                pass  # details and deletion live in the header
+    if decision.outcome.version > 0:
+        await conn.execute(
+            update(playlist).where(playlist.c.id == p.id).values(_header_values(p))
+        )
+    wires = [encode_change(c) for c in decision.changes]
+    await conn.execute(
+        insert(playlist_mutation).values(
+            playlist_id=p.id,
+            version=p.version,
+            operation_id=operation_id,
+            actor_id=actor_id,
+            payload={"v": WIRE_VERSION, "changes": wires},
+            request_hash=request_hash,
+            result=outcome_to_json(decision.outcome),
+            committed_at=now,
+        )
+    )
+    event: PlaylistEvent = {
+        "v": WIRE_VERSION,
+        "type": "PlaylistChanged",
+        "playlist_id": p.id,
+        "version": p.version,
+        "operation_id": operation_id,
+        "actor_id": actor_id,
+        "committed_at": now.isoformat(),
+        "changes": wires,
+    }
+    await conn.execute(
+        insert(outbox).values(playlist_id=p.id, version=p.version, payload=event, created_at=now)
+    )
+
+
+async def _write_member(conn: AsyncConnection, p: Playlist, change: MembersChanged) -> None:
+    key = (playlist_member.c.playlist_id == p.id, playlist_member.c.user_id == change.user_id)
+    await conn.execute(delete(playlist_member).where(*key))
+    if change.role is not None:
+        await conn.execute(
+            insert(playlist_member).values(
+                playlist_id=p.id,
+                user_id=change.user_id,
+                role=change.role.value,
+                membership_epoch=p.membership_epoch,
+            )
+        )

@@ -1,0 +1,25 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Read before clean_environ runs: where the suite finds the real servers.
+POSTGRES_ADMIN_URL = os.environ.get(
+    "CHORUS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_environ() -> Iterator[None]:
+    """Tests never depend on the developer's CHORUS_* settings (httpx does the same)."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("CHORUS_")}
+    for key in saved:
+        del os.environ[key]
+    yield
+    for key in [k for k in os.environ if k.startswith("CHORUS_")]:
+        del os.environ[key]
+    os.environ.update(saved)
