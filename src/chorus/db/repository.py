@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, func, select, tuple_
+from sqlalchemy import Row, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
@@ -33,7 +33,13 @@ _entry_columns = (
 _live_order = tuple_(playlist_entry.c.position_key, playlist_entry.c.entry_id)
 
 
-def playlist_from_row(row: Row[Any] | Mapping[str, Any]) -> Playlist:
+def _live(playlist_id: str) -> tuple[Any, Any]:
+    """The WHERE clause of live entries of one playlist (``ix_playlist_entry_order``)."""
+    return playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None)
+
+
+def playlist_from_row(row: Any) -> Playlist:
+    """A :class:`Playlist` from a ``playlist`` row or mapping."""
     m = row._mapping if isinstance(row, Row) else row
     return Playlist(
         id=m["id"],
@@ -51,7 +57,8 @@ def playlist_from_row(row: Row[Any] | Mapping[str, Any]) -> Playlist:
     )
 
 
-def entry_from_row(row: Row[Any]) -> Entry:
+def entry_from_row(row: Any) -> Entry:
+    """An :class:`Entry` from a row holding the ``playlist_entry`` columns."""
     return Entry(
         entry_id=row.entry_id,
         position_key=row.position_key,
@@ -89,9 +96,7 @@ async def get_members(conn: AsyncConnection, playlist_id: str) -> list[Member]:
         .where(playlist_member.c.playlist_id == playlist_id)
         .order_by(playlist_member.c.role != Role.OWNER.value, playlist_member.c.user_id)
     )
-    return [
-        Member(r.playlist_id, r.user_id, Role(r.role), r.membership_epoch) for r in rows
-    ]
+    return [Member(r.playlist_id, r.user_id, Role(r.role), r.membership_epoch) for r in rows]
 
 
 async def entries_page(
@@ -113,9 +118,7 @@ async def entries_page(
         from_end: take the ``limit`` entries nearest ``before`` (``last``)
             rather than nearest ``after`` (``first``).
     """
-    query = select(*_entry_columns).where(
-        playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None)
-    )
+    query = select(*_entry_columns).where(*_live(playlist_id))
     if after is not None:
         query = query.where(_live_order > tuple_(*after))
     if before is not None:
@@ -135,9 +138,7 @@ async def count_between(
     conn: AsyncConnection, playlist_id: str, *, after: SortKey | None, before: SortKey | None
 ) -> int:
     """How many live entries lie strictly between two keyset positions."""
-    query = select(func.count()).where(
-        playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None)
-    )
+    query = select(func.count()).select_from(playlist_entry).where(*_live(playlist_id))
     if after is not None:
         query = query.where(_live_order > tuple_(*after))
     if before is not None:
@@ -257,7 +258,10 @@ class SqlPlaylistView:
     ) -> Sequence[Entry]:
         # Over-fetch by the excluded count so the page is full after filtering.
         rows = await entries_page(
-            self._conn, self._playlist_id, before=position, limit=limit + len(exclude),
+            self._conn,
+            self._playlist_id,
+            before=position,
+            limit=limit + len(exclude),
             from_end=True,
         )
         return [e for e in reversed(rows) if e.entry_id not in exclude][:limit]
@@ -276,7 +280,3 @@ class SqlPlaylistView:
     async def changes_since(self, version: int) -> Sequence[tuple[int, Sequence[Change]]] | None:
         log = await versions_since(self._conn, self._playlist_id, version)
         return None if log is None else [(v.version, v.changes) for v in log]
-
-
-def live_filter(playlist_id: str) -> Any:
-    return and_(playlist_entry.c.playlist_id == playlist_id, playlist_entry.c.removed_at.is_(None))

@@ -99,8 +99,8 @@ class PlaylistStore:
                 decision = create_playlist(command, self._new_id(), self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
                 return Committed(decision.outcome)
-        except IntegrityError:
-            return await self._replay_after_race(actor_id, command.operation_id, digest)
+        except IntegrityError as exc:
+            return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
 
     async def execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         """Run a command on an existing playlist in one transaction.
@@ -112,9 +112,7 @@ class PlaylistStore:
         digest = request_hash(command)
         try:
             async with self.db.write() as conn:
-                header = await repository.get_playlist(
-                    conn, command.playlist_id, for_update=True
-                )
+                header = await repository.get_playlist(conn, command.playlist_id, for_update=True)
                 if stored := await self._stored(conn, actor_id, command.operation_id, digest):
                     return stored
                 role = await repository.get_role(conn, command.playlist_id, actor_id)
@@ -122,8 +120,8 @@ class PlaylistStore:
                 decision = await decide(command, header, role, view, self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
                 return Committed(decision.outcome)
-        except IntegrityError:
-            return await self._replay_after_race(actor_id, command.operation_id, digest)
+        except IntegrityError as exc:
+            return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
 
     async def _write(
         self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str
@@ -153,11 +151,14 @@ class PlaylistStore:
         return Committed(outcome_from_json(row.result), replayed=True)
 
     async def _replay_after_race(
-        self, actor_id: str, operation_id: str, digest: str
+        self, error: IntegrityError, actor_id: str, operation_id: str, digest: str
     ) -> Committed:
-        """A concurrent twin committed first: answer with its stored result."""
+        """A concurrent twin committed first: answer with its stored result.
+
+        Re-raises ``error`` when there is no twin (another constraint failed).
+        """
         async with self.db.read() as conn:
             stored = await self._stored(conn, actor_id, operation_id, digest)
         if stored is None:
-            raise RuntimeError("integrity error without a committed twin")
+            raise error
         return stored

@@ -72,7 +72,9 @@ def outcome_from_json(data: dict[str, Any]) -> Outcome:
     )
 
 
-async def _upsert_entries(conn: AsyncConnection, playlist_id: str, entries: tuple[Entry, ...]) -> None:
+async def _upsert_entries(
+    conn: AsyncConnection, playlist_id: str, entries: tuple[Entry, ...]
+) -> None:
     """Insert new entries; a revert's re-added ids bring their tombstone back to life."""
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     stmt = dialect.insert(playlist_entry)
@@ -105,7 +107,9 @@ async def write_decision(
                 await conn.execute(insert(playlist).values(_header_values(p)))
                 await conn.execute(
                     insert(playlist_member).values(
-                        playlist_id=p.id, user_id=p.owner_id, role=Role.OWNER.value,
+                        playlist_id=p.id,
+                        user_id=p.owner_id,
+                        role=Role.OWNER.value,
                         membership_epoch=0,
                     )
                 )
@@ -119,8 +123,10 @@ async def write_decision(
                         playlist_entry.c.entry_id == bindparam("b_entry_id"),
                     )
                     .values(position_key=bindparam("b_key")),
-                    [{"b_entry_id": m.entry.entry_id, "b_key": m.entry.position_key}
-                     for m in change.moves],
+                    [
+                        {"b_entry_id": m.entry.entry_id, "b_key": m.entry.position_key}
+                        for m in change.moves
+                    ],
                 )
             case EntriesRemoved():
                 await conn.execute(
@@ -136,9 +142,7 @@ async def write_decision(
             case _:
                 pass  # details and deletion live in the header
     if decision.outcome.version > 0:
-        await conn.execute(
-            update(playlist).where(playlist.c.id == p.id).values(_header_values(p))
-        )
+        await conn.execute(update(playlist).where(playlist.c.id == p.id).values(_header_values(p)))
     wires = [encode_change(c) for c in decision.changes]
     await conn.execute(
         insert(playlist_mutation).values(

@@ -32,10 +32,7 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    url = make_url(_url())
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url)
+    engine = create_async_engine(make_url(_url()))
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_run)
@@ -48,4 +45,7 @@ if context.is_offline_mode():
     with context.begin_transaction():
         context.run_migrations()
 else:
+    _target = make_url(_url())
+    if _target.get_backend_name() == "sqlite" and _target.database not in (None, "", ":memory:"):
+        Path(_target.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     asyncio.run(_run_async())

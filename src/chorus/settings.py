@@ -1,0 +1,69 @@
+"""Settings, read once at start-up from ``CHORUS_*`` environment variables.
+
+Every field below is one variable: ``database_url`` is ``CHORUS_DATABASE_URL``
+and so on (DESIGN §9). Unset Redis and Kafka mean the in-process adapters of
+the embedded profile. A bad value stops start-up with a message naming the
+variable; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from chorus.domain.limits import Limits
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
+
+
+class Settings(BaseSettings):
+    """Chorus configuration; frozen once read."""
+
+    model_config = SettingsConfigDict(env_prefix="CHORUS_", frozen=True, extra="ignore")
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy async URL: sqlite+aiosqlite:///path or "
+        "postgresql+asyncpg://user:password@host:port/db.",
+    )
+    data_dir: str = Field(
+        "./chorus-data", description="Where the embedded profile keeps its files."
+    )
+    redis_url: str | None = Field(None, description="redis://host:port/db; unset: in-process.")
+    kafka_bootstrap_servers: str | None = Field(
+        None, description="host:port[,host:port]; unset: in-process bus."
+    )
+    jwt_secret: str | None = Field(
+        None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
+    )
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
+
+    max_entries: int = Field(10_000, ge=1, description="Live entries per playlist.")
+    max_media_per_add: int = Field(100, ge=1)
+    max_entries_per_edit: int = Field(100, ge=1, description="Entry ids per move or remove.")
+    page_size_default: int = Field(50, ge=1)
+    page_size_max: int = Field(100, ge=1)
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL: {exc}") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_entries=self.max_entries,
+            max_media_per_add=self.max_media_per_add,
+            max_entries_per_edit=self.max_entries_per_edit,
+            page_size_default=self.page_size_default,
+            page_size_max=self.page_size_max,
+        )

@@ -1,0 +1,45 @@
+"""The dependency direction of STYLE.md, checked on the source itself."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import chorus
+
+SRC = Path(chorus.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_domain_imports_only_the_standard_library_and_itself() -> None:
+    offenders = {
+        f"{path.relative_to(SRC)}: {name}"
+        for path in (SRC / "domain").rglob("*.py")
+        for name in _imports(path)
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and not (name == "chorus.domain" or name.startswith("chorus.domain."))
+    }
+    assert not offenders
+
+
+def test_nothing_connects_at_import_time() -> None:
+    # Engines and clients are built in the composition root, never at module level.
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
+                func = node.value.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                assert name not in {"create_async_engine", "create_engine", "Redis", "from_url"}, (
+                    f"{path.relative_to(SRC)} connects at import time"
+                )
