@@ -1,15 +1,23 @@
 """The ``chorus`` command line.
 
-``chorus --version`` prints the version; ``chorus db upgrade`` migrates the
-configured database. Errors in settings or arguments exit with status 2 and a
-one-line message, never a traceback.
+    chorus serve                  run the API (GraphiQL at /graphql)
+    chorus token USER             print a bearer token for USER
+    chorus export-schema          print the schema as SDL (schema.graphql)
+    chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
+    chorus import chinook --owner USER
+    chorus import mpd FILE --owner USER [--limit N]
+
+Bad settings or arguments exit with status 2 and a one-line message, never a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -27,6 +35,15 @@ def _settings() -> Settings:
         raise SystemExit(f"chorus: bad settings: {problems}") from None
 
 
+def _user(value: str) -> str:
+    from chorus.auth import check_user_id
+
+    try:
+        return check_user_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _db_upgrade(_args: argparse.Namespace) -> int:
     from chorus.db.migrate import upgrade
 
@@ -36,13 +53,107 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from chorus.app import create_app
+    from chorus.db.migrate import upgrade
+
+    settings = _settings()
+    host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    upgrade(settings.database_url)
+    app = create_app(settings)
+    print(
+        f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
+        f"  database: {settings.database_url}\n"
+        f"  a token:  chorus token alice   (send it as 'Authorization: Bearer <token>')",
+        flush=True,
+    )
+    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on")
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from chorus.app import jwt_secret
+    from chorus.auth import mint_token
+
+    print(mint_token(jwt_secret(_settings()), args.user))
+    return 0
+
+
+def _export_schema(_args: argparse.Namespace) -> int:
+    from chorus.graphql.schema import print_schema
+
+    sys.stdout.write(print_schema())
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    return asyncio.run(_import_async(args))
+
+
+async def _import_async(args: argparse.Namespace) -> int:
+    from chorus.catalog.embedded import EmbeddedCatalog
+    from chorus.db.engine import Database
+    from chorus.db.migrate import upgrade_async
+    from chorus.db.store import PlaylistStore
+    from chorus.importers import ImportFailed, import_chinook, import_mpd
+
+    settings = _settings()
+    await upgrade_async(settings.database_url)
+    db = Database(settings.database_url)
+    try:
+        store = PlaylistStore(db, limits=settings.limits)
+        if args.source == "chinook":
+            imported = await import_chinook(store, args.owner)
+        else:
+            catalog = EmbeddedCatalog(db)
+            imported = await import_mpd(Path(args.file), store, catalog, args.owner, limit=args.limit)
+    except ImportFailed as exc:
+        raise SystemExit(f"chorus: import failed: {exc}") from None
+    finally:
+        await db.dispose()
+    for playlist in imported:
+        print(f"{playlist.playlist_id}  {playlist.entries:6d} entries  {playlist.name}")
+    print(f"{len(imported)} playlists owned by {args.owner}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chorus", description="Collaborative playlists.")
     parser.add_argument("--version", action="version", version=f"chorus {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the API server")
+    serve.add_argument("--host", help="bind address (default CHORUS_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default CHORUS_PORT or 8000)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(run=_serve)
+
+    token = commands.add_parser("token", help="print a bearer token for a user")
+    token.add_argument("user", type=_user, help="the user id (the token's sub)")
+    token.set_defaults(run=_token)
+
+    commands.add_parser("export-schema", help="print the GraphQL schema (SDL)").set_defaults(
+        run=_export_schema
+    )
+
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
     db_commands.add_parser("upgrade", help="apply migrations").set_defaults(run=_db_upgrade)
+
+    imports = commands.add_parser("import", help="import playlists")
+    sources = imports.add_subparsers(dest="source", metavar="SOURCE", required=True)
+    chinook = sources.add_parser("chinook", help="the Chinook sample playlists (shipped)")
+    chinook.add_argument("--owner", type=_user, required=True, help="who owns them")
+    chinook.set_defaults(run=_import)
+    mpd = sources.add_parser("mpd", help="a Million Playlist Dataset slice (JSON)")
+    mpd.add_argument("file", help="path of the slice, e.g. mpd.slice.0-999.json")
+    mpd.add_argument("--owner", type=_user, required=True, help="who owns them")
+    mpd.add_argument("--limit", type=int, help="import at most this many playlists")
+    mpd.set_defaults(run=_import)
     return parser
 
 

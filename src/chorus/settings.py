@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from chorus.auth import MIN_SECRET_LENGTH
 from chorus.domain.limits import Limits
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
@@ -38,6 +39,13 @@ class Settings(BaseSettings):
     jwt_secret: str | None = Field(
         None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
     )
+    catalog_url: str | None = Field(
+        None, description="Base URL of a separate catalog service; unset: the embedded catalog."
+    )
+    catalog_timeout_ms: int = Field(2_000, ge=1, description="Catalog request timeout (ms).")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1_024, description="Largest accepted HTTP request body (bytes)."
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
 
@@ -56,6 +64,13 @@ class Settings(BaseSettings):
             raise ValueError(f"not a database URL: {exc}") from None
         if backend not in ("sqlite", "postgresql"):
             raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _long_secret(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < MIN_SECRET_LENGTH:
+            raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters")
         return value
 
     @property

@@ -134,6 +134,22 @@ async def entries_page(
     return entries[::-1] if from_end else entries
 
 
+async def any_live(
+    conn: AsyncConnection,
+    playlist_id: str,
+    *,
+    at_or_before: SortKey | None = None,
+    at_or_after: SortKey | None = None,
+) -> bool:
+    """Whether a live entry lies at or before / at or after a keyset position."""
+    query = select(playlist_entry.c.entry_id).where(*_live(playlist_id))
+    if at_or_before is not None:
+        query = query.where(_live_order <= tuple_(*at_or_before))
+    if at_or_after is not None:
+        query = query.where(_live_order >= tuple_(*at_or_after))
+    return (await conn.execute(query.limit(1))).first() is not None
+
+
 async def count_between(
     conn: AsyncConnection, playlist_id: str, *, after: SortKey | None, before: SortKey | None
 ) -> int:

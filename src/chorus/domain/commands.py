@@ -161,7 +161,12 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _normalise(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # A field left UNSET is absent, so it never hashes like the string "UNSET".
+        return {
+            f.name: _normalise(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if getattr(value, f.name) is not UNSET
+        }
     if isinstance(value, tuple | list):
         return [_normalise(v) for v in value]
     return value
@@ -175,4 +180,5 @@ def request_hash(command: Command) -> str:
     """
     body = {"type": type(command).__name__, "args": _normalise(command)}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a lone surrogate from a client must hash, not crash (validation refuses it).
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

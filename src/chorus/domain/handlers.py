@@ -318,6 +318,8 @@ async def _remove_member(
     check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
     if cmd.user_id != ctx.actor_id:
         _require_owner(role, "remove other members")
+    elif role is None:
+        raise Forbidden("you are not a member of this playlist")
     if cmd.user_id == p.owner_id:
         raise InvalidInput("the owner cannot be removed", field=("userId",))
     previous = await view.role_of(cmd.user_id)

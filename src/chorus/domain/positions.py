@@ -158,6 +158,8 @@ def rebalance(low: str | None, high: str | None, count: int) -> list[str] | None
     """
     if count < 1:
         raise ValueError("count must be at least 1")
+    if low is not None and high is not None and not low < high:
+        raise ValueError(f"empty window: {low!r} !< {high!r}")
     for length in range(1, REBALANCE_MAX_LENGTH + 1):
         lo, hi = _floor(low, length), _ceil(high, length)
         if (hi - lo) // (count + 1) >= REBALANCE_SPACING:

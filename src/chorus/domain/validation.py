@@ -31,7 +31,8 @@ def check_operation_id(operation_id: str, limits: Limits = DEFAULT_LIMITS) -> No
 
 
 def _has_control(text: str, allowed: str = "") -> bool:
-    return any(unicodedata.category(ch) == "Cc" and ch not in allowed for ch in text)
+    # Cs: a lone surrogate, which no UTF-8 column can store.
+    return any(unicodedata.category(ch) in ("Cc", "Cs") and ch not in allowed for ch in text)
 
 
 def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:

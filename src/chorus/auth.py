@@ -1,0 +1,104 @@
+"""Bearer tokens: HS256 JWTs whose ``sub`` is the user id (DESIGN §7).
+
+Tokens must carry ``sub`` and ``exp``; expired tokens, a wrong signature and
+any algorithm other than HS256 (``alg: none`` included) are rejected. Any
+valid ``sub`` is a user: there is no user table.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import jwt
+
+ALGORITHM = "HS256"
+MIN_SECRET_LENGTH = 32
+MAX_USER_ID_LENGTH = 128
+DEFAULT_TTL = timedelta(days=30)
+
+
+class InvalidToken(Exception):
+    """The bearer token cannot be trusted; ``str(error)`` says why, for the client."""
+
+
+def check_user_id(user_id: str) -> str:
+    """``user_id`` if it is 1–128 printable characters without white space.
+
+    Raises:
+        ValueError: otherwise.
+    """
+    if (
+        not user_id
+        or len(user_id) > MAX_USER_ID_LENGTH
+        or not user_id.isprintable()
+        or any(ch.isspace() for ch in user_id)
+    ):
+        raise ValueError(
+            f"a user id is 1–{MAX_USER_ID_LENGTH} printable characters without spaces"
+        )
+    return user_id
+
+
+def mint_token(secret: str, user_id: str, *, ttl: timedelta = DEFAULT_TTL) -> str:
+    """A signed token for ``user_id`` valid for ``ttl``.
+
+    Raises:
+        ValueError: a malformed user id.
+    """
+    now = datetime.now(UTC)
+    claims = {"sub": check_user_id(user_id), "iat": now, "exp": now + ttl}
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def verify_token(secret: str, token: str) -> str:
+    """The user id of a valid token.
+
+    Raises:
+        InvalidToken: expired, badly signed, wrong algorithm, malformed, or
+            without a usable ``sub``.
+    """
+    try:
+        claims = jwt.decode(
+            token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "exp"]}
+        )
+    except jwt.ExpiredSignatureError:
+        raise InvalidToken("the token has expired") from None
+    except jwt.InvalidSignatureError:
+        raise InvalidToken("the token's signature is not valid") from None
+    except jwt.InvalidAlgorithmError:
+        raise InvalidToken(f"the token must be signed with {ALGORITHM}") from None
+    except jwt.PyJWTError:
+        raise InvalidToken("the token is malformed") from None
+    sub = claims.get("sub")
+    try:
+        return check_user_id(sub) if isinstance(sub, str) else check_user_id("")
+    except ValueError:
+        raise InvalidToken("the token's subject is not a valid user id") from None
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, if any.
+
+    Raises:
+        InvalidToken: the header is present but not a bearer token.
+    """
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise InvalidToken("use 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def load_or_create_secret(data_dir: Path) -> str:
+    """The secret kept in ``data_dir/jwt-secret``, generated (mode 600) on first use."""
+    path = data_dir / "jwt-secret"
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    path.touch(mode=0o600)
+    path.write_text(secret + "\n")
+    return secret

@@ -1,0 +1,99 @@
+"""Batched and paged reads for the API: playlists by id, roles, members, a user's playlists.
+
+Batched reads serve the per-request DataLoaders (one query per batch); paged
+reads are keyset pages over an index, ``limit`` rows after an exclusive
+keyset position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import func, literal, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chorus.db.repository import playlist_from_row
+from chorus.db.tables import UTCDateTime, playlist, playlist_member
+from chorus.domain.model import Member, Playlist, Role
+
+
+async def get_playlists(conn: AsyncConnection, playlist_ids: Collection[str]) -> dict[str, Playlist]:
+    """Header rows by id, deleted ones included; unknown ids are absent."""
+    if not playlist_ids:
+        return {}
+    rows = await conn.execute(select(playlist).where(playlist.c.id.in_(list(set(playlist_ids)))))
+    return {r.id: playlist_from_row(r) for r in rows}
+
+
+async def get_roles(
+    conn: AsyncConnection, user_id: str, playlist_ids: Collection[str]
+) -> dict[str, Role]:
+    """The roles ``user_id`` holds in these playlists; non-member playlists are absent."""
+    if not playlist_ids:
+        return {}
+    rows = await conn.execute(
+        select(playlist_member.c.playlist_id, playlist_member.c.role).where(
+            playlist_member.c.user_id == user_id,
+            playlist_member.c.playlist_id.in_(list(set(playlist_ids))),
+        )
+    )
+    return {r.playlist_id: Role(r.role) for r in rows}
+
+
+async def members_page(
+    conn: AsyncConnection, playlist_id: str, *, after_user: str | None, limit: int
+) -> list[Member]:
+    """Members ordered by user id, strictly after ``after_user``."""
+    query = select(playlist_member).where(playlist_member.c.playlist_id == playlist_id)
+    if after_user is not None:
+        query = query.where(playlist_member.c.user_id > after_user)
+    rows = await conn.execute(query.order_by(playlist_member.c.user_id).limit(limit))
+    return [Member(r.playlist_id, r.user_id, Role(r.role), r.membership_epoch) for r in rows]
+
+
+async def count_members(conn: AsyncConnection, playlist_id: str) -> int:
+    return int(
+        await conn.scalar(
+            select(func.count())
+            .select_from(playlist_member)
+            .where(playlist_member.c.playlist_id == playlist_id)
+        )
+        or 0
+    )
+
+
+def _of_user(user_id: str) -> tuple[object, ...]:
+    return (
+        playlist.c.id == playlist_member.c.playlist_id,
+        playlist_member.c.user_id == user_id,
+        playlist.c.deleted_at.is_(None),
+    )
+
+
+async def playlists_of(
+    conn: AsyncConnection,
+    user_id: str,
+    *,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Playlist]:
+    """Playlists the user owns or is a member of, newest first.
+
+    Args:
+        after: exclusive keyset ``(created_at, id)`` of the previous page's last one.
+    """
+    query = select(playlist).where(*_of_user(user_id))
+    if after is not None:
+        created_at, playlist_id = after
+        query = query.where(
+            tuple_(playlist.c.created_at, playlist.c.id)
+            < tuple_(literal(created_at, UTCDateTime()), literal(playlist_id))
+        )
+    query = query.order_by(playlist.c.created_at.desc(), playlist.c.id.desc()).limit(limit)
+    return [playlist_from_row(r) for r in await conn.execute(query)]
+
+
+async def count_playlists_of(conn: AsyncConnection, user_id: str) -> int:
+    query = select(func.count()).select_from(playlist).where(*_of_user(user_id))
+    return int(await conn.scalar(query) or 0)

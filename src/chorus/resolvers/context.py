@@ -1,0 +1,96 @@
+"""What every resolver gets: the services of the process and the request's viewer.
+
+:class:`Services` is built once by the composition root (``chorus.app``);
+:class:`RequestContext` once per request (and per subscription event), with
+fresh DataLoaders so nothing is cached across requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+from strawberry.dataloader import DataLoader
+
+from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
+from chorus.db import listing
+from chorus.db.engine import Database
+from chorus.db.store import PlaylistStore
+from chorus.domain.limits import Limits
+from chorus.domain.model import Playlist, Role
+from chorus.resolvers.errors import Unauthenticated
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Long-lived parts, shared by all requests of the process."""
+
+    db: Database
+    store: PlaylistStore
+    catalog: Catalog
+    limits: Limits
+
+
+class Loaders:
+    """Per-request DataLoaders: one batched query or catalog call per kind of key."""
+
+    def __init__(self, services: Services, viewer_id: str | None) -> None:
+        self._services = services
+        self._viewer_id = viewer_id
+        self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
+        self.role = DataLoader[str, Role | None](self._load_roles)
+        self.media = DataLoader[str, Media | None](self._load_media)
+
+    def forget(self, playlist_id: str) -> None:
+        """Drop what this request cached about a playlist (after it committed a change)."""
+        for loader in (self.playlist, self.role):
+            with contextlib.suppress(KeyError):
+                loader.clear(playlist_id)
+
+    async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
+        async with self._services.db.read() as conn:
+            found = await listing.get_playlists(conn, ids)
+        return [found.get(i) for i in ids]
+
+    async def _load_roles(self, playlist_ids: list[str]) -> list[Role | None]:
+        if self._viewer_id is None:
+            return [None] * len(playlist_ids)
+        async with self._services.db.read() as conn:
+            found = await listing.get_roles(conn, self._viewer_id, playlist_ids)
+        return [found.get(i) for i in playlist_ids]
+
+    async def _load_media(self, media_ids: list[str]) -> list[Media | None]:
+        # A failing catalog must not fail the request: entries come back
+        # with media null (DESIGN §8).
+        try:
+            found = await self._services.catalog.get_many(media_ids)
+        except CatalogUnavailable:
+            return [None] * len(media_ids)
+        return [found.get(i) for i in media_ids]
+
+
+@dataclass
+class RequestContext:
+    """The context of one GraphQL request.
+
+    ``auth_error`` is set when a token was sent but is not valid; then every
+    field that needs a viewer fails with ``UNAUTHENTICATED`` and that reason.
+    """
+
+    services: Services
+    viewer_id: str | None
+    auth_error: str | None = None
+    loaders: Loaders = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.loaders = Loaders(self.services, self.viewer_id)
+
+    def viewer(self) -> str:
+        """The authenticated user id.
+
+        Raises:
+            Unauthenticated: no token, or an invalid one.
+        """
+        if self.viewer_id is None:
+            raise Unauthenticated(self.auth_error or "send 'Authorization: Bearer <token>'")
+        return self.viewer_id

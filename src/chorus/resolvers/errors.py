@@ -1,0 +1,32 @@
+"""Request-level failures: top-level GraphQL errors with ``extensions.code``.
+
+Domain failures are ``userErrors`` in payloads instead (:mod:`chorus.domain.errors`).
+"""
+
+from __future__ import annotations
+
+
+class RequestError(Exception):
+    """A failure of the whole field; its message is safe to show."""
+
+    code = "BAD_REQUEST"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Unauthenticated(RequestError):
+    code = "UNAUTHENTICATED"
+
+
+class BadUserInput(RequestError):
+    """A malformed argument: page size, cursor, ID, version."""
+
+    code = "BAD_USER_INPUT"
+
+
+class ServiceUnavailable(RequestError):
+    """A dependency (the catalog) cannot answer now; retrying later may work."""
+
+    code = "SERVICE_UNAVAILABLE"

@@ -1,0 +1,64 @@
+"""Mutations: one domain command each, committed by the store.
+
+Domain failures come back inside :class:`MutationResult` (they become
+``userErrors``); request-level failures (no token, catalog down) raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chorus.catalog.protocol import CatalogUnavailable
+from chorus.db.store import Committed
+from chorus.domain.commands import AddEntries, CreatePlaylist, PlaylistCommand
+from chorus.domain.errors import DomainError, MediaNotFound
+from chorus.resolvers.context import RequestContext
+from chorus.resolvers.errors import ServiceUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class MutationResult:
+    """What a mutation did: a commit (maybe replayed) or a domain error."""
+
+    operation_id: str
+    committed: Committed | None = None
+    error: DomainError | None = None
+    playlist_id: str | None = None
+
+
+async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
+    """Raises :class:`MediaNotFound` for the first media id the catalog does not know."""
+    try:
+        known = await ctx.services.catalog.get_many(list(dict.fromkeys(media_ids)))
+    except CatalogUnavailable:
+        raise ServiceUnavailable("the media catalog is not available; try again") from None
+    for i, media_id in enumerate(media_ids):
+        if media_id not in known:
+            raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=("mediaIds", str(i)))
+
+
+async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
+    actor = ctx.viewer()
+    try:
+        committed = await ctx.services.store.create(command, actor)
+    except DomainError as error:
+        return MutationResult(command.operation_id, error=error)
+    return MutationResult(command.operation_id, committed, playlist_id=committed.outcome.playlist_id)
+
+
+async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResult:
+    """Run ``command`` as the viewer.
+
+    Raises:
+        Unauthenticated: no valid token.
+        ServiceUnavailable: adding media while the catalog does not answer.
+    """
+    actor = ctx.viewer()
+    try:
+        if isinstance(command, AddEntries) and len(command.media_ids) <= ctx.services.limits.max_media_per_add:
+            await _check_media(ctx, command.media_ids)
+        committed = await ctx.services.store.execute(command, actor)
+    except DomainError as error:
+        return MutationResult(command.operation_id, error=error, playlist_id=command.playlist_id)
+    ctx.loaders.forget(command.playlist_id)
+    return MutationResult(command.operation_id, committed, playlist_id=command.playlist_id)

@@ -1,0 +1,194 @@
+"""Reads: a visible playlist, pages of its entries and members, its history, search.
+
+Page arguments follow the Relay connection spec: ``first``/``after`` page
+forward, ``last``/``before`` backward, and both bounds together page inside a
+window. A page size above the maximum is an error, never a silent clamp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from chorus.catalog.protocol import CatalogUnavailable, MediaPage
+from chorus.db import listing, repository
+from chorus.db.repository import LoggedVersion
+from chorus.domain.model import Entry, Member, Playlist, role_can_read
+from chorus.domain.ports import SortKey
+from chorus.resolvers.context import RequestContext
+from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a connection, in list order."""
+
+    items: Sequence[T]
+    has_next: bool
+    has_previous: bool
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesPage(Page[Entry]):
+    version: int = 0
+    """The playlist version the page was read at."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeBatch:
+    """Versions after ``since_version`` (at most ``first``), or a resync request."""
+
+    since_version: int
+    current_version: int
+    versions: Sequence[LoggedVersion]
+    has_more: bool
+    resync_required: bool
+
+
+def page_size(ctx: RequestContext, first: int | None, last: int | None) -> tuple[int, bool]:
+    """``(size, from_end)`` of a page request.
+
+    Raises:
+        BadUserInput: both ``first`` and ``last``, a negative size, or one
+            above the maximum.
+    """
+    limits = ctx.services.limits
+    if first is not None and last is not None:
+        raise BadUserInput("give first or last, not both")
+    size = first if first is not None else last
+    if size is None:
+        return limits.page_size_default, False
+    if size < 0 or size > limits.page_size_max:
+        name = "first" if first is not None else "last"
+        raise BadUserInput(f"{name} must be between 0 and {limits.page_size_max}")
+    return size, last is not None
+
+
+async def visible_playlist(
+    ctx: RequestContext, playlist_id: str, min_version: int | None = None
+) -> Playlist | None:
+    """The playlist if the viewer may see it, else ``None`` (no existence leak).
+
+    Raises:
+        Unauthenticated: no valid token.
+        BadUserInput: ``min_version`` is newer than the playlist's version.
+    """
+    ctx.viewer()
+    playlist = await ctx.loaders.playlist.load(playlist_id)
+    if playlist is None:
+        return None
+    role = await ctx.loaders.role.load(playlist_id)
+    if not role_can_read(role, playlist):
+        return None
+    if min_version is not None and playlist.version < min_version:
+        raise BadUserInput(
+            f"version {min_version} does not exist yet; the playlist is at {playlist.version}"
+        )
+    return playlist
+
+
+async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
+    """A live entry of a visible playlist, or ``None``."""
+    async with ctx.services.db.read() as conn:
+        found = await repository.get_entries(conn, playlist.id, [entry_id])
+    entry = found.get(entry_id)
+    return entry if entry is not None and entry.live else None
+
+
+async def entries_page(
+    ctx: RequestContext,
+    playlist: Playlist,
+    *,
+    first: int | None,
+    after: SortKey | None,
+    last: int | None,
+    before: SortKey | None,
+) -> EntriesPage:
+    """A keyset page of live entries, read with the version and count it belongs to."""
+    size, from_end = page_size(ctx, first, last)
+    async with ctx.services.db.read() as conn:
+        header = await repository.get_playlist(conn, playlist.id)
+        if header is None:
+            return EntriesPage((), False, False, 0, playlist.version)
+        rows = await repository.entries_page(
+            conn, playlist.id, after=after, before=before, limit=size + 1, from_end=from_end
+        )
+        more = len(rows) > size
+        rows = (rows[1:] if from_end else rows[:-1]) if more else rows
+        # The far side: is anything at or beyond the cursor we came from?
+        if from_end:
+            beyond = before is not None and await repository.any_live(
+                conn, playlist.id, at_or_after=before
+            )
+            has_next, has_previous = beyond, more
+        else:
+            beyond = after is not None and await repository.any_live(
+                conn, playlist.id, at_or_before=after
+            )
+            has_next, has_previous = more, beyond
+    return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
+
+
+async def members_page(
+    ctx: RequestContext, playlist: Playlist, *, first: int | None, after: str | None
+) -> Page[Member]:
+    size, _ = page_size(ctx, first, None)
+    async with ctx.services.db.read() as conn:
+        rows = await listing.members_page(conn, playlist.id, after_user=after, limit=size + 1)
+        total = await listing.count_members(conn, playlist.id)
+    return Page(rows[:size], len(rows) > size, after is not None, total)
+
+
+async def viewer_playlists(
+    ctx: RequestContext, *, first: int | None, after: tuple[datetime, str] | None
+) -> Page[Playlist]:
+    viewer = ctx.viewer()
+    size, _ = page_size(ctx, first, None)
+    async with ctx.services.db.read() as conn:
+        rows = await listing.playlists_of(conn, viewer, after=after, limit=size + 1)
+        total = await listing.count_playlists_of(conn, viewer)
+    return Page(rows[:size], len(rows) > size, after is not None, total)
+
+
+async def changes(
+    ctx: RequestContext, playlist: Playlist, *, since_version: int, first: int | None
+) -> ChangeBatch:
+    """The log after ``since_version``, or ``resync_required`` past the retention floor.
+
+    Raises:
+        BadUserInput: ``since_version`` is negative or in the future.
+    """
+    size, _ = page_size(ctx, first, None)
+    async with ctx.services.db.read() as conn:
+        header = await repository.get_playlist(conn, playlist.id)
+        current = header.version if header else playlist.version
+        if not 0 <= since_version <= current:
+            raise BadUserInput(f"sinceVersion must be between 0 and {current}")
+        log = await repository.versions_since(conn, playlist.id, since_version, limit=size + 1)
+    if log is None:
+        return ChangeBatch(since_version, current, (), False, True)
+    return ChangeBatch(since_version, current, log[:size], len(log) > size, False)
+
+
+async def search_media(
+    ctx: RequestContext, query: str, *, first: int | None, offset: int
+) -> MediaPage:
+    """A page of catalog search results.
+
+    Raises:
+        BadUserInput: a query longer than 200 characters.
+        ServiceUnavailable: the catalog does not answer.
+    """
+    ctx.viewer()
+    size, _ = page_size(ctx, first, None)
+    if len(query) > 200:
+        raise BadUserInput("query must be at most 200 characters")
+    try:
+        return await ctx.services.catalog.search(query, offset=offset, limit=size)
+    except CatalogUnavailable:
+        raise ServiceUnavailable("the media catalog is not available; try again") from None
