@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import func, literal, select, tuple_
+from sqlalchemy import ColumnElement, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.repository import playlist_from_row
@@ -18,7 +18,9 @@ from chorus.db.tables import UTCDateTime, playlist, playlist_member
 from chorus.domain.model import Member, Playlist, Role
 
 
-async def get_playlists(conn: AsyncConnection, playlist_ids: Collection[str]) -> dict[str, Playlist]:
+async def get_playlists(
+    conn: AsyncConnection, playlist_ids: Collection[str]
+) -> dict[str, Playlist]:
     """Header rows by id, deleted ones included; unknown ids are absent."""
     if not playlist_ids:
         return {}
@@ -63,7 +65,7 @@ async def count_members(conn: AsyncConnection, playlist_id: str) -> int:
     )
 
 
-def _of_user(user_id: str) -> tuple[object, ...]:
+def _of_user(user_id: str) -> tuple[ColumnElement[bool], ...]:
     return (
         playlist.c.id == playlist_member.c.playlist_id,
         playlist_member.c.user_id == user_id,

@@ -54,7 +54,12 @@ class PlaylistDeleted:
 
 
 PlaylistChange = Annotated[
-    EntriesAdded | EntriesRemoved | EntriesMoved | DetailsUpdated | MembersChanged | PlaylistDeleted,
+    EntriesAdded
+    | EntriesRemoved
+    | EntriesMoved
+    | DetailsUpdated
+    | MembersChanged
+    | PlaylistDeleted,
     strawberry.union("PlaylistChange"),
 ]
 

@@ -99,7 +99,7 @@ def decode_entry_cursor(cursor: str) -> tuple[str, str]:
     Raises:
         MalformedId: not an entry cursor.
     """
-    prefix, key, entry = (_decode(cursor).split(":", 2) + ["", ""])[:3]
+    prefix, key, entry = [*_decode(cursor).split(":", 2), "", ""][:3]
     if prefix != "k" or not positions.is_valid(key) or not entry or ":" in entry:
         raise MalformedId("malformed cursor")
     return key, entry

@@ -11,11 +11,14 @@ keeps the standard introspection query of GraphiQL and client generators
 
 from __future__ import annotations
 
+import functools
+
 from graphql import (
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLError,
+    InlineFragmentNode,
     OperationDefinitionNode,
     SelectionSetNode,
     ValidationContext,
@@ -42,36 +45,42 @@ def selection_depth(
             if name not in seen and name in fragments:
                 below = fragments[name].selection_set
                 deepest = max(deepest, selection_depth(below, fragments, seen | {name}))
-        else:
+        elif isinstance(selection, InlineFragmentNode):
             deepest = max(deepest, selection_depth(selection.selection_set, fragments, seen))
     return deepest
 
 
+@functools.cache
+def depth_rule(max_depth: int) -> type[ValidationRule]:
+    """A validation rule refusing operations deeper than ``max_depth`` fields."""
+
+    class DepthRule(ValidationRule):
+        def __init__(self, context: ValidationContext) -> None:
+            super().__init__(context)
+            document = context.document
+            fragments = {
+                d.name.value: d
+                for d in document.definitions
+                if isinstance(d, FragmentDefinitionNode)
+            }
+            for definition in document.definitions:
+                if not isinstance(definition, OperationDefinitionNode):
+                    continue
+                depth = selection_depth(definition.selection_set, fragments)
+                if depth > max_depth:
+                    name = definition.name.value if definition.name else "anonymous"
+                    context.report_error(
+                        GraphQLError(
+                            f"operation {name!r} is {depth} fields deep; the limit is {max_depth}",
+                            definition,
+                        )
+                    )
+
+    return DepthRule
+
+
 class QueryDepthLimit(AddValidationRules):
-    """Refuses operations deeper than ``max_depth`` fields."""
+    """Refuses operations deeper than ``max_depth`` fields (a strawberry extension)."""
 
     def __init__(self, max_depth: int) -> None:
-        class DepthRule(ValidationRule):
-            def __init__(self, context: ValidationContext) -> None:
-                super().__init__(context)
-                document = context.document
-                fragments = {
-                    d.name.value: d
-                    for d in document.definitions
-                    if isinstance(d, FragmentDefinitionNode)
-                }
-                for definition in document.definitions:
-                    if not isinstance(definition, OperationDefinitionNode):
-                        continue
-                    depth = selection_depth(definition.selection_set, fragments)
-                    if depth > max_depth:
-                        name = definition.name.value if definition.name else "anonymous"
-                        context.report_error(
-                            GraphQLError(
-                                f"operation {name!r} is {depth} fields deep; "
-                                f"the limit is {max_depth}",
-                                definition,
-                            )
-                        )
-
-        super().__init__([DepthRule])
+        super().__init__([depth_rule(max_depth)])

@@ -57,8 +57,7 @@ class MutationPayload:
         "operationId; nothing new was committed."
     )
     rebased: bool = strawberry.field(
-        description="True when baseVersion was older than the version the command "
-        "was applied to."
+        description="True when baseVersion was older than the version the command was applied to."
     )
     user_errors: list[UserError]
     playlist_id: strawberry.Private[str | None]
@@ -112,8 +111,10 @@ class CreatePlaylistInput:
     collaborative: bool = False
 
 
-@strawberry.input(description="Add media contiguously, in the order given, after or before an "
-                  "entry; neither appends.")
+@strawberry.input(
+    description="Add media contiguously, in the order given, after or before an "
+    "entry; neither appends."
+)
 class AddEntriesInput:
     playlist_id: strawberry.ID
     operation_id: strawberry.ID
@@ -126,8 +127,10 @@ class AddEntriesInput:
     )
 
 
-@strawberry.input(description="Move entries contiguously, in the order given, after or before "
-                  "an entry; neither moves them to the end.")
+@strawberry.input(
+    description="Move entries contiguously, in the order given, after or before "
+    "an entry; neither moves them to the end."
+)
 class MoveEntriesInput:
     playlist_id: strawberry.ID
     operation_id: strawberry.ID
@@ -178,8 +181,10 @@ class RemoveMemberInput:
     strict: bool = False
 
 
-@strawberry.input(description="Commit a new version whose entries, title and description "
-                  "equal those of toVersion. Members and visibility are not reverted.")
+@strawberry.input(
+    description="Commit a new version whose entries, title and description "
+    "equal those of toVersion. Members and visibility are not reverted."
+)
 class RevertPlaylistInput:
     playlist_id: strawberry.ID
     operation_id: strawberry.ID
@@ -278,7 +283,9 @@ def _placement(after: str | None, before: str | None, playlist_id: str) -> cmd.P
         try:
             return ids.entry_id(value, playlist_id)
         except ids.MalformedId:
-            raise AnchorNotFound(f"{name} is not an entry of this playlist", field=(name,)) from None
+            raise AnchorNotFound(
+                f"{name} is not an entry of this playlist", field=(name,)
+            ) from None
 
     return cmd.Placement(after=anchor(after, "after"), before=anchor(before, "before"))
 
@@ -291,8 +298,14 @@ def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
     if i.title is None or i.visibility is None or i.collaborative is None:
         raise InvalidInput("title, visibility and collaborative cannot be null", field=("title",))
     return cmd.UpdatePlaylist(
-        pid, i.operation_id, i.base_version, _unset(i.title), _unset(i.description),
-        _unset(i.visibility), _unset(i.collaborative), i.strict,
+        pid,
+        i.operation_id,
+        i.base_version,
+        _unset(i.title),
+        _unset(i.description),
+        _unset(i.visibility),
+        _unset(i.collaborative),
+        i.strict,
     )
 
 
@@ -313,7 +326,10 @@ class Mutation:
         self, info: ChorusInfo, input: CreatePlaylistInput
     ) -> CreatePlaylistPayload:
         command = cmd.CreatePlaylist(
-            input.operation_id, input.title, input.description, input.visibility,
+            input.operation_id,
+            input.title,
+            input.description,
+            input.visibility,
             input.collaborative,
         )
         result = await mutations.create_playlist(info.context, command)
@@ -321,18 +337,36 @@ class Mutation:
 
     @strawberry.mutation
     async def add_entries(self, info: ChorusInfo, input: AddEntriesInput) -> AddEntriesPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.AddEntries(
-            pid, input.operation_id, input.base_version, tuple(input.media_ids),
-            _placement(input.after, input.before, pid), input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.AddEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                tuple(input.media_ids),
+                _placement(input.after, input.before, pid),
+                input.strict,
+            ),
+        )
         return AddEntriesPayload(**_common(result), entries=_entries(result))
 
     @strawberry.mutation
     async def move_entries(self, info: ChorusInfo, input: MoveEntriesInput) -> MoveEntriesPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.MoveEntries(
-            pid, input.operation_id, input.base_version, _entry_ids(input.entry_ids, pid),
-            _placement(input.after, input.before, pid), input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.MoveEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                _entry_ids(input.entry_ids, pid),
+                _placement(input.after, input.before, pid),
+                input.strict,
+            ),
+        )
         return MoveEntriesPayload(
             **_common(result), entries=_entries(result), skipped_entry_ids=_skipped(result)
         )
@@ -341,51 +375,97 @@ class Mutation:
     async def remove_entries(
         self, info: ChorusInfo, input: RemoveEntriesInput
     ) -> RemoveEntriesPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.RemoveEntries(
-            pid, input.operation_id, input.base_version, _entry_ids(input.entry_ids, pid),
-            input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.RemoveEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                _entry_ids(input.entry_ids, pid),
+                input.strict,
+            ),
+        )
         return RemoveEntriesPayload(**_common(result), skipped_entry_ids=_skipped(result))
 
     @strawberry.mutation
     async def update_playlist(
         self, info: ChorusInfo, input: UpdatePlaylistInput
     ) -> UpdatePlaylistPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: _update(input, pid))
+        result = await _run(
+            info, input.playlist_id, input.operation_id, lambda pid: _update(input, pid)
+        )
         return UpdatePlaylistPayload(**_common(result))
 
     @strawberry.mutation
     async def set_member_role(
         self, info: ChorusInfo, input: SetMemberRoleInput
     ) -> SetMemberRolePayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.SetMemberRole(
-            pid, input.operation_id, input.base_version, input.user_id, input.role, input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.SetMemberRole(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.user_id,
+                input.role,
+                input.strict,
+            ),
+        )
         return SetMemberRolePayload(**_common(result))
 
     @strawberry.mutation
     async def remove_member(
         self, info: ChorusInfo, input: RemoveMemberInput
     ) -> RemoveMemberPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.RemoveMember(
-            pid, input.operation_id, input.base_version, input.user_id, input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.RemoveMember(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.user_id,
+                input.strict,
+            ),
+        )
         return RemoveMemberPayload(**_common(result))
 
     @strawberry.mutation
     async def revert_playlist(
         self, info: ChorusInfo, input: RevertPlaylistInput
     ) -> RevertPlaylistPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.RevertPlaylist(
-            pid, input.operation_id, input.base_version, input.to_version, input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.RevertPlaylist(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.to_version,
+                input.strict,
+            ),
+        )
         return RevertPlaylistPayload(**_common(result))
 
     @strawberry.mutation
     async def delete_playlist(
         self, info: ChorusInfo, input: DeletePlaylistInput
     ) -> DeletePlaylistPayload:
-        result = await _run(info, input.playlist_id, input.operation_id, lambda pid: cmd.DeletePlaylist(
-            pid, input.operation_id, input.base_version, input.strict,
-        ))
+        result = await _run(
+            info,
+            input.playlist_id,
+            input.operation_id,
+            lambda pid: cmd.DeletePlaylist(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.strict,
+            ),
+        )
         return DeletePlaylistPayload(**_common(result))

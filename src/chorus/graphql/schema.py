@@ -11,7 +11,7 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, ParserCache, ValidationCache
 
 from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
@@ -150,8 +150,10 @@ class Query:
     def viewer(self, info: ChorusInfo) -> Viewer:
         return Viewer(user=User(id=strawberry.ID(info.context.viewer())))
 
-    @strawberry.field(description="Catalog media whose title, artists or album contain the "
-                      "query, case-insensitively.")
+    @strawberry.field(
+        description="Catalog media whose title, artists or album contain the "
+        "query, case-insensitively."
+    )
     async def search_media(
         self, info: ChorusInfo, query: str, first: int | None = None, after: str | None = None
     ) -> MediaConnection:
@@ -195,9 +197,13 @@ def build_schema() -> strawberry.Schema:
         mutation=Mutation,
         types=[PlaylistEntry],
         extensions=[
-            MaxTokensLimiter(max_token_count=MAX_TOKENS),
-            QueryDepthLimit(MAX_DEPTH),
-            MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+            # Clients send the same few documents over and over: parse and
+            # validate each once (LRU, keyed by the document text).
+            lambda: ParserCache(maxsize=256),
+            lambda: ValidationCache(maxsize=256),
+            lambda: QueryDepthLimit(MAX_DEPTH),
+            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
             ErrorPolicy,
         ],
     )

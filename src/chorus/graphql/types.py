@@ -206,9 +206,11 @@ class Playlist(Node):
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
         return await info.context.loaders.role.load(self.record.id)
 
-    @strawberry.field(description="Entries in list order, as a Relay connection over the "
-                      "keyset (positionKey, id). A cursor stays valid while the list changes: "
-                      "the cursor of an entry removed since pages from where it stood.")
+    @strawberry.field(
+        description="Entries in list order, as a Relay connection over the "
+        "keyset (positionKey, id). A cursor stays valid while the list changes: "
+        "the cursor of an entry removed since pages from where it stood."
+    )
     async def entries(
         self,
         info: ChorusInfo,
@@ -253,8 +255,10 @@ class Playlist(Node):
             total_count=page.total,
         )
 
-    @strawberry.field(description="Sync: what happened after sinceVersion, oldest first "
-                      "(at most `first` versions, default 50, max 100).")
+    @strawberry.field(
+        description="Sync: what happened after sinceVersion, oldest first "
+        "(at most `first` versions, default 50, max 100)."
+    )
     async def changes(
         self, info: ChorusInfo, since_version: int, first: int | None = None
     ) -> Annotated[PlaylistChangeBatch, strawberry.lazy("chorus.graphql.history")]:
