@@ -6,6 +6,7 @@
     chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
     chorus import chinook --owner USER
     chorus import mpd FILE --owner USER [--limit N]
+    chorus catalog serve [--port P]   the embedded catalog as a separate HTTP service
 
 Bad settings or arguments exit with status 2 and a one-line message, never a
 traceback.
@@ -42,6 +43,32 @@ def _user(value: str) -> str:
         return check_user_id(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
+    return number
+
+
+def _catalog_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from chorus.catalog.embedded import EmbeddedCatalog
+    from chorus.catalog.service import create_catalog_app
+    from chorus.db.engine import Database
+    from chorus.db.migrate import upgrade
+
+    settings = _settings()
+    upgrade(settings.database_url)
+    app = create_catalog_app(EmbeddedCatalog(Database(settings.database_url)))
+    print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
 
 
 def _db_upgrade(_args: argparse.Namespace) -> int:
@@ -109,13 +136,17 @@ async def _import_async(args: argparse.Namespace) -> int:
             imported = await import_chinook(store, args.owner)
         else:
             catalog = EmbeddedCatalog(db)
-            imported = await import_mpd(Path(args.file), store, catalog, args.owner, limit=args.limit)
+            imported = await import_mpd(
+                Path(args.file), store, catalog, args.owner, limit=args.limit
+            )
     except ImportFailed as exc:
         raise SystemExit(f"chorus: import failed: {exc}") from None
     finally:
         await db.dispose()
     for playlist in imported:
         print(f"{playlist.playlist_id}  {playlist.entries:6d} entries  {playlist.name}")
+        for warning in playlist.warnings:
+            print(f"  warning: {warning}")
     print(f"{len(imported)} playlists owned by {args.owner}")
     return 0
 
@@ -128,9 +159,24 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the API server")
     serve.add_argument("--host", help="bind address (default CHORUS_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="TCP port (default CHORUS_PORT or 8000)")
-    serve.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
     serve.set_defaults(run=_serve)
+
+    catalog = commands.add_parser("catalog", help="the media catalog as a separate service")
+    catalog_commands = catalog.add_subparsers(
+        dest="catalog_command", metavar="COMMAND", required=True
+    )
+    catalog_serve = catalog_commands.add_parser(
+        "serve", help="serve the embedded catalog over HTTP (for CHORUS_CATALOG_URL)"
+    )
+    catalog_serve.add_argument("--host", default="127.0.0.1")
+    catalog_serve.add_argument("--port", type=int, default=8001)
+    catalog_serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    catalog_serve.set_defaults(run=_catalog_serve)
 
     token = commands.add_parser("token", help="print a bearer token for a user")
     token.add_argument("user", type=_user, help="the user id (the token's sub)")
@@ -152,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     mpd = sources.add_parser("mpd", help="a Million Playlist Dataset slice (JSON)")
     mpd.add_argument("file", help="path of the slice, e.g. mpd.slice.0-999.json")
     mpd.add_argument("--owner", type=_user, required=True, help="who owns them")
-    mpd.add_argument("--limit", type=int, help="import at most this many playlists")
+    mpd.add_argument("--limit", type=_count, help="import at most this many playlists")
     mpd.set_defaults(run=_import)
     return parser
 

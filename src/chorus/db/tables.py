@@ -142,3 +142,22 @@ Index(
     postgresql_where=outbox.c.published_at.is_(None),
     sqlite_where=outbox.c.published_at.is_(None),
 )
+
+# Media imported into the embedded catalog at run time (chorus.catalog.embedded);
+# the Chinook sample lives in memory. ``search_text`` is title, artists and album
+# case-folded (chorus.catalog.matching), so a plain escaped LIKE searches alike
+# on both dialects. Ids sort bytewise, as search results are ordered by id.
+catalog_media = Table(
+    "catalog_media",
+    metadata,
+    Column(
+        "id", String(128).with_variant(String(128, collation="C"), "postgresql"), primary_key=True
+    ),
+    Column("title", Text, nullable=False),
+    Column("artists", JSON_DOCUMENT, nullable=False),
+    Column("album", Text),
+    Column("duration_ms", Integer),
+    Column("available", Boolean, nullable=False),
+    Column("search_text", Text, nullable=False),
+    Column("added_at", UTCDateTime, nullable=False),
+)
