@@ -192,7 +192,8 @@ class MemoryPlaylist:
 
     def _delete(self, sort_key: SortKey) -> None:
         i = bisect.bisect_left(self._index, sort_key)
-        assert i < len(self._index) and self._index[i] == sort_key, f"{sort_key} is not live"
+        assert i < len(self._index), f"{sort_key} is not live"
+        assert self._index[i] == sort_key, f"{sort_key} is not live"
         del self._index[i]
 
     def _check_neighbours(self, sort_key: SortKey) -> None:
