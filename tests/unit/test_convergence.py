@@ -116,11 +116,11 @@ class PlaylistMachine(RuleBasedStateMachine):
         return actor, base, strict
 
     def _refusal(self, actor: str, base: int, strict: bool) -> type[DomainError] | None:
-        """The error every command checks first, in the handlers' order."""
-        if strict and base != self.pl.version:
-            return VersionConflict
+        """The error every command checks first: access, then the base version."""
         if actor == VIEWER:
             return Forbidden
+        if strict and base != self.pl.version:
+            return VersionConflict
         return None
 
     def _placement(self, data: st.DataObject) -> Placement:

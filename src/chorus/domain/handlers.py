@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from chorus.domain import revert
+from chorus.domain.access import authorize, readable
 from chorus.domain.changes import (
     Change,
     Details,
@@ -52,9 +53,9 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
-from chorus.domain.errors import Forbidden, InvalidInput, LimitExceeded, NotFound, VersionConflict
+from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound, VersionConflict
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
-from chorus.domain.model import Entry, Playlist, Role, role_can_edit, role_can_read
+from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.placement import find_anchor, gap, place
 from chorus.domain.ports import PlaylistView
 from chorus.domain.replay import advance, created
@@ -103,24 +104,7 @@ class Decision:
     outcome: Outcome
 
 
-# --- access ----------------------------------------------------------------
-
-
-def _readable(playlist: Playlist | None, role: Role | None) -> Playlist:
-    """The playlist, or :class:`NotFound` when the actor may not see it (no existence leak)."""
-    if playlist is None or not role_can_read(role, playlist):
-        raise NotFound("playlist not found", field=("playlistId",))
-    return playlist
-
-
-def _require_edit(playlist: Playlist, role: Role | None) -> None:
-    if not role_can_edit(role, playlist):
-        raise Forbidden("you may not edit this playlist")
-
-
-def _require_owner(role: Role | None, what: str) -> None:
-    if role is not Role.OWNER:
-        raise Forbidden(f"only the owner may {what}")
+# --- base version ----------------------------------------------------------
 
 
 def _check_base_version(command: PlaylistCommand, playlist: Playlist) -> bool:
@@ -176,7 +160,8 @@ async def decide(
         DomainError: any subclass; nothing is to be committed.
     """
     check_operation_id(command.operation_id, ctx.limits)
-    current = _readable(playlist, role)
+    current = readable(playlist, role)
+    authorize(command, current, role, ctx.actor_id)
     rebased = _check_base_version(command, current)
     handler: Any = _HANDLERS[type(command)]
     changes, entries, skipped = await handler(command, current, role, view, ctx)
@@ -192,7 +177,6 @@ Handled = tuple[list[Change], list[Entry], list[str]]
 async def _add_entries(
     cmd: AddEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_edit(p, role)
     limits = ctx.limits
     if not cmd.media_ids:
         raise InvalidInput("mediaIds must not be empty", field=("mediaIds",))
@@ -235,7 +219,6 @@ async def _targets(
 async def _move_entries(
     cmd: MoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_edit(p, role)
     check_entry_ids(cmd.entry_ids, ctx.limits)
     check_placement(cmd.placement, ctx.limits)
     anchor_id = cmd.placement.anchor
@@ -263,7 +246,6 @@ async def _move_entries(
 async def _remove_entries(
     cmd: RemoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_edit(p, role)
     check_entry_ids(cmd.entry_ids, ctx.limits)
     found = await _targets(view, cmd.entry_ids)
     removed = [found[i] for i in cmd.entry_ids if found[i].live]
@@ -278,10 +260,6 @@ async def _update_playlist(
     fields = (cmd.title, cmd.description, cmd.visibility, cmd.collaborative)
     if all(f is UNSET for f in fields):
         raise InvalidInput("nothing to update")
-    if cmd.title is not UNSET or cmd.description is not UNSET:
-        _require_edit(p, role)
-    if cmd.visibility is not UNSET or cmd.collaborative is not UNSET:
-        _require_owner(role, "change visibility or collaboration")
     previous = Details(p.title, p.description, p.visibility, p.collaborative)
     details = Details(
         title=previous.title if cmd.title is UNSET else clean_title(cmd.title, ctx.limits),
@@ -300,7 +278,6 @@ async def _update_playlist(
 async def _set_member_role(
     cmd: SetMemberRole, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_owner(role, "change members")
     check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
     if cmd.role is Role.OWNER:
         raise InvalidInput("a playlist has exactly one owner", field=("role",))
@@ -316,10 +293,6 @@ async def _remove_member(
     cmd: RemoveMember, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
     check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
-    if cmd.user_id != ctx.actor_id:
-        _require_owner(role, "remove other members")
-    elif role is None:
-        raise Forbidden("you are not a member of this playlist")
     if cmd.user_id == p.owner_id:
         raise InvalidInput("the owner cannot be removed", field=("userId",))
     previous = await view.role_of(cmd.user_id)
@@ -331,7 +304,6 @@ async def _remove_member(
 async def _revert_playlist(
     cmd: RevertPlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_edit(p, role)
     if not 0 <= cmd.to_version <= p.version:
         raise InvalidInput(f"toVersion must be between 0 and {p.version}", field=("toVersion",))
     log = await view.changes_since(cmd.to_version)
@@ -346,7 +318,6 @@ async def _revert_playlist(
 async def _delete_playlist(
     cmd: DeletePlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    _require_owner(role, "delete the playlist")
     return [PlaylistDeleted(ctx.now)], [], []
 
 

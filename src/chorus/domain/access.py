@@ -1,0 +1,69 @@
+"""Who may do what to a playlist (DESIGN §7), in one place.
+
+* A playlist the actor may not see is :class:`NotFound`, never
+  :class:`Forbidden`: no existence leak.
+* OWNER does everything; EDITOR edits entries, title and description while
+  the playlist is collaborative; VIEWER reads.
+* Only the owner changes members, visibility and collaboration, and deletes;
+  any member may remove themselves.
+
+Access is checked before anything else about a command (its base version,
+its arguments), so a refused actor learns nothing more than that.
+"""
+
+from __future__ import annotations
+
+from chorus.domain.commands import (
+    UNSET,
+    AddEntries,
+    DeletePlaylist,
+    MoveEntries,
+    PlaylistCommand,
+    RemoveEntries,
+    RemoveMember,
+    RevertPlaylist,
+    SetMemberRole,
+    UpdatePlaylist,
+)
+from chorus.domain.errors import Forbidden, NotFound
+from chorus.domain.model import Playlist, Role, role_can_edit, role_can_read
+
+
+def readable(playlist: Playlist | None, role: Role | None) -> Playlist:
+    """The playlist, or :class:`NotFound` when the actor may not see it."""
+    if playlist is None or not role_can_read(role, playlist):
+        raise NotFound("playlist not found", field=("playlistId",))
+    return playlist
+
+
+def _edit(playlist: Playlist, role: Role | None) -> None:
+    if not role_can_edit(role, playlist):
+        raise Forbidden("you may not edit this playlist")
+
+
+def _owner(role: Role | None, what: str) -> None:
+    if role is not Role.OWNER:
+        raise Forbidden(f"only the owner may {what}")
+
+
+def authorize(
+    command: PlaylistCommand, playlist: Playlist, role: Role | None, actor_id: str
+) -> None:
+    """Raises :class:`Forbidden` unless ``role`` allows ``command`` on a visible ``playlist``."""
+    match command:
+        case AddEntries() | MoveEntries() | RemoveEntries() | RevertPlaylist():
+            _edit(playlist, role)
+        case UpdatePlaylist():
+            if command.title is not UNSET or command.description is not UNSET:
+                _edit(playlist, role)
+            if command.visibility is not UNSET or command.collaborative is not UNSET:
+                _owner(role, "change visibility or collaboration")
+        case SetMemberRole():
+            _owner(role, "change members")
+        case RemoveMember():
+            if command.user_id != actor_id:
+                _owner(role, "remove other members")
+            elif role is None:
+                raise Forbidden("you are not a member of this playlist")
+        case DeletePlaylist():
+            _owner(role, "delete the playlist")
