@@ -11,11 +11,13 @@ Routes: ``/graphql`` (POST queries and mutations; GET opens GraphiQL),
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from cross_web import HTTPException
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -68,6 +70,36 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         viewer, error = self.viewer(request.headers.get("authorization"))
         return RequestContext(services, viewer, error)
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Strawberry answers a body it cannot read (not JSON, not an object,
+        # no query) with plain text; clients expect a GraphQL error with a code.
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        try:
+            response = await self.run(Request(scope, receive=receive))
+        except HTTPException as error:
+            response = error_response(error.status_code, error.reason, "BAD_REQUEST")
+        await response(scope, receive, send)
+
+    def decode_json(self, data: str | bytes) -> object:
+        """The request body: a JSON object (or a list, which is a batch strawberry refuses)."""
+        try:
+            body = json.loads(data)
+        except UnicodeDecodeError:
+            raise HTTPException(400, "the request body is not UTF-8") from None
+        if not isinstance(body, dict | list):
+            raise HTTPException(400, "the request body must be a JSON object")
+        return body
+
+
+def error_response(status_code: int, message: str, code: str) -> JSONResponse:
+    """A request-level failure outside GraphQL execution, shaped like a GraphQL error."""
+    return JSONResponse(
+        {"errors": [{"message": message, "extensions": {"code": code}}]},
+        status_code=status_code,
+    )
+
 
 class BodySizeLimit:
     """Refuses HTTP bodies over ``max_bytes`` with 413, before they are parsed."""
@@ -84,32 +116,33 @@ class BodySizeLimit:
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._refuse(scope, receive, send)
             return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        # Read the whole body before the app runs: a body found too large
+        # halfway through cannot be refused once the app has begun to answer.
+        body = bytearray()
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _TooLarge
-            return message
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await self._refuse(scope, receive, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = JSONResponse(
-            {"errors": [{"message": f"request body over {self.max_bytes} bytes",
-                         "extensions": {"code": "PAYLOAD_TOO_LARGE"}}]},
-            status_code=413,
-        )
-        await response(scope, receive, send)
-
-
-class _TooLarge(Exception):
-    pass
+        message = f"request body over {self.max_bytes} bytes"
+        await error_response(413, message, "PAYLOAD_TOO_LARGE")(scope, receive, send)
 
 
 async def healthz(_request: Request) -> JSONResponse:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import jwt
 
+from chorus.domain.validation import is_user_id
+
 ALGORITHM = "HS256"
 MIN_SECRET_LENGTH = 32
 MAX_USER_ID_LENGTH = 128
@@ -29,15 +31,8 @@ def check_user_id(user_id: str) -> str:
     Raises:
         ValueError: otherwise.
     """
-    if (
-        not user_id
-        or len(user_id) > MAX_USER_ID_LENGTH
-        or not user_id.isprintable()
-        or any(ch.isspace() for ch in user_id)
-    ):
-        raise ValueError(
-            f"a user id is 1–{MAX_USER_ID_LENGTH} printable characters without spaces"
-        )
+    if not is_user_id(user_id, MAX_USER_ID_LENGTH):
+        raise ValueError(f"a user id is 1–{MAX_USER_ID_LENGTH} printable characters without spaces")
     return user_id
 
 

@@ -65,6 +65,7 @@ from chorus.domain.validation import (
     check_id,
     check_operation_id,
     check_placement,
+    check_user_id,
     clean_description,
     clean_title,
 )
@@ -278,7 +279,7 @@ async def _update_playlist(
 async def _set_member_role(
     cmd: SetMemberRole, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
+    check_user_id(cmd.user_id, ("userId",), ctx.limits)
     if cmd.role is Role.OWNER:
         raise InvalidInput("a playlist has exactly one owner", field=("role",))
     if cmd.user_id == p.owner_id:
@@ -292,7 +293,7 @@ async def _set_member_role(
 async def _remove_member(
     cmd: RemoveMember, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
 ) -> Handled:
-    check_id(cmd.user_id, ("userId",), ctx.limits, "userId")
+    check_user_id(cmd.user_id, ("userId",), ctx.limits)
     if cmd.user_id == p.owner_id:
         raise InvalidInput("the owner cannot be removed", field=("userId",))
     previous = await view.role_of(cmd.user_id)

@@ -22,6 +22,8 @@ class Limits:
     """User, media, entry and playlist ids."""
     page_size_default: int = 50
     page_size_max: int = 100
+    max_subscriber_lag: int = 1_000
+    """Versions a live subscriber may fall behind before it gets a resync."""
 
 
 DEFAULT_LIMITS = Limits()

@@ -21,6 +21,24 @@ def check_id(value: str, field: tuple[str, ...], limits: Limits, what: str = "id
         )
 
 
+def is_user_id(value: str, max_length: int = DEFAULT_LIMITS.max_id_length) -> bool:
+    """A user id (a token's ``sub``) is 1–128 printable characters without white space."""
+    return (
+        0 < len(value) <= max_length
+        and value.isprintable()
+        and not any(ch.isspace() for ch in value)
+    )
+
+
+def check_user_id(value: str, field: tuple[str, ...], limits: Limits) -> None:
+    """Raises :class:`InvalidInput` unless ``value`` could be a token's ``sub``."""
+    if not is_user_id(value, limits.max_id_length):
+        raise InvalidInput(
+            f"a user id is 1–{limits.max_id_length} printable characters without spaces",
+            field=field,
+        )
+
+
 def check_operation_id(operation_id: str, limits: Limits = DEFAULT_LIMITS) -> None:
     """Raises :class:`InvalidInput` unless 1–64 printable characters."""
     n = limits.max_operation_id_length

@@ -36,9 +36,14 @@ def _decode(value: str) -> str:
         raise MalformedId("malformed")
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        return raw.decode()
+        text = raw.decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise MalformedId("malformed") from None
+    # Nothing this server makes holds a control character; NUL would even
+    # reach PostgreSQL, which cannot compare text with it.
+    if not text.isprintable():
+        raise MalformedId("malformed")
+    return text
 
 
 def to_global_id(type_name: str, *key: str) -> str:

@@ -19,6 +19,7 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
+from chorus.subscriptions.hub import Hub
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,8 @@ class Services:
     store: PlaylistStore
     catalog: Catalog
     limits: Limits
+    hub: Hub | None = None
+    """Live event fanout of this process; ``None`` where subscriptions are off."""
 
 
 class Loaders:
@@ -80,9 +83,15 @@ class RequestContext:
     services: Services
     viewer_id: str | None
     auth_error: str | None = None
+    connection_params: dict[str, object] | None = None
+    """The ``connection_init`` payload of a WebSocket (set by strawberry)."""
     loaders: Loaders = field(init=False)
 
     def __post_init__(self) -> None:
+        self.renew_loaders()
+
+    def renew_loaders(self) -> None:
+        """Fresh DataLoaders: nothing cached survives into the next event."""
         self.loaders = Loaders(self.services, self.viewer_id)
 
     def viewer(self) -> str:

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db.store import Committed
 from chorus.domain.commands import AddEntries, CreatePlaylist, PlaylistCommand
-from chorus.domain.errors import DomainError, MediaNotFound
+from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound
+from chorus.domain.limits import Limits
+from chorus.domain.validation import check_id
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable
 
@@ -26,15 +28,30 @@ class MutationResult:
     playlist_id: str | None = None
 
 
-async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
-    """Raises :class:`MediaNotFound` for the first media id the catalog does not know."""
+def _well_formed(media_id: str, limits: Limits) -> bool:
     try:
-        known = await ctx.services.catalog.get_many(list(dict.fromkeys(media_ids)))
+        check_id(media_id, ("mediaIds",), limits, "a media id")
+    except InvalidInput:
+        return False
+    return True
+
+
+async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
+    """Raises :class:`MediaNotFound` for the first media id the catalog does not know.
+
+    Malformed ids are left to the domain, which refuses them as ``INVALID_INPUT``
+    after its access checks; some (a lone surrogate, NUL) no catalog could even look up.
+    """
+    wanted = [m for m in dict.fromkeys(media_ids) if _well_formed(m, ctx.services.limits)]
+    try:
+        known = await ctx.services.catalog.get_many(wanted)
     except CatalogUnavailable:
         raise ServiceUnavailable("the media catalog is not available; try again") from None
     for i, media_id in enumerate(media_ids):
-        if media_id not in known:
-            raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=("mediaIds", str(i)))
+        if media_id in wanted and media_id not in known:
+            raise MediaNotFound(
+                f"media {media_id!r} is not in the catalog", field=("mediaIds", str(i))
+            )
 
 
 async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
@@ -43,7 +60,9 @@ async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> Mutat
         committed = await ctx.services.store.create(command, actor)
     except DomainError as error:
         return MutationResult(command.operation_id, error=error)
-    return MutationResult(command.operation_id, committed, playlist_id=committed.outcome.playlist_id)
+    return MutationResult(
+        command.operation_id, committed, playlist_id=committed.outcome.playlist_id
+    )
 
 
 async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResult:
@@ -55,7 +74,10 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
     """
     actor = ctx.viewer()
     try:
-        if isinstance(command, AddEntries) and len(command.media_ids) <= ctx.services.limits.max_media_per_add:
+        if (
+            isinstance(command, AddEntries)
+            and len(command.media_ids) <= ctx.services.limits.max_media_per_add
+        ):
             await _check_media(ctx, command.media_ids)
         committed = await ctx.services.store.execute(command, actor)
     except DomainError as error:

@@ -7,6 +7,7 @@ window. A page size above the maximum is an error, never a silent clamp.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -181,14 +182,19 @@ async def search_media(
     """A page of catalog search results.
 
     Raises:
-        BadUserInput: a query longer than 200 characters.
+        BadUserInput: a query longer than 200 characters, or holding a control
+            character or a lone surrogate (no catalog can match those).
         ServiceUnavailable: the catalog does not answer.
     """
     ctx.viewer()
     size, _ = page_size(ctx, first, None)
     if len(query) > 200:
         raise BadUserInput("query must be at most 200 characters")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
+        raise BadUserInput("query must not contain control characters")
     try:
-        return await ctx.services.catalog.search(query, offset=offset, limit=size)
+        # The catalog pages at least one item; ``first: 0`` still wants the total.
+        page = await ctx.services.catalog.search(query, offset=offset, limit=max(size, 1))
     except CatalogUnavailable:
         raise ServiceUnavailable("the media catalog is not available; try again") from None
+    return MediaPage(page.items[:size], page.total, page.offset)
