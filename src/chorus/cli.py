@@ -6,6 +6,7 @@
     chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
     chorus import chinook --owner USER
     chorus import mpd FILE --owner USER [--limit N]
+    chorus compact --keep-versions N [--keep-days D]
     chorus catalog serve [--port P]   the embedded catalog as a separate HTTP service
 
 Bad settings or arguments exit with status 2 and a one-line message, never a
@@ -69,6 +70,48 @@ def _catalog_serve(args: argparse.Namespace) -> int:
     print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    return asyncio.run(_compact_async(args))
+
+
+async def _compact_async(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from chorus.db.compaction import compact
+    from chorus.db.engine import Database
+
+    settings = _settings()
+    keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
+    if args.keep_versions is None and keep_days is None:
+        raise SystemExit("chorus: give --keep-versions N and/or --keep-days D")
+    db = Database(settings.database_url)
+    try:
+        report = await compact(
+            db,
+            keep_versions=args.keep_versions,
+            keep_age=timedelta(days=keep_days) if keep_days is not None else None,
+            retry_window=timedelta(hours=settings.retry_window_hours),
+            now=datetime.now(UTC),
+        )
+    finally:
+        await db.dispose()
+    print(
+        f"compacted {report.playlists} playlists: {report.log_rows_deleted} log rows, "
+        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows deleted"
+    )
+    return 0
+
+
+def _days(value: str) -> float:
+    try:
+        days = float(value)
+    except ValueError:
+        days = -1.0
+    if not days > 0:
+        raise argparse.ArgumentTypeError("must be a positive number of days")
+    return days
 
 
 def _db_upgrade(_args: argparse.Namespace) -> int:
@@ -189,6 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     db = commands.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
     db_commands.add_parser("upgrade", help="apply migrations").set_defaults(run=_db_upgrade)
+
+    compact = commands.add_parser(
+        "compact", help="truncate old mutation-log versions and tombstones (retention)"
+    )
+    compact.add_argument("--keep-versions", type=_count, help="keep the last N versions")
+    compact.add_argument(
+        "--keep-days",
+        type=_days,
+        help="keep versions newer than D days (default CHORUS_LOG_KEEP_DAYS)",
+    )
+    compact.set_defaults(run=_compact)
 
     imports = commands.add_parser("import", help="import playlists")
     sources = imports.add_subparsers(dest="source", metavar="SOURCE", required=True)

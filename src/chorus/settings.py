@@ -54,6 +54,21 @@ class Settings(BaseSettings):
     max_entries_per_edit: int = Field(100, ge=1, description="Entry ids per move or remove.")
     page_size_default: int = Field(50, ge=1)
     page_size_max: int = Field(100, ge=1)
+    max_subscriber_lag: int = Field(
+        1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
+    )
+    max_ws_connections_per_user: int = Field(
+        20, ge=1, description="Open WebSocket connections per user, per process."
+    )
+    max_ws_operations: int = Field(
+        100, ge=1, description="Operations (subscriptions) per WebSocket connection."
+    )
+    log_keep_days: float | None = Field(
+        None, gt=0, description="chorus compact: keep log versions newer than this."
+    )
+    retry_window_hours: float = Field(
+        24.0, gt=0, description="Operation ids stay replayable at least this long."
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -81,4 +96,5 @@ class Settings(BaseSettings):
             max_entries_per_edit=self.max_entries_per_edit,
             page_size_default=self.page_size_default,
             page_size_max=self.page_size_max,
+            max_subscriber_lag=self.max_subscriber_lag,
         )

@@ -195,12 +195,8 @@ def _decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
 
 
 async def log_floor(conn: AsyncConnection, playlist_id: str) -> int | None:
-    """The oldest version the log still holds (``None``: no log rows)."""
-    floor = await conn.scalar(
-        select(func.min(playlist_mutation.c.version)).where(
-            playlist_mutation.c.playlist_id == playlist_id
-        )
-    )
+    """The oldest version whose changes the log still holds (``None``: no playlist)."""
+    floor = await conn.scalar(select(playlist.c.log_floor).where(playlist.c.id == playlist_id))
     return None if floor is None else int(floor)
 
 

@@ -66,6 +66,7 @@ class PlaylistStore:
         limits: the limits commands are checked against.
         clock: the commit time source (UTC).
         id_factory: makes playlist and entry ids.
+        on_commit: called after each commit (wakes the outbox relay).
     """
 
     def __init__(
@@ -75,11 +76,13 @@ class PlaylistStore:
         limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utcnow,
         id_factory: Callable[[], str] = new_id,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.limits = limits
         self._clock = clock
         self._new_id = id_factory
+        self._on_commit = on_commit
 
     def _context(self, actor_id: str) -> Context:
         return Context(actor_id, self._clock(), self._new_id, self.limits)
@@ -98,7 +101,8 @@ class PlaylistStore:
                     return stored
                 decision = create_playlist(command, self._new_id(), self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
-                return Committed(decision.outcome)
+            self._committed()
+            return Committed(decision.outcome)
         except IntegrityError as exc:
             return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
 
@@ -119,9 +123,14 @@ class PlaylistStore:
                 view = repository.SqlPlaylistView(conn, command.playlist_id)
                 decision = await decide(command, header, role, view, self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
-                return Committed(decision.outcome)
+            self._committed()
+            return Committed(decision.outcome)
         except IntegrityError as exc:
             return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
+
+    def _committed(self) -> None:
+        if self._on_commit is not None:
+            self._on_commit()
 
     async def _write(
         self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str

@@ -73,6 +73,9 @@ playlist = Table(
     Column("version", Integer, nullable=False),
     Column("membership_epoch", Integer, nullable=False),
     Column("entry_count", Integer, nullable=False),
+    # The oldest version the mutation log still holds changes for; below it,
+    # only operation-id records kept for idempotent retries (chorus.db.compaction).
+    Column("log_floor", Integer, nullable=False, server_default="0"),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),

@@ -3,6 +3,8 @@
 * parse failures → ``GRAPHQL_PARSE_FAILED`` (token limit included);
 * validation failures → ``GRAPHQL_VALIDATION_FAILED`` (depth and alias limits included);
 * :class:`~chorus.resolvers.errors.RequestError` → its own code and message;
+* a :class:`~chorus.domain.errors.DomainError` that ends a subscription
+  stream → its ``ErrorCode`` (``FORBIDDEN`` when access was lost);
 * anything else → ``INTERNAL_SERVER_ERROR`` with a fixed message: no SQL, no
   stack, no path leaves the server. The original is logged with its traceback.
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from graphql import GraphQLError, GraphQLSyntaxError
 from strawberry.extensions import SchemaExtension
 
+from chorus.domain.errors import DomainError
 from chorus.resolvers.errors import RequestError
 
 log = logging.getLogger("chorus.graphql")
@@ -29,6 +33,8 @@ def classify(error: GraphQLError) -> GraphQLError:
         code = "GRAPHQL_PARSE_FAILED"
     elif isinstance(original, RequestError):
         code = original.code
+    elif isinstance(original, DomainError):
+        code = original.code.value  # a stream that failed: FORBIDDEN, NOT_FOUND, …
     elif original is None:
         code = (error.extensions or {}).get("code") or "GRAPHQL_VALIDATION_FAILED"
     elif isinstance(original, GraphQLError):
@@ -63,3 +69,9 @@ class ErrorPolicy(SchemaExtension):
         pre = self.execution_context.pre_execution_errors
         if pre:
             self.execution_context.pre_execution_errors = [classify(e) for e in pre]
+
+    def on_stream_result(self, result: Any) -> Iterator[None]:
+        """Each event of a subscription, before it reaches the client."""
+        if result.errors:
+            result.errors = [classify(e) for e in result.errors]
+        yield

@@ -16,7 +16,7 @@ from chorus.db.repository import LoggedVersion
 from chorus.domain import changes as domain
 from chorus.graphql import ids
 from chorus.graphql.types import PlaylistEntry, Role, User, Visibility
-from chorus.resolvers.queries import ChangeBatch
+from chorus.subscriptions.replay import ReplayPage
 
 
 @strawberry.type(description="Entries added at this version, in list order, as committed.")
@@ -135,11 +135,11 @@ class PlaylistChangeBatch:
     )
 
     @classmethod
-    def from_batch(cls, batch: ChangeBatch) -> PlaylistChangeBatch:
+    def from_batch(cls, batch: ReplayPage) -> PlaylistChangeBatch:
         return cls(
             since_version=batch.since_version,
             current_version=batch.current_version,
             versions=[PlaylistChanged.from_version(v) for v in batch.versions],
             has_more=batch.has_more,
-            resync_required=batch.resync_required,
+            resync_required=batch.resync,
         )

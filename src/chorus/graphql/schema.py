@@ -19,6 +19,7 @@ from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import QueryDepthLimit
 from chorus.graphql.mutations import Mutation
+from chorus.graphql.subscription import Subscription
 from chorus.graphql.types import (
     ChorusInfo,
     Media,
@@ -215,6 +216,7 @@ def build_schema() -> strawberry.Schema:
     return ChorusSchema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         types=[PlaylistEntry],
         extensions=[
             lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),

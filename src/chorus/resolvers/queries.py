@@ -7,6 +7,7 @@ window. A page size above the maximum is an error, never a silent clamp.
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,11 +16,11 @@ from typing import Generic, TypeVar
 
 from chorus.catalog.protocol import CatalogUnavailable, MediaPage
 from chorus.db import listing, repository
-from chorus.db.repository import LoggedVersion
 from chorus.domain.model import Entry, Member, Playlist, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
+from chorus.subscriptions.replay import ReplayPage, replay
 
 T = TypeVar("T")
 
@@ -38,17 +39,6 @@ class Page(Generic[T]):
 class EntriesPage(Page[Entry]):
     version: int = 0
     """The playlist version the page was read at."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeBatch:
-    """Versions after ``since_version`` (at most ``first``), or a resync request."""
-
-    since_version: int
-    current_version: int
-    versions: Sequence[LoggedVersion]
-    has_more: bool
-    resync_required: bool
 
 
 def page_size(ctx: RequestContext, first: int | None, last: int | None) -> tuple[int, bool]:
@@ -158,22 +148,21 @@ async def viewer_playlists(
 
 async def changes(
     ctx: RequestContext, playlist: Playlist, *, since_version: int, first: int | None
-) -> ChangeBatch:
-    """The log after ``since_version``, or ``resync_required`` past the retention floor.
+) -> ReplayPage:
+    """The log after ``since_version`` (the subscriptions' replay path), or a resync.
 
     Raises:
         BadUserInput: ``since_version`` is negative or in the future.
     """
     size, _ = page_size(ctx, first, None)
     async with ctx.services.db.read() as conn:
-        header = await repository.get_playlist(conn, playlist.id)
-        current = header.version if header else playlist.version
-        if not 0 <= since_version <= current:
-            raise BadUserInput(f"sinceVersion must be between 0 and {current}")
-        log = await repository.versions_since(conn, playlist.id, since_version, limit=size + 1)
-    if log is None:
-        return ChangeBatch(since_version, current, (), False, True)
-    return ChangeBatch(since_version, current, log[:size], len(log) > size, False)
+        page = await replay(conn, playlist.id, since_version, limit=max(size, 1))
+    if page is None or not 0 <= since_version <= page.current_version:
+        current = page.current_version if page else playlist.version
+        raise BadUserInput(f"sinceVersion must be between 0 and {current}")
+    if size == 0:
+        return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
+    return page
 
 
 async def search_media(

@@ -1,0 +1,54 @@
+"""``playlistEvents``: replay from a version, then live (DESIGN §6)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Annotated
+
+import strawberry
+
+from chorus.domain.errors import NotFound
+from chorus.graphql import ids
+from chorus.graphql.history import PlaylistChanged
+from chorus.graphql.types import ChorusInfo
+from chorus.resolvers import subscriptions
+from chorus.subscriptions.stream import Resync
+
+
+@strawberry.type(
+    description="The stream skipped ahead: read the playlist again, then apply the "
+    "versions that follow currentVersion. reason: 'retention' (the log no longer "
+    "reaches sinceVersion + 1) or 'slow consumer' (fell too far behind)."
+)
+class ResyncRequired:
+    playlist_id: strawberry.ID
+    current_version: int
+    reason: str
+
+
+PlaylistEvent = Annotated[PlaylistChanged | ResyncRequired, strawberry.union("PlaylistEvent")]
+
+
+@strawberry.type
+class Subscription:
+    @strawberry.subscription(
+        description="Versions sinceVersion+1, +2, … of a playlist, in order, each once: "
+        "first from the log, then live. Losing access ends the stream with an error "
+        "whose extensions.code is FORBIDDEN."
+    )
+    async def playlist_events(
+        self, info: ChorusInfo, playlist_id: strawberry.ID, since_version: int
+    ) -> AsyncGenerator[PlaylistEvent, None]:
+        try:
+            pid = ids.playlist_id(playlist_id)
+        except ids.MalformedId:
+            raise NotFound("playlist not found", field=("playlistId",)) from None
+        async for item in subscriptions.playlist_events(info.context, pid, since_version):
+            if isinstance(item, Resync):
+                yield ResyncRequired(
+                    playlist_id=playlist_id,
+                    current_version=item.current_version,
+                    reason=item.reason,
+                )
+            else:
+                yield PlaylistChanged.from_version(item)

@@ -1,0 +1,58 @@
+"""ASGI middleware and responses outside GraphQL execution."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+def error_response(status_code: int, message: str, code: str) -> JSONResponse:
+    """A request-level failure outside GraphQL execution, shaped like a GraphQL error."""
+    return JSONResponse(
+        {"errors": [{"message": message, "extensions": {"code": code}}]},
+        status_code=status_code,
+    )
+
+
+class BodySizeLimit:
+    """Refuses HTTP bodies over ``max_bytes`` with 413, before they are parsed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(scope, receive, send)
+            return
+        # Read the whole body before the app runs: a body found too large
+        # halfway through cannot be refused once the app has begun to answer.
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = f"request body over {self.max_bytes} bytes"
+        await error_response(413, message, "PAYLOAD_TOO_LARGE")(scope, receive, send)

@@ -1,0 +1,61 @@
+"""The event bus between the outbox relay and the API processes.
+
+A bus delivers :class:`~chorus.domain.changes.PlaylistEvent` payloads per
+playlist, at least once and in no guaranteed order across reconnects: every
+consumer dedupes by ``(playlist_id, version)`` and repairs gaps from SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from chorus.domain.changes import PlaylistEvent
+
+Deliver = Callable[[PlaylistEvent], None]
+"""Called with each event of a subscribed playlist; must not block."""
+
+
+class Bus(Protocol):
+    async def publish(self, event: PlaylistEvent) -> None:
+        """Send ``event`` to the subscribers of its playlist."""
+        ...
+
+    async def subscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        """Start calling ``deliver`` with the events of ``playlist_id``."""
+        ...
+
+    async def unsubscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        """Stop calling ``deliver`` for ``playlist_id``."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class InProcessBus:
+    """The embedded profile's bus: a dictionary of callbacks, delivery is a call."""
+
+    def __init__(self) -> None:
+        self._subscribers: dict[str, list[Deliver]] = {}
+
+    async def publish(self, event: PlaylistEvent) -> None:
+        for deliver in list(self._subscribers.get(event["playlist_id"], ())):
+            deliver(event)
+
+    async def subscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        self._subscribers.setdefault(playlist_id, []).append(deliver)
+
+    async def unsubscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        listeners = self._subscribers.get(playlist_id, [])
+        if deliver in listeners:
+            listeners.remove(deliver)
+        if not listeners:
+            self._subscribers.pop(playlist_id, None)
+
+    @property
+    def subscription_count(self) -> int:
+        """Playlists with at least one subscriber (for tests and metrics)."""
+        return len(self._subscribers)
+
+    async def aclose(self) -> None:
+        self._subscribers.clear()

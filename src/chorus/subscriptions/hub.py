@@ -1,0 +1,93 @@
+"""One bus subscription per playlist per process, shared by every local stream.
+
+A stream :meth:`Hub.join`\\ s its playlist and reads events from its own
+bounded queue. The first stream of a playlist subscribes the hub to the bus;
+the last one to :meth:`Hub.leave` unsubscribes it. When a stream's queue is
+full (a slow consumer) the hub drops events for it and marks it
+``overflowed``: the stream then catches up from SQL, or resyncs when it is too
+far behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from chorus.domain.changes import PlaylistEvent
+from chorus.subscriptions.bus import Bus
+
+
+@dataclass(eq=False)
+class Membership:
+    """One local stream's place in the hub."""
+
+    playlist_id: str
+    queue: asyncio.Queue[PlaylistEvent]
+    overflowed: bool = False
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def offer(self, event: PlaylistEvent) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+        self.wakeup.set()
+
+    def poke(self) -> None:
+        """Ask the stream to look at SQL again (a bus reconnect may have lost events)."""
+        self.overflowed = True
+        self.wakeup.set()
+
+
+class Hub:
+    """The process's local fanout of bus events to streams.
+
+    Args:
+        bus: where events come from.
+        queue_size: events buffered per stream before it counts as overflowed.
+    """
+
+    def __init__(self, bus: Bus, *, queue_size: int = 1_000) -> None:
+        self._bus = bus
+        self._queue_size = queue_size
+        self._members: dict[str, set[Membership]] = {}
+        self._lock = asyncio.Lock()
+
+    def _deliver(self, event: PlaylistEvent) -> None:
+        for member in list(self._members.get(event["playlist_id"], ())):
+            member.offer(event)
+
+    async def join(self, playlist_id: str) -> Membership:
+        member = Membership(playlist_id, asyncio.Queue(self._queue_size))
+        async with self._lock:
+            members = self._members.get(playlist_id)
+            if members is None:
+                await self._bus.subscribe(playlist_id, self._deliver)
+                members = self._members[playlist_id] = set()
+            members.add(member)
+        return member
+
+    async def leave(self, member: Membership) -> None:
+        async with self._lock:
+            members = self._members.get(member.playlist_id)
+            if members is None or member not in members:
+                return
+            members.discard(member)
+            if not members:
+                del self._members[member.playlist_id]
+                await self._bus.unsubscribe(member.playlist_id, self._deliver)
+
+    def poke_all(self) -> None:
+        """Make every stream re-read SQL (after a bus reconnect)."""
+        for members in self._members.values():
+            for member in members:
+                member.poke()
+
+    @property
+    def stream_count(self) -> int:
+        return sum(len(m) for m in self._members.values())
+
+    @property
+    def playlist_count(self) -> int:
+        """Playlists this process holds a bus subscription for."""
+        return len(self._members)

@@ -1,0 +1,188 @@
+"""One subscriber's stream: replay from a version, then live, never a gap or a repeat.
+
+For ``playlist_stream(…, since_version=v)`` the subscriber receives versions
+``v+1, v+2, …`` strictly in order, each once (DESIGN §6):
+
+1. join the hub first, so live events buffer while we read history;
+2. replay versions after ``v`` from the mutation log, in pages;
+3. then take live events, dropping any version already sent; an event that
+   skips ahead makes us read the missing versions from SQL first.
+
+A :class:`Resync` goes out instead when the log no longer holds ``v + 1``,
+or when a slow consumer falls more than ``max_lag`` versions behind; the
+stream then continues from the current version. Before a version that
+changes access (members, visibility, deletion) is sent, access is checked
+again; a viewer who lost it gets :class:`~chorus.domain.errors.Forbidden` and
+nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from chorus.db import repository
+from chorus.db.engine import Database
+from chorus.db.repository import LoggedVersion
+from chorus.domain.changes import (
+    DetailsUpdated,
+    MembersChanged,
+    PlaylistDeleted,
+    PlaylistEvent,
+    decode_change,
+)
+from chorus.domain.errors import Forbidden, InvalidInput, NotFound
+from chorus.domain.model import role_can_read
+from chorus.subscriptions.hub import Hub, Membership
+from chorus.subscriptions.replay import replay
+
+PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Resync:
+    """Start again from ``current_version``: read the playlist, then continue."""
+
+    playlist_id: str
+    current_version: int
+    reason: str
+
+
+StreamItem = LoggedVersion | Resync
+
+
+def from_event(event: PlaylistEvent) -> LoggedVersion:
+    """The log row an outbox event carries."""
+    return LoggedVersion(
+        playlist_id=event["playlist_id"],
+        version=event["version"],
+        operation_id=event["operation_id"],
+        actor_id=event["actor_id"],
+        committed_at=datetime.fromisoformat(event["committed_at"]),
+        changes=tuple(decode_change(c) for c in event["changes"]),
+    )
+
+
+def _changes_access(version: LoggedVersion) -> bool:
+    return any(
+        isinstance(c, MembersChanged | DetailsUpdated | PlaylistDeleted) for c in version.changes
+    )
+
+
+class _Stream:
+    def __init__(
+        self,
+        db: Database,
+        hub: Hub,
+        viewer: str,
+        playlist_id: str,
+        *,
+        max_lag: int,
+        idle_check_s: float,
+    ) -> None:
+        self.db = db
+        self.hub = hub
+        self.viewer = viewer
+        self.playlist_id = playlist_id
+        self.max_lag = max_lag
+        self.idle_check_s = idle_check_s
+        self.last = 0
+
+    async def visible(self) -> int:
+        """The current version if the viewer may see the playlist, else ``-1``."""
+        async with self.db.read() as conn:
+            header = await repository.get_playlist(conn, self.playlist_id)
+            role = await repository.get_role(conn, self.playlist_id, self.viewer)
+        return header.version if header and role_can_read(role, header) else -1
+
+    async def send(self, version: LoggedVersion) -> LoggedVersion:
+        if _changes_access(version) and await self.visible() < 0:
+            raise Forbidden("you no longer have access to this playlist")
+        self.last = version.version
+        return version
+
+    async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
+        """Everything after ``last`` from SQL, page by page, until the head."""
+        while True:
+            async with self.db.read() as conn:
+                page = await replay(conn, self.playlist_id, self.last, limit=PAGE_SIZE)
+            if page is None:
+                raise Forbidden("you no longer have access to this playlist")
+            behind = page.current_version - self.last
+            if page.resync or (slow and behind > self.max_lag):
+                reason = "retention" if page.resync else "slow consumer"
+                if await self.visible() < 0:
+                    raise Forbidden("you no longer have access to this playlist")
+                self.last = page.current_version
+                yield Resync(self.playlist_id, page.current_version, reason)
+                return
+            for version in page.versions:
+                yield await self.send(version)
+            if not page.has_more:
+                return
+
+    async def live(self, member: Membership) -> AsyncIterator[StreamItem]:
+        while True:
+            if member.overflowed:
+                member.overflowed = False
+                while not member.queue.empty():
+                    member.queue.get_nowait()
+                async for item in self.catch_up(slow=True):
+                    yield item
+                continue
+            if member.queue.empty():
+                member.wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(member.wakeup.wait(), self.idle_check_s)
+                if member.queue.empty() and not member.overflowed:
+                    # Quiet for a while: make sure no event was lost on the way.
+                    async for item in self.catch_up():
+                        yield item
+                continue
+            event = member.queue.get_nowait()
+            if event["version"] <= self.last:
+                continue
+            if event["version"] > self.last + 1:
+                async for item in self.catch_up():  # gap repair, includes this event
+                    yield item
+                continue
+            yield await self.send(from_event(event))
+
+
+async def playlist_stream(
+    db: Database,
+    hub: Hub,
+    viewer: str,
+    playlist_id: str,
+    since_version: int,
+    *,
+    max_lag: int = 1_000,
+    idle_check_s: float = 15.0,
+) -> AsyncIterator[StreamItem]:
+    """Versions after ``since_version`` of a playlist the viewer may see, forever.
+
+    Raises:
+        NotFound: the playlist is missing or not visible to the viewer.
+        InvalidInput: ``since_version`` is negative or in the future.
+        Forbidden: the viewer lost access while streaming.
+    """
+    stream = _Stream(db, hub, viewer, playlist_id, max_lag=max_lag, idle_check_s=idle_check_s)
+    member = await hub.join(playlist_id)
+    try:
+        current = await stream.visible()
+        if current < 0:
+            raise NotFound("playlist not found", field=("playlistId",))
+        if not 0 <= since_version <= current:
+            raise InvalidInput(
+                f"sinceVersion must be between 0 and {current}", field=("sinceVersion",)
+            )
+        stream.last = since_version
+        async for item in stream.catch_up():
+            yield item
+        async for item in stream.live(member):
+            yield item
+    finally:
+        await hub.leave(member)
