@@ -1,6 +1,7 @@
 """Command handlers: the rules that turn a command into a decision.
 
-A handler gets the locked playlist header, the actor's role and a
+After the access rules (:mod:`chorus.domain.access`) and the base version
+are checked, a handler gets the locked playlist header and a
 :class:`~chorus.domain.ports.PlaylistView` for the few entries it touches, and
 returns a :class:`Decision`: the canonical changes of the next version, the
 header after them and the :class:`Outcome` the client sees. It writes
@@ -24,7 +25,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from chorus.domain import revert
 from chorus.domain.access import authorize, readable
@@ -164,8 +164,7 @@ async def decide(
     current = readable(playlist, role)
     authorize(command, current, role, ctx.actor_id)
     rebased = _check_base_version(command, current)
-    handler: Any = _HANDLERS[type(command)]
-    changes, entries, skipped = await handler(command, current, role, view, ctx)
+    changes, entries, skipped = await _handle(command, current, view, ctx)
     version = current.version + 1
     outcome = Outcome(current.id, version, rebased, tuple(entries), tuple(skipped))
     return Decision(advance(current, changes, ctx.now), tuple(changes), outcome)
@@ -175,9 +174,29 @@ Handled = tuple[list[Change], list[Entry], list[str]]
 """A handler's answer: the changes, the entries as placed, the skipped ids."""
 
 
-async def _add_entries(
-    cmd: AddEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+async def _handle(
+    command: PlaylistCommand, p: Playlist, view: PlaylistView, ctx: Context
 ) -> Handled:
+    match command:
+        case AddEntries():
+            return await _add_entries(command, p, view, ctx)
+        case MoveEntries():
+            return await _move_entries(command, p, view, ctx)
+        case RemoveEntries():
+            return await _remove_entries(command, p, view, ctx)
+        case UpdatePlaylist():
+            return _update_playlist(command, p, ctx)
+        case SetMemberRole():
+            return await _set_member_role(command, p, view, ctx)
+        case RemoveMember():
+            return await _remove_member(command, p, view, ctx)
+        case RevertPlaylist():
+            return await _revert_playlist(command, p, view)
+        case DeletePlaylist():
+            return [PlaylistDeleted(ctx.now)], [], []
+
+
+async def _add_entries(cmd: AddEntries, p: Playlist, view: PlaylistView, ctx: Context) -> Handled:
     limits = ctx.limits
     if not cmd.media_ids:
         raise InvalidInput("mediaIds must not be empty", field=("mediaIds",))
@@ -217,9 +236,7 @@ async def _targets(
     return found
 
 
-async def _move_entries(
-    cmd: MoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
-) -> Handled:
+async def _move_entries(cmd: MoveEntries, p: Playlist, view: PlaylistView, ctx: Context) -> Handled:
     check_entry_ids(cmd.entry_ids, ctx.limits)
     check_placement(cmd.placement, ctx.limits)
     anchor_id = cmd.placement.anchor
@@ -245,7 +262,7 @@ async def _move_entries(
 
 
 async def _remove_entries(
-    cmd: RemoveEntries, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+    cmd: RemoveEntries, p: Playlist, view: PlaylistView, ctx: Context
 ) -> Handled:
     check_entry_ids(cmd.entry_ids, ctx.limits)
     found = await _targets(view, cmd.entry_ids)
@@ -255,9 +272,7 @@ async def _remove_entries(
     return changes, [], skipped
 
 
-async def _update_playlist(
-    cmd: UpdatePlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
-) -> Handled:
+def _update_playlist(cmd: UpdatePlaylist, p: Playlist, ctx: Context) -> Handled:
     fields = (cmd.title, cmd.description, cmd.visibility, cmd.collaborative)
     if all(f is UNSET for f in fields):
         raise InvalidInput("nothing to update")
@@ -277,7 +292,7 @@ async def _update_playlist(
 
 
 async def _set_member_role(
-    cmd: SetMemberRole, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+    cmd: SetMemberRole, p: Playlist, view: PlaylistView, ctx: Context
 ) -> Handled:
     check_user_id(cmd.user_id, ("userId",), ctx.limits)
     if cmd.role is Role.OWNER:
@@ -291,7 +306,7 @@ async def _set_member_role(
 
 
 async def _remove_member(
-    cmd: RemoveMember, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
+    cmd: RemoveMember, p: Playlist, view: PlaylistView, ctx: Context
 ) -> Handled:
     check_user_id(cmd.user_id, ("userId",), ctx.limits)
     if cmd.user_id == p.owner_id:
@@ -302,9 +317,7 @@ async def _remove_member(
     return [MembersChanged(cmd.user_id, None, previous)], [], []
 
 
-async def _revert_playlist(
-    cmd: RevertPlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
-) -> Handled:
+async def _revert_playlist(cmd: RevertPlaylist, p: Playlist, view: PlaylistView) -> Handled:
     if not 0 <= cmd.to_version <= p.version:
         raise InvalidInput(f"toVersion must be between 0 and {p.version}", field=("toVersion",))
     log = await view.changes_since(cmd.to_version)
@@ -314,21 +327,3 @@ async def _revert_playlist(
         )
     past = revert.undo(p, log)
     return revert.changes_to(p, past, await view.entries(list(past.entries))), [], []
-
-
-async def _delete_playlist(
-    cmd: DeletePlaylist, p: Playlist, role: Role | None, view: PlaylistView, ctx: Context
-) -> Handled:
-    return [PlaylistDeleted(ctx.now)], [], []
-
-
-_HANDLERS: dict[type, Callable[..., Any]] = {
-    AddEntries: _add_entries,
-    MoveEntries: _move_entries,
-    RemoveEntries: _remove_entries,
-    UpdatePlaylist: _update_playlist,
-    SetMemberRole: _set_member_role,
-    RemoveMember: _remove_member,
-    RevertPlaylist: _revert_playlist,
-    DeletePlaylist: _delete_playlist,
-}
