@@ -68,6 +68,24 @@ async def build(url: str) -> tuple[str, list[tuple[str, str]]]:
     return pid, positions
 
 
+def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    """``chorus serve`` as a user runs it, once /healthz answers."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError("chorus serve did not start")
+
+
 async def run_for(seconds: float, concurrency: int, one: object) -> float:
     stop = time.monotonic() + seconds
     count = 0
@@ -107,19 +125,8 @@ async def main() -> None:
             "CHORUS_DATA_DIR": tempfile.mkdtemp(),
             "CHORUS_PORT": str(args.port),
         }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        server = await asyncio.to_thread(start_server, env, args.port)
         base = f"http://127.0.0.1:{args.port}"
-        for _ in range(100):
-            try:
-                if httpx.get(f"{base}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                await asyncio.sleep(0.1)
         token = mint_token(SECRET, "bob")
         limits = httpx.Limits(max_connections=args.concurrency)
         async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:

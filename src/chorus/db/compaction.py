@@ -76,9 +76,15 @@ async def compact(
                 .where(playlist.c.id == playlist_id, playlist.c.log_floor < floor)
                 .values(log_floor=floor)
             )
-            if not moved.rowcount:
-                continue
-            touched += 1
+            if moved.rowcount:
+                touched += 1
+            else:  # the floor stays; rows kept for retries may have aged out since
+                floor = int(
+                    await conn.scalar(
+                        select(playlist.c.log_floor).where(playlist.c.id == playlist_id)
+                    )
+                    or 0
+                )
             floor_committed = await conn.scalar(
                 select(playlist_mutation.c.committed_at).where(
                     playlist_mutation.c.playlist_id == playlist_id,

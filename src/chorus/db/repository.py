@@ -222,7 +222,7 @@ async def versions_since(
     if limit is not None:
         query = query.limit(limit)
     rows = await conn.execute(query)
-    return [
+    log = [
         LoggedVersion(
             playlist_id=r.playlist_id,
             version=r.version,
@@ -233,6 +233,10 @@ async def versions_since(
         )
         for r in rows
     ]
+    # Never serve history with a hole in it: a reader would apply it across the gap.
+    if any(v.version != version + 1 + i for i, v in enumerate(log)):
+        return None
+    return log
 
 
 async def entries_at(conn: AsyncConnection, playlist_id: str, version: int) -> list[Entry] | None:

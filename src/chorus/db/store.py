@@ -21,10 +21,12 @@ and replay it. A domain error rolls everything back.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -48,6 +50,17 @@ def new_id() -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+async def _finish_even_if_cancelled(work: Coroutine[Any, Any, Committed]) -> Committed:
+    """Run ``work`` to its commit or rollback even when the caller is cancelled.
+
+    A transaction torn down mid-statement can leave the SQLite writer's lock
+    held until garbage collection, stalling every other writer; shielded, the
+    transaction always ends cleanly, and the client's retry with the same
+    operation id replays whatever it committed.
+    """
+    return await asyncio.shield(work)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,17 @@ class PlaylistStore:
         Raises:
             DomainError: invalid input, or ``OPERATION_ID_REUSED``.
         """
+        return await _finish_even_if_cancelled(self._create(command, actor_id))
+
+    async def execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
+        """Run a command on an existing playlist in one transaction.
+
+        Raises:
+            DomainError: any expected failure; nothing was committed.
+        """
+        return await _finish_even_if_cancelled(self._execute(command, actor_id))
+
+    async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         try:
@@ -106,12 +130,7 @@ class PlaylistStore:
         except IntegrityError as exc:
             return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
 
-    async def execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
-        """Run a command on an existing playlist in one transaction.
-
-        Raises:
-            DomainError: any expected failure; nothing was committed.
-        """
+    async def _execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         try:
