@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
@@ -33,6 +34,7 @@ from chorus.db.store import PlaylistStore
 from chorus.graphql.view import ChorusGraphQL
 from chorus.middleware import BodySizeLimit
 from chorus.resolvers.context import Services
+from chorus.resolvers.ratelimit import RateLimiter
 from chorus.settings import Settings
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub
@@ -78,8 +80,16 @@ def create_app(settings: Settings | None = None) -> ASGIApp:
         relay = OutboxRelay(db, bus)
         hub = Hub(bus, queue_size=settings.max_subscriber_lag)
         store = PlaylistStore(db, limits=settings.limits, on_commit=relay.notify)
+        limiter = (
+            RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+        )
         app.state.services = Services(
-            db=db, store=store, catalog=catalog, limits=settings.limits, hub=hub
+            db=db,
+            store=store,
+            catalog=catalog,
+            limits=settings.limits,
+            hub=hub,
+            rate_limiter=limiter,
         )
         app.state.relay = relay
         relay_task = asyncio.create_task(relay.run(), name="outbox-relay")
@@ -109,4 +119,14 @@ def create_app(settings: Settings | None = None) -> ASGIApp:
         lifespan=lifespan,
     )
     app.state.graphql = graphql_app
-    return BodySizeLimit(app, settings.max_body_bytes)
+    asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
+    if settings.cors_origins:
+        origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+        asgi = CORSMiddleware(
+            asgi,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
+    return asgi

@@ -8,6 +8,7 @@ valid ``sub`` is a user: there is no user table.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -47,12 +48,25 @@ def mint_token(secret: str, user_id: str, *, ttl: timedelta = DEFAULT_TTL) -> st
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a valid token speaks for, and until when (UTC)."""
+
+    user_id: str
+    expires_at: datetime
+
+
 def verify_token(secret: str, token: str) -> str:
-    """The user id of a valid token.
+    """The user id of a valid token; see :func:`verify`."""
+    return verify(secret, token).user_id
+
+
+def verify(secret: str, token: str) -> Identity:
+    """The identity of a valid token.
 
     Raises:
-        InvalidToken: expired, badly signed, wrong algorithm, malformed, or
-            without a usable ``sub``.
+        InvalidToken: expired, not yet valid, badly signed, wrong algorithm,
+            malformed, or without a usable ``sub``.
     """
     try:
         claims = jwt.decode(
@@ -60,6 +74,8 @@ def verify_token(secret: str, token: str) -> str:
         )
     except jwt.ExpiredSignatureError:
         raise InvalidToken("the token has expired") from None
+    except jwt.ImmatureSignatureError:
+        raise InvalidToken("the token is not valid yet (nbf/iat in the future)") from None
     except jwt.InvalidSignatureError:
         raise InvalidToken("the token's signature is not valid") from None
     except jwt.InvalidAlgorithmError:
@@ -68,9 +84,10 @@ def verify_token(secret: str, token: str) -> str:
         raise InvalidToken("the token is malformed") from None
     sub = claims.get("sub")
     try:
-        return check_user_id(sub) if isinstance(sub, str) else check_user_id("")
+        user_id = check_user_id(sub) if isinstance(sub, str) else check_user_id("")
     except ValueError:
         raise InvalidToken("the token's subject is not a valid user id") from None
+    return Identity(user_id, datetime.fromtimestamp(claims["exp"], UTC))
 
 
 def bearer_token(header: str | None) -> str | None:

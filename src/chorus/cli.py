@@ -137,10 +137,17 @@ def _serve(args: argparse.Namespace) -> int:
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
         f"  database: {settings.database_url}\n"
-        f"  a token:  chorus token alice   (send it as 'Authorization: Bearer <token>')",
+        f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, lifespan="on")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=args.log_level,
+        lifespan="on",
+        ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
+    )
     return 0
 
 
@@ -168,6 +175,7 @@ async def _import_async(args: argparse.Namespace) -> int:
     from chorus.db.engine import Database
     from chorus.db.migrate import upgrade_async
     from chorus.db.store import PlaylistStore
+    from chorus.graphql.ids import to_global_id
     from chorus.importers import ImportFailed, import_chinook, import_mpd
 
     settings = _settings()
@@ -187,7 +195,8 @@ async def _import_async(args: argparse.Namespace) -> int:
     finally:
         await db.dispose()
     for playlist in imported:
-        print(f"{playlist.playlist_id}  {playlist.entries:6d} entries  {playlist.name}")
+        global_id = to_global_id("Playlist", playlist.playlist_id)
+        print(f"{global_id}  {playlist.entries:6d} entries  {playlist.name}")
         for warning in playlist.warnings:
             print(f"  warning: {warning}")
     print(f"{len(imported)} playlists owned by {args.owner}")

@@ -46,6 +46,14 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1_024, description="Largest accepted HTTP request body (bytes)."
     )
+    rate_limit_per_minute: int | None = Field(
+        None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
+    )
+    cors_origins: str | None = Field(
+        None,
+        description="Comma-separated browser origins allowed to call the API "
+        "(e.g. http://localhost:5173); unset: no CORS headers.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
 

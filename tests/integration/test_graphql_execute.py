@@ -129,3 +129,26 @@ async def test_adding_while_the_catalog_is_down_is_a_clean_retryable_error(
     )
     assert retried.errors is None
     assert retried.data["addEntries"]["version"] == 2
+
+
+async def test_rate_limited_mutations_are_a_user_error_and_commit_nothing(
+    database: Database, store: PlaylistStore
+) -> None:
+    from chorus.resolvers.ratelimit import RateLimiter
+
+    pid = await _playlist(store, 1)
+    services = Services(
+        database, store, CountingCatalog(), DEFAULT_LIMITS, rate_limiter=RateLimiter(2)
+    )
+    mutation = """mutation($id: ID!, $op: ID!) { addEntries(input: {playlistId: $id,
+      operationId: $op, baseVersion: 1, mediaIds: ["m9"]}) { version userErrors { code } } }"""
+    results = []
+    for op in ("r1", "r2", "r3"):
+        result = await schema.execute(
+            mutation,
+            variable_values={"id": ids.to_global_id("Playlist", pid), "op": op},
+            context_value=RequestContext(services, "alice"),
+        )
+        results.append(result.data["addEntries"])
+    assert [r["version"] for r in results] == [2, 3, None]
+    assert results[2]["userErrors"] == [{"code": "RATE_LIMITED"}]

@@ -53,6 +53,11 @@ def _has_control(text: str, allowed: str = "") -> bool:
     return any(unicodedata.category(ch) in ("Cc", "Cs") and ch not in allowed for ch in text)
 
 
+def _visible(ch: str) -> bool:
+    # White space and format characters (zero-width space, BOM, …) show nothing.
+    return not ch.isspace() and unicodedata.category(ch) != "Cf"
+
+
 def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """The title trimmed of surrounding white space.
 
@@ -61,7 +66,7 @@ def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
         LimitExceeded: longer than ``limits.max_title_length`` code points.
     """
     title = title.strip()
-    if not title:
+    if not any(_visible(ch) for ch in title):
         raise InvalidInput("title must not be empty", field=("title",))
     if _has_control(title):
         raise InvalidInput("title must not contain control characters", field=("title",))

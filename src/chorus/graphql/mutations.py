@@ -295,8 +295,9 @@ def _unset(value: Any) -> Any:
 
 
 def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
-    if i.title is None or i.visibility is None or i.collaborative is None:
-        raise InvalidInput("title, visibility and collaborative cannot be null", field=("title",))
+    for name in ("title", "visibility", "collaborative"):
+        if getattr(i, name) is None:
+            raise InvalidInput(f"{name} cannot be null", field=(name,))
     return cmd.UpdatePlaylist(
         pid,
         i.operation_id,

@@ -19,6 +19,7 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
+from chorus.resolvers.ratelimit import RateLimiter
 from chorus.subscriptions.hub import Hub
 
 
@@ -32,6 +33,8 @@ class Services:
     limits: Limits
     hub: Hub | None = None
     """Live event fanout of this process; ``None`` where subscriptions are off."""
+    rate_limiter: RateLimiter | None = None
+    """Mutations per user per minute; ``None``: unlimited."""
 
 
 class Loaders:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db.store import Committed
 from chorus.domain.commands import AddEntries, CreatePlaylist, PlaylistCommand
-from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound
+from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound, RateLimited
 from chorus.domain.limits import Limits
 from chorus.domain.validation import check_id
 from chorus.resolvers.context import RequestContext
@@ -54,8 +54,17 @@ async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
             )
 
 
+def _rate_limited(ctx: RequestContext, actor: str) -> RateLimited | None:
+    limiter = ctx.services.rate_limiter
+    if limiter is None or limiter.allow(actor):
+        return None
+    return RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+
+
 async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
     actor = ctx.viewer()
+    if limited := _rate_limited(ctx, actor):
+        return MutationResult(command.operation_id, error=limited)
     try:
         committed = await ctx.services.store.create(command, actor)
     except DomainError as error:
@@ -73,6 +82,8 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
         ServiceUnavailable: adding media while the catalog does not answer.
     """
     actor = ctx.viewer()
+    if limited := _rate_limited(ctx, actor):
+        return MutationResult(command.operation_id, error=limited, playlist_id=command.playlist_id)
     try:
         if (
             isinstance(command, AddEntries)

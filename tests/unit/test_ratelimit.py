@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from chorus.resolvers.ratelimit import RateLimiter
+
+
+def test_a_burst_up_to_the_rate_then_refusals_then_refill() -> None:
+    now = [0.0]
+    limiter = RateLimiter(3, clock=lambda: now[0])
+    assert [limiter.allow("alice") for _ in range(4)] == [True, True, True, False]
+    assert limiter.allow("bob")  # buckets are per user
+    now[0] += 20.0  # a third of a minute: one token back
+    assert limiter.allow("alice")
+    assert not limiter.allow("alice")
+
+
+def test_buckets_are_bounded() -> None:
+    limiter = RateLimiter(1, max_users=2)
+    for user in ("a", "b", "c"):
+        assert limiter.allow(user)
+    assert limiter.allow("a")  # "a" was dropped as least recently used: a fresh bucket
