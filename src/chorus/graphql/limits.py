@@ -12,6 +12,7 @@ keeps the standard introspection query of GraphiQL and client generators
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 from graphql import (
     FieldNode,
@@ -84,3 +85,30 @@ class QueryDepthLimit(AddValidationRules):
 
     def __init__(self, max_depth: int) -> None:
         super().__init__([depth_rule(max_depth)])
+
+
+class OneOperationUnlessNamed(ValidationRule):
+    """A document with several operations needs ``operationName`` (GraphQL spec, GetOperation)."""
+
+    def __init__(self, context: ValidationContext) -> None:
+        super().__init__(context)
+        operations = [
+            d for d in context.document.definitions if isinstance(d, OperationDefinitionNode)
+        ]
+        if len(operations) > 1:
+            context.report_error(
+                GraphQLError("the document holds several operations: give operationName")
+            )
+
+
+class RequireOperationName(AddValidationRules):
+    """Adds :class:`OneOperationUnlessNamed` when the request names no operation."""
+
+    def __init__(self) -> None:
+        super().__init__([OneOperationUnlessNamed])
+
+    def on_operation(self) -> Iterator[None]:
+        if self.execution_context.operation_name is None:
+            yield from super().on_operation()
+        else:
+            yield

@@ -17,7 +17,7 @@ from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, ParserCac
 
 from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
-from chorus.graphql.limits import QueryDepthLimit
+from chorus.graphql.limits import QueryDepthLimit, RequireOperationName
 from chorus.graphql.mutations import Mutation
 from chorus.graphql.subscription import Subscription
 from chorus.graphql.types import (
@@ -225,6 +225,7 @@ def build_schema() -> strawberry.Schema:
             lambda: ChorusParserCache(maxsize=256),
             lambda: ValidationCache(maxsize=256),
             lambda: QueryDepthLimit(MAX_DEPTH),
+            RequireOperationName,
             lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
             ErrorPolicy,
         ],
