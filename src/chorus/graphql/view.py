@@ -13,11 +13,14 @@ message, whose error carries ``extensions.code``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 from cross_web import HTTPException
+from graphql import GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -28,10 +31,14 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    SubscribeMessage,
+)
 from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.types.unset import UnsetType
 
-from chorus.auth import InvalidToken, bearer_token, verify_token
+from chorus.auth import Identity, InvalidToken, bearer_token, verify
 from chorus.graphql.schema import build_schema
 from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
@@ -39,6 +46,26 @@ from chorus.resolvers.context import RequestContext, Services
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        limit = self.max_subscriptions_per_connection
+        if (
+            limit is not None
+            and self.connection_acknowledged
+            and message["id"] not in self.operations
+            and len(self.operations) >= limit
+        ):
+            # Strawberry refuses with a bare message; every Chorus error carries
+            # extensions.code (DESIGN §5), so the refusal is ours.
+            error = GraphQLError(
+                f"at most {limit} operations may run on one connection",
+                extensions={"code": "LIMIT_EXCEEDED"},
+            )
+            await self.send_message(
+                {"id": message["id"], "type": "error", "payload": [error.formatted]}
+            )
+            return
+        await super().handle_subscribe(message)
 
     async def _send_result_stream(
         self, operation: Operation[RequestContext, None], result_source: Any
@@ -57,7 +84,21 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             # Pre-execution errors and ordinary events go strawberry's way.
             await super()._send_result_stream(operation, _once(result))
 
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        await super().handle_connection_init(message)
+        expires_at = self.context.expires_at
+        if self.connection_acknowledged and expires_at is not None:
+            self._expiry = asyncio.create_task(self._close_at(expires_at))
+
+    async def _close_at(self, expires_at: datetime) -> None:
+        """The token a connection was opened with expires: so does the connection."""
+        await asyncio.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()))
+        await self.websocket.close(code=4403, reason="token expired")
+
     async def shutdown(self) -> None:
+        expiry: asyncio.Task[None] | None = getattr(self, "_expiry", None)
+        if expiry is not None:
+            expiry.cancel()
         try:
             await super().shutdown()
         finally:
@@ -81,13 +122,13 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         self._max_connections_per_user = max_connections_per_user
         self.connections: Counter[str] = Counter()
 
-    def viewer(self, header: object) -> tuple[str | None, str | None]:
-        """``(user id, None)`` for a valid token, ``(None, reason)`` otherwise."""
+    def identify(self, header: object) -> tuple[Identity | None, str | None]:
+        """``(identity, None)`` for a valid token, ``(None, reason)`` otherwise."""
         try:
             if header is not None and not isinstance(header, str):
                 raise InvalidToken("use 'Authorization: Bearer <token>'")
             token = bearer_token(header)
-            return (verify_token(self._secret, token) if token else None), None
+            return (verify(self._secret, token) if token else None), None
         except InvalidToken as error:
             return None, str(error)
 
@@ -97,18 +138,20 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services = request.app.state.services
         if isinstance(request, WebSocket):
             return RequestContext(services, None, "send the token in connection_init")
-        viewer, error = self.viewer(request.headers.get("authorization"))
-        return RequestContext(services, viewer, error)
+        identity, error = self.identify(request.headers.get("authorization"))
+        return RequestContext(services, identity.user_id if identity else None, error)
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}
-        viewer, error = self.viewer(params.get("Authorization") or params.get("authorization"))
-        if viewer is None:
+        identity, error = self.identify(params.get("Authorization") or params.get("authorization"))
+        if identity is None:
             raise ConnectionRejectionError({"reason": error or "send a bearer token"})
+        viewer = identity.user_id
         if self.connections[viewer] >= self._max_connections_per_user:
             raise ConnectionRejectionError({"reason": "too many connections"})
         self.connections[viewer] += 1
         context.viewer_id, context.auth_error = viewer, None
+        context.expires_at = identity.expires_at
         context.renew_loaders()
         return await super().on_ws_connect(context)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from strawberry.dataloader import DataLoader
 
@@ -88,6 +89,8 @@ class RequestContext:
     auth_error: str | None = None
     connection_params: dict[str, object] | None = None
     """The ``connection_init`` payload of a WebSocket (set by strawberry)."""
+    expires_at: datetime | None = None
+    """When the WebSocket's token expires; later operations are refused."""
     loaders: Loaders = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,4 +108,6 @@ class RequestContext:
         """
         if self.viewer_id is None:
             raise Unauthenticated(self.auth_error or "send 'Authorization: Bearer <token>'")
+        if self.expires_at is not None and datetime.now(UTC) >= self.expires_at:
+            raise Unauthenticated("the token has expired")
         return self.viewer_id
