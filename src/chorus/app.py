@@ -4,7 +4,8 @@
 database engines, the store, the catalog client, the event bus, the hub and
 the outbox relay from :class:`Settings`, hands them to every request in a
 typed :class:`~chorus.resolvers.context.RequestContext`, and closes them on
-shutdown (streams first, so every subscriber's cleanup runs).
+shutdown (uvicorn closes the WebSockets first, which ends every stream and
+runs its cleanup).
 
 Routes: ``/graphql`` (POST queries and mutations; GET opens GraphiQL;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive).

@@ -20,11 +20,18 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 
 from chorus import __version__
 from chorus.settings import Settings
+
+
+def _fail(message: str) -> NoReturn:
+    """Exit with status 2 and a one-line message on stderr."""
+    print(f"chorus: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _settings() -> Settings:
@@ -34,7 +41,7 @@ def _settings() -> Settings:
         problems = "; ".join(
             f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
         )
-        raise SystemExit(f"chorus: bad settings: {problems}") from None
+        _fail(f"bad settings: {problems}")
 
 
 def _user(value: str) -> str:
@@ -85,7 +92,7 @@ async def _compact_async(args: argparse.Namespace) -> int:
     settings = _settings()
     keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
     if args.keep_versions is None and keep_days is None:
-        raise SystemExit("chorus: give --keep-versions N and/or --keep-days D")
+        _fail("give --keep-versions N and/or --keep-days D")
     db = Database(settings.database_url)
     try:
         report = await compact(
@@ -191,7 +198,7 @@ async def _import_async(args: argparse.Namespace) -> int:
                 Path(args.file), store, catalog, args.owner, limit=args.limit
             )
     except ImportFailed as exc:
-        raise SystemExit(f"chorus: import failed: {exc}") from None
+        _fail(f"import failed: {exc}")
     finally:
         await db.dispose()
     for playlist in imported:

@@ -10,10 +10,10 @@ For ``playlist_stream(…, since_version=v)`` the subscriber receives versions
 
 A :class:`Resync` goes out instead when the log no longer holds ``v + 1``,
 or when a slow consumer falls more than ``max_lag`` versions behind; the
-stream then continues from the current version. Before a version that
-changes access (members, visibility, deletion) is sent, access is checked
-again; a viewer who lost it gets :class:`~chorus.domain.errors.Forbidden` and
-nothing more.
+stream then continues from the current version. A version that changes
+access (members, visibility, deletion) goes to everyone who could see the
+playlist before it; then access is checked again, and a viewer who lost it
+gets :class:`~chorus.domain.errors.Forbidden` and nothing more (docs/api.md).
 """
 
 from __future__ import annotations
@@ -98,11 +98,14 @@ class _Stream:
             role = await repository.get_role(conn, self.playlist_id, self.viewer)
         return header.version if header and role_can_read(role, header) else -1
 
-    async def send(self, version: LoggedVersion) -> LoggedVersion:
-        if _changes_access(version) and await self.visible() < 0:
-            raise Forbidden("you no longer have access to this playlist")
+    def send(self, version: LoggedVersion) -> LoggedVersion:
         self.last = version.version
         return version
+
+    async def keep_access(self, version: LoggedVersion) -> None:
+        """After a version that changes access: end the stream if the viewer lost it."""
+        if _changes_access(version) and await self.visible() < 0:
+            raise Forbidden("you no longer have access to this playlist")
 
     async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
         """Everything after ``last`` from SQL, page by page, until the head."""
@@ -120,7 +123,8 @@ class _Stream:
                 yield Resync(self.playlist_id, page.current_version, reason)
                 return
             for version in page.versions:
-                yield await self.send(version)
+                yield self.send(version)
+                await self.keep_access(version)
             if not page.has_more:
                 return
 
@@ -149,7 +153,9 @@ class _Stream:
                 async for item in self.catch_up():  # gap repair, includes this event
                     yield item
                 continue
-            yield await self.send(from_event(event))
+            version = from_event(event)
+            yield self.send(version)
+            await self.keep_access(version)
 
 
 async def playlist_stream(
