@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from chorus.domain.errors import InvalidInput
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable
+from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
 from chorus.subscriptions.stream import StreamItem, playlist_stream
 
 
@@ -19,19 +20,26 @@ async def playlist_events(
 
     Raises:
         Unauthenticated: no valid token.
-        DomainError: NOT_FOUND, INVALID_INPUT (sinceVersion), FORBIDDEN (access lost).
+        BadUserInput: ``since_version`` is negative or in the future.
+        DomainError: NOT_FOUND (not visible), FORBIDDEN (access lost).
     """
     viewer = ctx.viewer()
     services = ctx.services
     if services.hub is None:
         raise ServiceUnavailable("live updates are not enabled in this process")
-    async for item in playlist_stream(
+    stream = playlist_stream(
         services.db,
         services.hub,
         viewer,
         playlist_id,
         since_version,
         max_lag=services.limits.max_subscriber_lag,
-    ):
-        ctx.renew_loaders()
-        yield item
+    )
+    try:
+        async for item in stream:
+            ctx.renew_loaders()
+            yield item
+    except InvalidInput as error:
+        # A sinceVersion out of range is a bad argument, as in Playlist.changes
+        # and playlist(minVersion): BAD_USER_INPUT (docs/api.md).
+        raise BadUserInput(error.message) from None
