@@ -13,7 +13,13 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, ParserCache, ValidationCache
+from strawberry.extensions import (
+    AddValidationRules,
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    ParserCache,
+    ValidationCache,
+)
 
 from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
@@ -35,6 +41,10 @@ from chorus.resolvers.errors import BadUserInput
 MAX_DEPTH = 12
 MAX_ALIASES = 30
 MAX_TOKENS = 5_000
+
+# Built once: strawberry's limiter makes a new rule class per instance, which
+# would make every request's rule set new and defeat the validation cache.
+_ALIAS_RULES = MaxAliasesLimiter(max_alias_count=MAX_ALIASES).validation_rules
 
 
 @strawberry.type
@@ -226,7 +236,7 @@ def build_schema() -> strawberry.Schema:
             lambda: ValidationCache(maxsize=256),
             lambda: QueryDepthLimit(MAX_DEPTH),
             RequireOperationName,
-            lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES),
+            lambda: AddValidationRules(_ALIAS_RULES),
             ErrorPolicy,
         ],
     )
