@@ -1,10 +1,8 @@
-"""Mutations: inputs, payloads, and the mapping from input to domain command.
+"""The Mutation root: each field maps its input to one domain command.
 
-Every playlist input has ``playlistId``, ``operationId``, ``baseVersion`` and
-``strict``; every payload has ``operationId``, ``version``, ``replayed``,
-``rebased``, ``playlist`` and ``userErrors`` (DESIGN §5). Expected failures
-are ``userErrors`` with an :class:`ErrorCode`; the payload's ``version`` is
-then null and nothing was committed.
+Inputs are in :mod:`chorus.graphql.inputs`, payloads in
+:mod:`chorus.graphql.payloads`; the command runs in
+:mod:`chorus.resolvers.mutations`.
 """
 
 from __future__ import annotations
@@ -15,246 +13,36 @@ from typing import Any
 import strawberry
 
 from chorus.domain import commands as cmd
-from chorus.domain.errors import (
-    AnchorNotFound,
-    DomainError,
-    InvalidInput,
-    NotFound,
-    VersionConflict,
-)
-from chorus.domain.errors import ErrorCode as ErrorCodeEnum
-from chorus.domain.model import Visibility as VisibilityEnum
+from chorus.domain.errors import AnchorNotFound, DomainError, InvalidInput, NotFound
 from chorus.graphql import ids
-from chorus.graphql.types import ChorusInfo, Playlist, PlaylistEntry, Role, Visibility
-from chorus.resolvers import mutations, queries
+from chorus.graphql.inputs import (
+    AddEntriesInput,
+    CreatePlaylistInput,
+    DeletePlaylistInput,
+    MoveEntriesInput,
+    RemoveEntriesInput,
+    RemoveMemberInput,
+    RevertPlaylistInput,
+    SetMemberRoleInput,
+    UpdatePlaylistInput,
+)
+from chorus.graphql.payloads import (
+    AddEntriesPayload,
+    CreatePlaylistPayload,
+    DeletePlaylistPayload,
+    MoveEntriesPayload,
+    RemoveEntriesPayload,
+    RemoveMemberPayload,
+    RevertPlaylistPayload,
+    SetMemberRolePayload,
+    UpdatePlaylistPayload,
+    common_fields,
+    placed_entries,
+    skipped_ids,
+)
+from chorus.graphql.types import ChorusInfo
+from chorus.resolvers import mutations
 from chorus.resolvers.mutations import MutationResult
-
-ErrorCode = strawberry.enum(ErrorCodeEnum, name="ErrorCode", description="Why a mutation failed.")
-
-
-@strawberry.type(description="An expected failure; nothing was committed.")
-class UserError:
-    code: ErrorCode  # type: ignore[valid-type]
-    message: str
-    field: list[str] | None = strawberry.field(description="Path of the input field at fault.")
-    current_version: int | None = strawberry.field(
-        default=None, description="With VERSION_CONFLICT: the playlist's version now."
-    )
-
-    @classmethod
-    def from_error(cls, error: DomainError) -> UserError:
-        current = error.current_version if isinstance(error, VersionConflict) else None
-        field = ["input", *error.field] if error.field else None
-        return cls(code=error.code, message=error.message, field=field, current_version=current)
-
-
-@strawberry.interface(description="What every mutation returns.")
-class MutationPayload:
-    operation_id: strawberry.ID
-    version: int | None = strawberry.field(description="The version committed; null on error.")
-    replayed: bool = strawberry.field(
-        description="True when this is the stored result of an earlier commit of this "
-        "operationId; nothing new was committed."
-    )
-    rebased: bool = strawberry.field(
-        description="True when baseVersion was older than the version the command was applied to."
-    )
-    user_errors: list[UserError]
-    playlist_id: strawberry.Private[str | None]
-
-    @strawberry.field(description="The playlist after the mutation, if visible.")
-    async def playlist(self, info: ChorusInfo) -> Playlist | None:
-        if self.playlist_id is None:
-            return None
-        record = await queries.visible_playlist(info.context, self.playlist_id)
-        return Playlist.from_record(record) if record else None
-
-
-def _common(result: MutationResult) -> dict[str, Any]:
-    committed = result.committed
-    return {
-        "operation_id": strawberry.ID(result.operation_id),
-        "version": committed.outcome.version if committed else None,
-        "replayed": committed.replayed if committed else False,
-        "rebased": committed.outcome.rebased if committed else False,
-        "user_errors": [UserError.from_error(result.error)] if result.error else [],
-        "playlist_id": result.playlist_id,
-    }
-
-
-def _entries(result: MutationResult) -> list[PlaylistEntry]:
-    if result.committed is None:
-        return []
-    outcome = result.committed.outcome
-    return [PlaylistEntry.from_record(outcome.playlist_id, e) for e in outcome.entries]
-
-
-def _skipped(result: MutationResult) -> list[strawberry.ID]:
-    if result.committed is None:
-        return []
-    outcome = result.committed.outcome
-    return [
-        strawberry.ID(ids.to_global_id("PlaylistEntry", outcome.playlist_id, e))
-        for e in outcome.skipped_entry_ids
-    ]
-
-
-# --- inputs ------------------------------------------------------------------
-
-
-@strawberry.input
-class CreatePlaylistInput:
-    operation_id: strawberry.ID
-    title: str
-    description: str | None = None
-    visibility: Visibility = VisibilityEnum.PRIVATE  # type: ignore[valid-type]
-    collaborative: bool = False
-
-
-@strawberry.input(
-    description="Add media contiguously, in the order given, after or before an "
-    "entry; neither appends."
-)
-class AddEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    media_ids: list[str]
-    after: strawberry.ID | None = None
-    before: strawberry.ID | None = None
-    strict: bool = strawberry.field(
-        default=False, description="Compare-and-set: refuse unless baseVersion is current."
-    )
-
-
-@strawberry.input(
-    description="Move entries contiguously, in the order given, after or before "
-    "an entry; neither moves them to the end."
-)
-class MoveEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    entry_ids: list[strawberry.ID]
-    after: strawberry.ID | None = None
-    before: strawberry.ID | None = None
-    strict: bool = False
-
-
-@strawberry.input
-class RemoveEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    entry_ids: list[strawberry.ID]
-    strict: bool = False
-
-
-@strawberry.input(description="Fields left out stay as they are; description null clears it.")
-class UpdatePlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    title: str | None = strawberry.UNSET
-    description: str | None = strawberry.UNSET
-    visibility: Visibility | None = strawberry.UNSET  # type: ignore[valid-type]
-    collaborative: bool | None = strawberry.UNSET
-    strict: bool = False
-
-
-@strawberry.input(description="Grant EDITOR or VIEWER to any user id (owner only).")
-class SetMemberRoleInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    user_id: strawberry.ID
-    role: Role  # type: ignore[valid-type]
-    strict: bool = False
-
-
-@strawberry.input(description="The owner removes a member; a member may remove themselves.")
-class RemoveMemberInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    user_id: strawberry.ID
-    strict: bool = False
-
-
-@strawberry.input(
-    description="Commit a new version whose entries, title and description "
-    "equal those of toVersion. Members and visibility are not reverted."
-)
-class RevertPlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    to_version: int
-    strict: bool = False
-
-
-@strawberry.input
-class DeletePlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    strict: bool = False
-
-
-# --- payloads ----------------------------------------------------------------
-
-
-@strawberry.type
-class CreatePlaylistPayload(MutationPayload):
-    pass
-
-
-@strawberry.type
-class AddEntriesPayload(MutationPayload):
-    entries: list[PlaylistEntry] = strawberry.field(description="The new entries, as placed.")
-
-
-@strawberry.type
-class MoveEntriesPayload(MutationPayload):
-    entries: list[PlaylistEntry] = strawberry.field(description="The moved entries, as placed.")
-    skipped_entry_ids: list[strawberry.ID] = strawberry.field(
-        description="Targets already removed by someone else; not moved."
-    )
-
-
-@strawberry.type
-class RemoveEntriesPayload(MutationPayload):
-    skipped_entry_ids: list[strawberry.ID] = strawberry.field(
-        description="Targets that were already removed."
-    )
-
-
-@strawberry.type
-class UpdatePlaylistPayload(MutationPayload):
-    pass
-
-
-@strawberry.type
-class SetMemberRolePayload(MutationPayload):
-    pass
-
-
-@strawberry.type
-class RemoveMemberPayload(MutationPayload):
-    pass
-
-
-@strawberry.type
-class RevertPlaylistPayload(MutationPayload):
-    pass
-
-
-@strawberry.type
-class DeletePlaylistPayload(MutationPayload):
-    pass
-
-
-# --- input → command ---------------------------------------------------------
 
 
 def _playlist_id(value: str) -> str:
@@ -334,7 +122,7 @@ class Mutation:
             input.collaborative,
         )
         result = await mutations.create_playlist(info.context, command)
-        return CreatePlaylistPayload(**_common(result))
+        return CreatePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def add_entries(self, info: ChorusInfo, input: AddEntriesInput) -> AddEntriesPayload:
@@ -351,7 +139,7 @@ class Mutation:
                 input.strict,
             ),
         )
-        return AddEntriesPayload(**_common(result), entries=_entries(result))
+        return AddEntriesPayload(**common_fields(result), entries=placed_entries(result))
 
     @strawberry.mutation
     async def move_entries(self, info: ChorusInfo, input: MoveEntriesInput) -> MoveEntriesPayload:
@@ -369,7 +157,9 @@ class Mutation:
             ),
         )
         return MoveEntriesPayload(
-            **_common(result), entries=_entries(result), skipped_entry_ids=_skipped(result)
+            **common_fields(result),
+            entries=placed_entries(result),
+            skipped_entry_ids=skipped_ids(result),
         )
 
     @strawberry.mutation
@@ -388,7 +178,7 @@ class Mutation:
                 input.strict,
             ),
         )
-        return RemoveEntriesPayload(**_common(result), skipped_entry_ids=_skipped(result))
+        return RemoveEntriesPayload(**common_fields(result), skipped_entry_ids=skipped_ids(result))
 
     @strawberry.mutation
     async def update_playlist(
@@ -397,7 +187,7 @@ class Mutation:
         result = await _run(
             info, input.playlist_id, input.operation_id, lambda pid: _update(input, pid)
         )
-        return UpdatePlaylistPayload(**_common(result))
+        return UpdatePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def set_member_role(
@@ -416,7 +206,7 @@ class Mutation:
                 input.strict,
             ),
         )
-        return SetMemberRolePayload(**_common(result))
+        return SetMemberRolePayload(**common_fields(result))
 
     @strawberry.mutation
     async def remove_member(
@@ -434,7 +224,7 @@ class Mutation:
                 input.strict,
             ),
         )
-        return RemoveMemberPayload(**_common(result))
+        return RemoveMemberPayload(**common_fields(result))
 
     @strawberry.mutation
     async def revert_playlist(
@@ -452,7 +242,7 @@ class Mutation:
                 input.strict,
             ),
         )
-        return RevertPlaylistPayload(**_common(result))
+        return RevertPlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def delete_playlist(
@@ -469,4 +259,4 @@ class Mutation:
                 input.strict,
             ),
         )
-        return DeletePlaylistPayload(**_common(result))
+        return DeletePlaylistPayload(**common_fields(result))

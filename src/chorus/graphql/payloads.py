@@ -1,0 +1,139 @@
+"""Mutation payloads and user errors.
+
+Every payload has ``operationId``, ``version``, ``replayed``, ``rebased``,
+``playlist`` and ``userErrors`` (DESIGN §5). Expected failures are
+``userErrors`` with an :class:`ErrorCode`; the payload's ``version`` is then
+null and nothing was committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import strawberry
+
+from chorus.domain.errors import DomainError, VersionConflict
+from chorus.domain.errors import ErrorCode as ErrorCodeEnum
+from chorus.graphql import ids
+from chorus.graphql.types import ChorusInfo, Playlist, PlaylistEntry
+from chorus.resolvers import queries
+from chorus.resolvers.mutations import MutationResult
+
+ErrorCode = strawberry.enum(ErrorCodeEnum, name="ErrorCode", description="Why a mutation failed.")
+
+
+@strawberry.type(description="An expected failure; nothing was committed.")
+class UserError:
+    code: ErrorCode  # type: ignore[valid-type]
+    message: str
+    field: list[str] | None = strawberry.field(description="Path of the input field at fault.")
+    current_version: int | None = strawberry.field(
+        default=None, description="With VERSION_CONFLICT: the playlist's version now."
+    )
+
+    @classmethod
+    def from_error(cls, error: DomainError) -> UserError:
+        current = error.current_version if isinstance(error, VersionConflict) else None
+        field = ["input", *error.field] if error.field else None
+        return cls(code=error.code, message=error.message, field=field, current_version=current)
+
+
+@strawberry.interface(description="What every mutation returns.")
+class MutationPayload:
+    operation_id: strawberry.ID
+    version: int | None = strawberry.field(description="The version committed; null on error.")
+    replayed: bool = strawberry.field(
+        description="True when this is the stored result of an earlier commit of this "
+        "operationId; nothing new was committed."
+    )
+    rebased: bool = strawberry.field(
+        description="True when baseVersion was older than the version the command was applied to."
+    )
+    user_errors: list[UserError]
+    playlist_id: strawberry.Private[str | None]
+
+    @strawberry.field(description="The playlist after the mutation, if visible.")
+    async def playlist(self, info: ChorusInfo) -> Playlist | None:
+        if self.playlist_id is None:
+            return None
+        record = await queries.visible_playlist(info.context, self.playlist_id)
+        return Playlist.from_record(record) if record else None
+
+
+def common_fields(result: MutationResult) -> dict[str, Any]:
+    committed = result.committed
+    return {
+        "operation_id": strawberry.ID(result.operation_id),
+        "version": committed.outcome.version if committed else None,
+        "replayed": committed.replayed if committed else False,
+        "rebased": committed.outcome.rebased if committed else False,
+        "user_errors": [UserError.from_error(result.error)] if result.error else [],
+        "playlist_id": result.playlist_id,
+    }
+
+
+def placed_entries(result: MutationResult) -> list[PlaylistEntry]:
+    if result.committed is None:
+        return []
+    outcome = result.committed.outcome
+    return [PlaylistEntry.from_record(outcome.playlist_id, e) for e in outcome.entries]
+
+
+def skipped_ids(result: MutationResult) -> list[strawberry.ID]:
+    if result.committed is None:
+        return []
+    outcome = result.committed.outcome
+    return [
+        strawberry.ID(ids.to_global_id("PlaylistEntry", outcome.playlist_id, e))
+        for e in outcome.skipped_entry_ids
+    ]
+
+
+@strawberry.type
+class CreatePlaylistPayload(MutationPayload):
+    pass
+
+
+@strawberry.type
+class AddEntriesPayload(MutationPayload):
+    entries: list[PlaylistEntry] = strawberry.field(description="The new entries, as placed.")
+
+
+@strawberry.type
+class MoveEntriesPayload(MutationPayload):
+    entries: list[PlaylistEntry] = strawberry.field(description="The moved entries, as placed.")
+    skipped_entry_ids: list[strawberry.ID] = strawberry.field(
+        description="Targets already removed by someone else; not moved."
+    )
+
+
+@strawberry.type
+class RemoveEntriesPayload(MutationPayload):
+    skipped_entry_ids: list[strawberry.ID] = strawberry.field(
+        description="Targets that were already removed."
+    )
+
+
+@strawberry.type
+class UpdatePlaylistPayload(MutationPayload):
+    pass
+
+
+@strawberry.type
+class SetMemberRolePayload(MutationPayload):
+    pass
+
+
+@strawberry.type
+class RemoveMemberPayload(MutationPayload):
+    pass
+
+
+@strawberry.type
+class RevertPlaylistPayload(MutationPayload):
+    pass
+
+
+@strawberry.type
+class DeletePlaylistPayload(MutationPayload):
+    pass
