@@ -14,7 +14,6 @@ message, whose error carries ``extensions.code``.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +32,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     ConnectionInitMessage,
+    Message,
     SubscribeMessage,
 )
 from strawberry.types.execution import ExecutionResult, PreExecutionError
@@ -47,7 +47,37 @@ from chorus.resolvers.context import RequestContext, Services
 class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
 
+    async def handle_message(self, message: Message) -> None:
+        # A frame of valid JSON that is not an object (``[1]``, ``null``) would
+        # crash strawberry's dispatch; the protocol says: close with 4400.
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            await self.handle_invalid_message("a message must be a JSON object with a type")
+            return
+        await super().handle_message(message)
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        view = self.view
+        payload = message.get("payload")
+        if isinstance(view, ChorusGraphQL) and isinstance(payload, dict):
+            identity, _ = view.identify(
+                payload.get("Authorization") or payload.get("authorization")
+            )
+            if identity is not None and view.at_connection_limit(identity.user_id):
+                # Not 4403: a client must not take this for a bad token and sign out.
+                await self.websocket.close(code=4429, reason="too many connections")
+                return
+        await self._init_and_watch_expiry(message)
+
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        payload = message.get("payload")
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("query"), str)
+            or not isinstance(payload.get("variables") or {}, dict)
+            or not isinstance(payload.get("operationName") or "", str)
+        ):
+            await self.handle_invalid_message("subscribe needs a payload with a string query")
+            return
         limit = self.max_subscriptions_per_connection
         if (
             limit is not None
@@ -84,7 +114,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             # Pre-execution errors and ordinary events go strawberry's way.
             await super()._send_result_stream(operation, _once(result))
 
-    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+    async def _init_and_watch_expiry(self, message: ConnectionInitMessage) -> None:
         await super().handle_connection_init(message)
         expires_at = self.context.expires_at
         if self.connection_acknowledged and expires_at is not None:
@@ -147,13 +177,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if identity is None:
             raise ConnectionRejectionError({"reason": error or "send a bearer token"})
         viewer = identity.user_id
-        if self.connections[viewer] >= self._max_connections_per_user:
+        if self.at_connection_limit(viewer):
             raise ConnectionRejectionError({"reason": "too many connections"})
         self.connections[viewer] += 1
         context.viewer_id, context.auth_error = viewer, None
         context.expires_at = identity.expires_at
         context.renew_loaders()
         return await super().on_ws_connect(context)
+
+    def at_connection_limit(self, user_id: str) -> bool:
+        return self.connections[user_id] >= self._max_connections_per_user
 
     def release(self, context: RequestContext) -> None:
         """A WebSocket closed: give its viewer's connection back."""
@@ -175,10 +208,14 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             response = error_response(error.status_code, error.reason, "BAD_REQUEST")
         await response(scope, receive, send)
 
-    def decode_json(self, data: str | bytes) -> object:
-        """The request body: a JSON object (or a list, which is a batch strawberry refuses)."""
+    def parse_json(self, data: str | bytes) -> object:
+        """An HTTP request body: a JSON object (or a list, a batch strawberry refuses).
+
+        WebSocket frames do not come through here; their shape is checked in
+        :meth:`TransportWSHandler.handle_message`.
+        """
         try:
-            body = json.loads(data)
+            body = super().parse_json(data)
         except UnicodeDecodeError:
             raise HTTPException(400, "the request body is not UTF-8") from None
         if not isinstance(body, dict | list):

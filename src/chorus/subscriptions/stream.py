@@ -104,6 +104,8 @@ class _Stream:
 
     async def keep_access(self, version: LoggedVersion) -> None:
         """After a version that changes access: end the stream if the viewer lost it."""
+        if any(isinstance(c, PlaylistDeleted) for c in version.changes):
+            raise Forbidden("the playlist was deleted")
         if _changes_access(version) and await self.visible() < 0:
             raise Forbidden("you no longer have access to this playlist")
 

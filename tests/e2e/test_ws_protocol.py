@@ -1,0 +1,66 @@
+"""The WebSocket transport: token expiry, malformed frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+
+import httpx
+import pytest
+import websockets
+
+from chorus.auth import mint_token
+from tests.servers import TEST_SECRET, ChorusServer
+
+
+async def test_the_socket_closes_when_its_token_expires(server: ChorusServer) -> None:
+    token = mint_token(TEST_SECRET, "alice", ttl=timedelta(seconds=2))
+    url = server.url.replace("http://", "ws://")
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await ws.send(
+            json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
+        )
+        assert json.loads(await ws.recv()) == {"type": "connection_ack"}
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4403, "token expired")
+
+
+async def _closed_after(server: ChorusServer, frames: list[str]) -> tuple[int, str]:
+    url = server.url.replace("http://", "ws://")
+    token = mint_token(TEST_SECRET, "alice")
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await ws.send(
+            json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
+        )
+        assert json.loads(await ws.recv()) == {"type": "connection_ack"}
+        for frame in frames:
+            await ws.send(frame)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+@pytest.mark.parametrize("frame", ["[1]", "[1, 2]", "null", "5", '"s"', '{"type": 5}'])
+async def test_json_that_is_not_a_message_closes_with_4400(
+    server: ChorusServer, frame: str
+) -> None:
+    assert (await _closed_after(server, [frame]))[0] == 4400
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"query": 5}, {"query": None}, {"query": "subscription { __typename }", "variables": [1]}, 7],
+)
+async def test_a_subscribe_payload_without_a_string_query_closes_with_4400(
+    server: ChorusServer, payload: object
+) -> None:
+    frame = json.dumps({"id": "1", "type": "subscribe", "payload": payload})
+    assert (await _closed_after(server, [frame]))[0] == 4400
+    # The server is none the worse: a new connection works.
+    async with httpx.AsyncClient(timeout=5) as client:
+        health = (await client.get(f"{server.base_url}/healthz")).json()
+    assert health["status"] == "ok"
