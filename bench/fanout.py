@@ -45,6 +45,7 @@ from sqlalchemy import insert, select, update
 from chorus.db import repository
 from chorus.db.engine import Database
 from chorus.db.migrate import upgrade_async
+from chorus.db.repository import LoggedVersion
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_mutation
 from chorus.domain.changes import WIRE_VERSION, EntriesAdded, PlaylistEvent, encode_change
@@ -147,10 +148,10 @@ async def bare_latency(events: list[PlaylistEvent], subscribers: int) -> list[fl
     arrivals = Arrivals(subscribers)
     members = [await hub.join(events[0]["playlist_id"]) for _ in range(subscribers)]
 
-    async def member_reader(queue: asyncio.Queue[PlaylistEvent]) -> None:
+    async def member_reader(queue: asyncio.Queue[LoggedVersion]) -> None:
         while True:
-            event = await queue.get()
-            arrivals.record(event["version"])
+            version = await queue.get()
+            arrivals.record(version.version)
 
     tasks = [asyncio.create_task(member_reader(m.queue)) for m in members]
     by_version = {e["version"]: e for e in events}

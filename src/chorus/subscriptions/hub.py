@@ -1,8 +1,9 @@
 """One bus subscription per playlist per process, shared by every local stream.
 
-A stream :meth:`Hub.join`\\ s its playlist and reads events from its own
-bounded queue. The first stream of a playlist subscribes the hub to the bus;
-the last one to :meth:`Hub.leave` unsubscribes it. When a stream's queue is
+A stream :meth:`Hub.join`\\ s its playlist and reads versions from its own
+bounded queue; the hub decodes each bus event once for all of them. The
+first stream of a playlist subscribes the hub to the bus; the last one to
+:meth:`Hub.leave` unsubscribes it. When a stream's queue is
 full (a slow consumer) the hub drops events for it and marks it
 ``overflowed``: the stream then catches up from SQL, or resyncs when it is too
 far behind.
@@ -11,10 +12,15 @@ far behind.
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 
+from chorus.db.repository import LoggedVersion
 from chorus.domain.changes import PlaylistEvent
 from chorus.subscriptions.bus import Bus
+from chorus.subscriptions.replay import from_event
+
+log = logging.getLogger("chorus.hub")
 
 
 @dataclass(eq=False)
@@ -22,13 +28,13 @@ class Membership:
     """One local stream's place in the hub."""
 
     playlist_id: str
-    queue: asyncio.Queue[PlaylistEvent]
+    queue: asyncio.Queue[LoggedVersion]
     overflowed: bool = False
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def offer(self, event: PlaylistEvent) -> None:
+    def offer(self, version: LoggedVersion) -> None:
         try:
-            self.queue.put_nowait(event)
+            self.queue.put_nowait(version)
         except asyncio.QueueFull:
             self.overflowed = True
         self.wakeup.set()
@@ -54,8 +60,16 @@ class Hub:
         self._lock = asyncio.Lock()
 
     def _deliver(self, event: PlaylistEvent) -> None:
-        for member in list(self._members.get(event["playlist_id"], ())):
-            member.offer(event)
+        members = list(self._members.get(event["playlist_id"], ()))
+        try:
+            version = from_event(event)  # once for every local stream
+        except (KeyError, TypeError, ValueError):
+            log.exception("undecodable event for playlist %s", event.get("playlist_id"))
+            for member in members:
+                member.poke()  # they read the version from SQL instead
+            return
+        for member in members:
+            member.offer(version)
 
     async def join(self, playlist_id: str) -> Membership:
         member = Membership(playlist_id, asyncio.Queue(self._queue_size))

@@ -7,11 +7,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import repository
 from chorus.db.repository import LoggedVersion
+from chorus.domain.changes import PlaylistEvent, decode_change
+
+
+def from_event(event: PlaylistEvent) -> LoggedVersion:
+    """The log row an outbox event carries."""
+    return LoggedVersion(
+        playlist_id=event["playlist_id"],
+        version=event["version"],
+        operation_id=event["operation_id"],
+        actor_id=event["actor_id"],
+        committed_at=datetime.fromisoformat(event["committed_at"]),
+        changes=tuple(decode_change(c) for c in event["changes"]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
 
 from chorus.db import repository
 from chorus.db.engine import Database
@@ -31,8 +30,6 @@ from chorus.domain.changes import (
     DetailsUpdated,
     MembersChanged,
     PlaylistDeleted,
-    PlaylistEvent,
-    decode_change,
 )
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
 from chorus.domain.model import role_can_read
@@ -52,18 +49,6 @@ class Resync:
 
 
 StreamItem = LoggedVersion | Resync
-
-
-def from_event(event: PlaylistEvent) -> LoggedVersion:
-    """The log row an outbox event carries."""
-    return LoggedVersion(
-        playlist_id=event["playlist_id"],
-        version=event["version"],
-        operation_id=event["operation_id"],
-        actor_id=event["actor_id"],
-        committed_at=datetime.fromisoformat(event["committed_at"]),
-        changes=tuple(decode_change(c) for c in event["changes"]),
-    )
 
 
 def _changes_access(version: LoggedVersion) -> bool:
@@ -148,14 +133,13 @@ class _Stream:
                     async for item in self.catch_up():
                         yield item
                 continue
-            event = member.queue.get_nowait()
-            if event["version"] <= self.last:
+            version = member.queue.get_nowait()
+            if version.version <= self.last:
                 continue
-            if event["version"] > self.last + 1:
+            if version.version > self.last + 1:
                 async for item in self.catch_up():  # gap repair, includes this event
                     yield item
                 continue
-            version = from_event(event)
             yield self.send(version)
             await self.keep_access(version)
 
