@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import outbox
@@ -48,18 +48,6 @@ async def stamp(conn: AsyncConnection, event_ids: list[int], now: datetime) -> N
         await conn.execute(
             update(outbox).where(outbox.c.event_id.in_(event_ids)).values(published_at=now)
         )
-
-
-async def backlog(conn: AsyncConnection) -> tuple[int, datetime | None]:
-    """``(unpublished events, created_at of the oldest)``."""
-    row = (
-        await conn.execute(
-            select(func.count(), func.min(outbox.c.created_at)).where(
-                outbox.c.published_at.is_(None)
-            )
-        )
-    ).one()
-    return int(row[0]), row[1]
 
 
 async def prune(conn: AsyncConnection, *, older_than: timedelta, now: datetime) -> int:

@@ -98,13 +98,12 @@ def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
     )
 
 
-async def _run(
-    info: ChorusInfo, raw_playlist_id: str, operation_id: str, build: Callable[[str], Any]
-) -> MutationResult:
+async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> MutationResult:
+    """Decode ``input.playlist_id``, build the command with it and run it."""
     try:
-        command = build(_playlist_id(raw_playlist_id))
+        command = build(_playlist_id(input.playlist_id))
     except DomainError as error:
-        return MutationResult(operation_id, error=error)
+        return MutationResult(input.operation_id, error=error)
     return await mutations.execute(info.context, command)
 
 
@@ -128,8 +127,7 @@ class Mutation:
     async def add_entries(self, info: ChorusInfo, input: AddEntriesInput) -> AddEntriesPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.AddEntries(
                 pid,
                 input.operation_id,
@@ -145,8 +143,7 @@ class Mutation:
     async def move_entries(self, info: ChorusInfo, input: MoveEntriesInput) -> MoveEntriesPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.MoveEntries(
                 pid,
                 input.operation_id,
@@ -168,8 +165,7 @@ class Mutation:
     ) -> RemoveEntriesPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.RemoveEntries(
                 pid,
                 input.operation_id,
@@ -184,9 +180,7 @@ class Mutation:
     async def update_playlist(
         self, info: ChorusInfo, input: UpdatePlaylistInput
     ) -> UpdatePlaylistPayload:
-        result = await _run(
-            info, input.playlist_id, input.operation_id, lambda pid: _update(input, pid)
-        )
+        result = await _run(info, input, lambda pid: _update(input, pid))
         return UpdatePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
@@ -195,8 +189,7 @@ class Mutation:
     ) -> SetMemberRolePayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.SetMemberRole(
                 pid,
                 input.operation_id,
@@ -214,8 +207,7 @@ class Mutation:
     ) -> RemoveMemberPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.RemoveMember(
                 pid,
                 input.operation_id,
@@ -232,8 +224,7 @@ class Mutation:
     ) -> RevertPlaylistPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.RevertPlaylist(
                 pid,
                 input.operation_id,
@@ -250,8 +241,7 @@ class Mutation:
     ) -> DeletePlaylistPayload:
         result = await _run(
             info,
-            input.playlist_id,
-            input.operation_id,
+            input,
             lambda pid: cmd.DeletePlaylist(
                 pid,
                 input.operation_id,

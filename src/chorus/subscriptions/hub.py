@@ -40,7 +40,7 @@ class Membership:
         self.wakeup.set()
 
     def poke(self) -> None:
-        """Ask the stream to look at SQL again (a bus reconnect may have lost events)."""
+        """Ask the stream to look at SQL again (an event was lost or unreadable)."""
         self.overflowed = True
         self.wakeup.set()
 
@@ -90,12 +90,6 @@ class Hub:
             if not members:
                 del self._members[member.playlist_id]
                 await self._bus.unsubscribe(member.playlist_id, self._deliver)
-
-    def poke_all(self) -> None:
-        """Make every stream re-read SQL (after a bus reconnect)."""
-        for members in self._members.values():
-            for member in members:
-                member.poke()
 
     @property
     def stream_count(self) -> int:
