@@ -54,7 +54,7 @@ from chorus.domain.model import Entry
 from chorus.domain.positions import allocate
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.relay import OutboxRelay
+from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, playlist_stream
 
 VIEWER = "alice"
@@ -105,7 +105,7 @@ async def chorus_latency(
     """Real store, relay, bus, hub and streams: latencies, commit times (ms), playlist id."""
     bus = InProcessBus()
     hub = Hub(bus)
-    relay = OutboxRelay(db, bus)
+    relay = OutboxRelay(db, BusPublisher(bus))
     store = PlaylistStore(db, on_commit=relay.notify)
     relay_task = asyncio.create_task(relay.run())
     created = await store.create(CreatePlaylist(uuid.uuid4().hex, "Fanout"), VIEWER)

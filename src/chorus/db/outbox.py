@@ -3,8 +3,12 @@
 Rows are claimed in ``event_id`` order with ``FOR UPDATE SKIP LOCKED`` on
 PostgreSQL, so several relays share the work and never wait on each other;
 never by a high-water mark on ``event_id``, because rows commit out of
-sequence order. On SQLite the claim runs in the single writer's transaction.
-A relay stamps ``published_at`` only after the bus took the event
+sequence order. A claim also takes a transaction-scoped advisory lock per
+playlist (``pg_try_advisory_xact_lock``) and skips playlists another relay
+holds: one playlist's events are never split between two relays in flight,
+so they are published in version order. On SQLite there is one writer; its
+relay reads the backlog without a lock (see :mod:`chorus.subscriptions.relay`).
+A relay stamps ``published_at`` only after the publisher took the event
 (at-least-once: a crash in between publishes it again).
 """
 
@@ -13,11 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import outbox
 from chorus.domain.changes import PlaylistEvent
+
+RELAY_LOCK_CLASS = 0x43484F52
+"""The first key of the relays' advisory locks ("CHOR"); the second is the playlist's hash."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +44,8 @@ async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
+        mine = func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(outbox.c.playlist_id))
+        query = query.where(mine).with_for_update(skip_locked=True)
     rows = await conn.execute(query)
     return [OutboxRow(r.event_id, r.playlist_id, r.version, r.payload) for r in rows]
 
@@ -54,3 +62,20 @@ async def prune(conn: AsyncConnection, *, older_than: timedelta, now: datetime) 
     """Delete events published more than ``older_than`` ago; how many."""
     result = await conn.execute(delete(outbox).where(outbox.c.published_at < now - older_than))
     return int(result.rowcount or 0)
+
+
+async def backlog(conn: AsyncConnection, now: datetime) -> tuple[int, float]:
+    """``(unpublished events, age in seconds of the oldest, 0 when none)``."""
+    row = (
+        await conn.execute(
+            select(func.count(), func.min(outbox.c.created_at)).where(
+                outbox.c.published_at.is_(None)
+            )
+        )
+    ).one()
+    count, oldest = int(row[0]), row[1]
+    if oldest is None:
+        return count, 0.0
+    if oldest.tzinfo is None:  # SQLite's aggregate bypasses the column type
+        oldest = datetime.fromisoformat(str(oldest)).replace(tzinfo=now.tzinfo)
+    return count, max((now - oldest).total_seconds(), 0.0)

@@ -41,6 +41,7 @@ from chorus.domain.errors import OperationIdReused
 from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.validation import check_operation_id
+from chorus.metrics import COMMITS
 
 
 def new_id() -> str:
@@ -79,7 +80,8 @@ class PlaylistStore:
         limits: the limits commands are checked against.
         clock: the commit time source (UTC).
         id_factory: makes playlist and entry ids.
-        on_commit: called after each commit (wakes the outbox relay).
+        on_commit: called with ``(playlist_id, version)`` after each commit, not after
+            a replay (wakes the outbox relay, bumps the cache's head version).
     """
 
     def __init__(
@@ -89,7 +91,7 @@ class PlaylistStore:
         limits: Limits = DEFAULT_LIMITS,
         clock: Callable[[], datetime] = utcnow,
         id_factory: Callable[[], str] = new_id,
-        on_commit: Callable[[], None] | None = None,
+        on_commit: Callable[[str, int], None] | None = None,
     ) -> None:
         self.db = db
         self.limits = limits
@@ -125,7 +127,7 @@ class PlaylistStore:
                     return stored
                 decision = create_playlist(command, self._new_id(), self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
-            self._committed()
+            self._committed(decision.outcome)
             return Committed(decision.outcome)
         except IntegrityError as exc:
             return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
@@ -142,14 +144,15 @@ class PlaylistStore:
                 view = repository.SqlPlaylistView(conn, command.playlist_id)
                 decision = await decide(command, header, role, view, self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
-            self._committed()
+            self._committed(decision.outcome)
             return Committed(decision.outcome)
         except IntegrityError as exc:
             return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
 
-    def _committed(self) -> None:
+    def _committed(self, outcome: Outcome) -> None:
+        COMMITS.inc()
         if self._on_commit is not None:
-            self._on_commit()
+            self._on_commit(outcome.playlist_id, outcome.version)
 
     async def _write(
         self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str

@@ -15,6 +15,9 @@ from chorus.domain.changes import PlaylistEvent
 Deliver = Callable[[PlaylistEvent], None]
 """Called with each event of a subscribed playlist; must not block."""
 
+GapHandler = Callable[[], None]
+"""Called when events may have been lost (a reconnect); must not block."""
+
 
 class Bus(Protocol):
     async def publish(self, event: PlaylistEvent) -> None:
@@ -27,6 +30,13 @@ class Bus(Protocol):
 
     async def unsubscribe(self, playlist_id: str, deliver: Deliver) -> None:
         """Stop calling ``deliver`` for ``playlist_id``."""
+        ...
+
+    def on_gap(self, handler: GapHandler) -> None:
+        """Call ``handler`` whenever events may have been lost, e.g. after a reconnect.
+
+        Subscribers then read what they missed from SQL.
+        """
         ...
 
     async def aclose(self) -> None: ...
@@ -51,6 +61,9 @@ class InProcessBus:
             listeners.remove(deliver)
         if not listeners:
             self._subscribers.pop(playlist_id, None)
+
+    def on_gap(self, handler: GapHandler) -> None:
+        """Never called: an in-process call loses nothing."""
 
     @property
     def subscription_count(self) -> int:

@@ -58,6 +58,13 @@ class Hub:
         self._queue_size = queue_size
         self._members: dict[str, set[Membership]] = {}
         self._lock = asyncio.Lock()
+        bus.on_gap(self.poke_all)
+
+    def poke_all(self) -> None:
+        """Events may have been lost: every local stream reads SQL again."""
+        for members in self._members.values():
+            for member in members:
+                member.poke()
 
     def _deliver(self, event: PlaylistEvent) -> None:
         members = list(self._members.get(event["playlist_id"], ()))

@@ -1,9 +1,15 @@
-"""The outbox relay: unpublished outbox rows → the bus, then stamped published.
+"""The outbox relay: unpublished outbox rows → a publisher, then stamped published.
 
 It drains in batches until the outbox is empty, then sleeps until a commit
 :meth:`OutboxRelay.notify`\\ s it (same process) or ``poll_interval_s``
-passes (another process committed). Delivery is at least once; consumers
-dedupe by ``(playlist_id, version)``.
+passes (another process committed). Delivery is at least once: a batch is
+stamped only after the publisher returned (for Kafka: every record
+acknowledged with ``acks=all``), so a crash in between publishes it again,
+and consumers dedupe by ``(playlist_id, version)`` (DESIGN §8).
+
+Several relays may run at once: :func:`chorus.db.outbox.claim` gives each
+playlist's unpublished events to one relay at a time, so a playlist's events
+are published in version order.
 """
 
 from __future__ import annotations
@@ -11,67 +17,116 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from chorus.db import outbox
 from chorus.db.engine import Database
+from chorus.domain.changes import PlaylistEvent
+from chorus.metrics import RELAY_ERRORS, RELAY_PUBLISHED
 from chorus.subscriptions.bus import Bus
 
 log = logging.getLogger("chorus.relay")
 
 
+class Publisher(Protocol):
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        """Publish ``events`` in order; return only when all were taken.
+
+        Raises:
+            Exception: any failure; the batch stays unpublished and is retried.
+        """
+        ...
+
+
+class BusPublisher:
+    """Publishes to a :class:`~chorus.subscriptions.bus.Bus` (the embedded profile)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        for event in events:
+            await self._bus.publish(event)
+
+
 class OutboxRelay:
-    """Publishes committed events in outbox order.
+    """Publishes committed events in per-playlist version order.
 
     Args:
         db: where the outbox is.
-        bus: where events go.
+        publisher: where events go.
         batch_size: rows claimed per transaction.
         poll_interval_s: the longest sleep between looks at an empty outbox.
+        retry_max_s: the longest wait after a failed batch (backoff doubles up to it).
     """
 
     def __init__(
         self,
         db: Database,
-        bus: Bus,
+        publisher: Publisher,
         *,
         batch_size: int = 200,
         poll_interval_s: float = 0.5,
+        retry_max_s: float = 5.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._db = db
-        self._bus = bus
+        self._publisher = publisher
         self._batch_size = batch_size
         self._poll_interval_s = poll_interval_s
+        self._retry_max_s = retry_max_s
         self._clock = clock
         self._wake = asyncio.Event()
         self.published = 0
 
-    def notify(self) -> None:
-        """A commit happened: look at the outbox now."""
+    def notify(self, playlist_id: str = "", version: int = 0) -> None:
+        """A commit happened: look at the outbox now (a store's ``on_commit``)."""
         self._wake.set()
 
     async def drain_once(self) -> int:
-        """Publish one batch; how many events it held."""
-        async with self._db.write() as conn:
-            rows = await outbox.claim(conn, self._batch_size)
-            for row in rows:
-                await self._bus.publish(row.payload)
-            await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
+        """Publish one batch and stamp it; how many events it held.
+
+        Raises:
+            Exception: whatever the publisher or the database raised; nothing
+                was stamped.
+        """
+        if self._db.is_postgres:
+            async with self._db.write() as conn:
+                rows = await outbox.claim(conn, self._batch_size)
+                if rows:
+                    await self._publisher.publish_batch([row.payload for row in rows])
+                    await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
+        else:
+            # SQLite has one writer: publishing inside its transaction would
+            # stall every mutation while the broker is slow or down.
+            async with self._db.read() as conn:
+                rows = await outbox.claim(conn, self._batch_size)
+            if rows:
+                await self._publisher.publish_batch([row.payload for row in rows])
+                async with self._db.write() as conn:
+                    await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
         self.published += len(rows)
+        RELAY_PUBLISHED.inc(len(rows))
         return len(rows)
 
     async def run(self) -> None:
-        """Drain forever (until cancelled); errors are logged and retried."""
+        """Drain forever (until cancelled); failures are logged and retried with backoff."""
+        backoff = 0.0
         while True:
             self._wake.clear()
             try:
                 while await self.drain_once() == self._batch_size:
                     pass
+                backoff = 0.0
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("outbox relay failed; retrying")
+                RELAY_ERRORS.inc()
+                backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
+                log.exception("outbox relay failed; retrying in %.1fs", backoff)
+                await asyncio.sleep(backoff)
+                continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)

@@ -1,0 +1,52 @@
+"""Prometheus metrics of every Chorus process (``/metrics``, ``--metrics-port``).
+
+Defined once per process in the default registry. Counters and histograms are
+updated where the work happens; gauges that describe state elsewhere (outbox
+backlog, live subscribers) are set just before a scrape by whoever serves it.
+Names follow the Prometheus conventions: ``chorus_`` prefix, base units
+(seconds), ``_total`` for counters.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUEST_SECONDS = Histogram(
+    "chorus_graphql_request_seconds",
+    "GraphQL operation latency, by operation type and name.",
+    ["operation_type", "operation_name"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
+OUTBOX_BACKLOG = Gauge("chorus_outbox_backlog", "Outbox events not yet published.")
+OUTBOX_OLDEST_AGE = Gauge(
+    "chorus_outbox_oldest_unpublished_age_seconds",
+    "Age of the oldest unpublished outbox event (0 when none).",
+)
+RELAY_PUBLISHED = Counter(
+    "chorus_relay_published_total", "Outbox events the relay published and stamped."
+)
+RELAY_ERRORS = Counter("chorus_relay_errors_total", "Relay batches that failed and were retried.")
+FANOUT_PUBLISHED = Counter(
+    "chorus_fanout_published_total", "Events fanout published to Redis pub/sub."
+)
+FANOUT_DUPLICATES = Counter(
+    "chorus_fanout_duplicates_total", "Events fanout dropped as already published."
+)
+PROJECTOR_APPLIED = Counter(
+    "chorus_projector_snapshots_total", "Snapshots the cache projector wrote or removed."
+)
+CONSUMER_LAG = Gauge(
+    "chorus_consumer_lag_records",
+    "Records between a consumer's position and the partition end, summed over partitions.",
+    ["group"],
+)
+LIVE_SUBSCRIBERS = Gauge("chorus_live_subscribers", "Subscription streams open in this process.")
+SNAPSHOT_READS = Counter(
+    "chorus_snapshot_reads_total",
+    "Reads of PUBLIC playlists by where they were served from (hit: Redis snapshot).",
+    ["result"],
+)
+REDIS_BREAKER_OPEN = Gauge(
+    "chorus_redis_breaker_open", "1 while the Redis circuit breaker sends reads to SQL."
+)

@@ -1,0 +1,129 @@
+"""Kafka plumbing of the full profile: the topic, the relay's producer, consumers.
+
+Events go to one topic (default ``chorus.playlist-events.v1``) keyed by
+playlist id, so one playlist's versions stay in one partition, in order
+(record format: :mod:`chorus.subscriptions.wire`). The producer waits for
+``acks=all``; the idempotent producer is :attr:`KafkaConfig.idempotent`
+(on for Apache Kafka; the Tansu broker used in tests refuses InitProducerId).
+Consumers belong to a group, never auto-commit, and start from the earliest
+offset when the group is new.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from chorus.domain.changes import PlaylistEvent
+from chorus.subscriptions.wire import DEFAULT_TOPIC, encode_event
+
+log = logging.getLogger("chorus.kafka")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    """Where the events are.
+
+    Attributes:
+        bootstrap_servers: ``host:port[,host:port]``.
+        topic: the events topic.
+        partitions: partitions when :func:`ensure_topic` creates the topic.
+        idempotent: ``enable.idempotence`` for the producer.
+        request_timeout_ms: how long one request may wait for the broker.
+    """
+
+    bootstrap_servers: str
+    topic: str = DEFAULT_TOPIC
+    partitions: int = 12
+    idempotent: bool = True
+    request_timeout_ms: int = 10_000
+
+
+async def ensure_topic(config: KafkaConfig) -> None:
+    """Create the topic with ``config.partitions`` partitions unless it exists.
+
+    Raises:
+        aiokafka.errors.KafkaError: the broker cannot be reached.
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=config.bootstrap_servers,
+        request_timeout_ms=config.request_timeout_ms,
+        client_id="chorus-admin",
+    )
+    await admin.start()
+    try:
+        if config.topic in await admin.list_topics():
+            return
+        topic = NewTopic(config.topic, num_partitions=config.partitions, replication_factor=1)
+        try:
+            await admin.create_topics([topic])
+            log.info("created topic %s with %d partitions", config.topic, config.partitions)
+        except TopicAlreadyExistsError:
+            pass  # another process won the race
+    finally:
+        await admin.close()
+
+
+class KafkaPublisher:
+    """The outbox relay's producer: a batch is published once every record is acknowledged."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self._config = config
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=config.bootstrap_servers,
+            acks="all",
+            enable_idempotence=config.idempotent,
+            request_timeout_ms=config.request_timeout_ms,
+            client_id="chorus-relay",
+        )
+
+    async def start(self) -> None:
+        """Connect (and create the topic when missing).
+
+        Raises:
+            aiokafka.errors.KafkaConnectionError: no broker answers.
+        """
+        await ensure_topic(self._config)
+        await self._producer.start()
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        """Produce ``events`` in order and wait until the broker acknowledged all.
+
+        Raises:
+            aiokafka.errors.KafkaError: a record was not acknowledged (none of
+                the batch counts as published; it is produced again later).
+        """
+        sent = [
+            await self._producer.send(
+                self._config.topic,
+                key=event["playlist_id"].encode(),
+                value=encode_event(event),
+            )
+            for event in events
+        ]
+        await asyncio.gather(*sent)
+
+    async def aclose(self) -> None:
+        await self._producer.stop()
+
+
+def consumer(config: KafkaConfig, group_id: str, *, client_id: str) -> AIOKafkaConsumer:
+    """A consumer of the events topic in ``group_id``: manual commits, earliest offset first."""
+    return AIOKafkaConsumer(
+        config.topic,
+        bootstrap_servers=config.bootstrap_servers,
+        group_id=group_id,
+        client_id=client_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        request_timeout_ms=max(config.request_timeout_ms, 40_000),
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=1_000,
+        max_poll_records=500,
+    )

@@ -1,0 +1,71 @@
+"""Names and bytes shared by the full profile's processes.
+
+Every process (API, relay, fanout, cache projector) agrees on these: the
+Kafka record of an event, the Redis pub/sub channel of a playlist and the
+Redis keys of its snapshot. Changing one is a wire-format change; bump the
+``v1`` in the name instead of editing in place.
+
+Kafka record: key ``playlist_id`` (UTF-8), value the
+:class:`~chorus.domain.changes.PlaylistEvent` as compact JSON (UTF-8). The
+same JSON is the payload of the Redis ``PUBLISH``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import cast
+
+from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
+
+DEFAULT_TOPIC = "chorus.playlist-events.v1"
+KEY_PREFIX = "chorus:v1"
+
+
+def encode_event(event: PlaylistEvent) -> bytes:
+    """The event as compact UTF-8 JSON."""
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def decode_event(data: bytes | str) -> PlaylistEvent:
+    """An event from its JSON.
+
+    Raises:
+        ValueError: not JSON, not an object, or a wire version other than
+            :data:`~chorus.domain.changes.WIRE_VERSION`, or without a
+            string ``playlist_id`` and an integer ``version``.
+    """
+    value = json.loads(data)
+    if (
+        not isinstance(value, dict)
+        or value.get("v") != WIRE_VERSION
+        or not isinstance(value.get("playlist_id"), str)
+        or not isinstance(value.get("version"), int)
+    ):
+        raise ValueError("not a version-1 playlist event")
+    return cast(PlaylistEvent, value)
+
+
+def events_channel(playlist_id: str) -> str:
+    """The Redis pub/sub channel carrying a playlist's events."""
+    return f"{KEY_PREFIX}:playlist:{playlist_id}:events"
+
+
+def channel_playlist(channel: str | bytes) -> str:
+    """The playlist id of an :func:`events_channel` name."""
+    name = channel.decode() if isinstance(channel, bytes) else channel
+    return name.removeprefix(f"{KEY_PREFIX}:playlist:").removesuffix(":events")
+
+
+def fanout_version_key(playlist_id: str) -> str:
+    """The last version fanout published for a playlist (its dedupe mark)."""
+    return f"{KEY_PREFIX}:playlist:{playlist_id}:fanout-version"
+
+
+def head_key(playlist_id: str) -> str:
+    """The newest version known committed (bumped by API commits and the projector)."""
+    return f"{KEY_PREFIX}:playlist:{playlist_id}:head"
+
+
+def snapshot_key(playlist_id: str) -> str:
+    """The projected snapshot of a PUBLIC playlist: JSON with its ``version``."""
+    return f"{KEY_PREFIX}:playlist:{playlist_id}:snapshot"
