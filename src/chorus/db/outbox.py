@@ -36,7 +36,12 @@ class OutboxRow:
 
 
 async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
-    """Up to ``limit`` unpublished events, oldest first, locked for this transaction."""
+    """Up to ``limit`` unpublished events, oldest first, locked for this transaction.
+
+    On PostgreSQL, only events of playlists whose advisory lock this
+    transaction won: playlists are tried oldest unpublished event first, those
+    another relay holds are skipped, and at most ``limit`` are locked.
+    """
     query = (
         select(outbox.c.event_id, outbox.c.playlist_id, outbox.c.version, outbox.c.payload)
         .where(outbox.c.published_at.is_(None))
@@ -44,8 +49,23 @@ async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
         .limit(limit)
     )
     if conn.dialect.name == "postgresql":
-        mine = func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(outbox.c.playlist_id))
-        query = query.where(mine).with_for_update(skip_locked=True)
+        first = func.min(outbox.c.event_id).label("first")
+        heads = (
+            select(outbox.c.playlist_id, first)
+            .where(outbox.c.published_at.is_(None))
+            .group_by(outbox.c.playlist_id)
+            .order_by(first)
+            .offset(0)  # keeps the subquery: the lock below is tried row by row, in order
+            .subquery()
+        )
+        mine = func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(heads.c.playlist_id))
+        locked = (
+            await conn.execute(select(heads.c.playlist_id).where(mine).limit(limit))
+        ).scalars()
+        playlists = list(locked)
+        if not playlists:
+            return []
+        query = query.where(outbox.c.playlist_id.in_(playlists)).with_for_update(skip_locked=True)
     rows = await conn.execute(query)
     return [OutboxRow(r.event_id, r.playlist_id, r.version, r.payload) for r in rows]
 

@@ -71,46 +71,62 @@ async def ensure_topic(config: KafkaConfig) -> None:
 
 
 class KafkaPublisher:
-    """The outbox relay's producer: a batch is published once every record is acknowledged."""
+    """The outbox relay's producer: a batch is published once every record is acknowledged.
+
+    Connects on first use and again after a failure (a broker restart may have
+    lost the topic, so it is ensured again), so a relay started while Kafka is
+    down simply retries.
+    """
 
     def __init__(self, config: KafkaConfig) -> None:
         self._config = config
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=config.bootstrap_servers,
-            acks="all",
-            enable_idempotence=config.idempotent,
-            request_timeout_ms=config.request_timeout_ms,
-            client_id="chorus-relay",
-        )
+        self._producer: AIOKafkaProducer | None = None
 
-    async def start(self) -> None:
-        """Connect (and create the topic when missing).
-
-        Raises:
-            aiokafka.errors.KafkaConnectionError: no broker answers.
-        """
-        await ensure_topic(self._config)
-        await self._producer.start()
+    async def _connected(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            await ensure_topic(self._config)
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self._config.bootstrap_servers,
+                acks="all",
+                enable_idempotence=self._config.idempotent,
+                request_timeout_ms=self._config.request_timeout_ms,
+                client_id="chorus-relay",
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+        return self._producer
 
     async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
         """Produce ``events`` in order and wait until the broker acknowledged all.
 
         Raises:
-            aiokafka.errors.KafkaError: a record was not acknowledged (none of
-                the batch counts as published; it is produced again later).
+            aiokafka.errors.KafkaError: a record was not acknowledged, or no
+                broker answers (none of the batch counts as published; the
+                relay produces it again later).
         """
-        sent = [
-            await self._producer.send(
-                self._config.topic,
-                key=event["playlist_id"].encode(),
-                value=encode_event(event),
-            )
-            for event in events
-        ]
-        await asyncio.gather(*sent)
+        producer = await self._connected()
+        try:
+            sent = [
+                await producer.send(
+                    self._config.topic,
+                    key=event["playlist_id"].encode(),
+                    value=encode_event(event),
+                )
+                for event in events
+            ]
+            await asyncio.gather(*sent)
+        except BaseException:
+            await self.aclose()  # reconnect, and ensure the topic, next time
+            raise
 
     async def aclose(self) -> None:
-        await self._producer.stop()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
 
 
 def consumer(config: KafkaConfig, group_id: str, *, client_id: str) -> AIOKafkaConsumer:

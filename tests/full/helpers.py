@@ -1,0 +1,88 @@
+"""Helpers of the full-profile tests: writers that commit versions, a topic reader."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+from aiokafka import AIOKafkaConsumer
+
+from chorus.db.store import PlaylistStore
+from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.model import Visibility
+from chorus.subscriptions.kafka import KafkaConfig
+from chorus.subscriptions.wire import decode_event
+
+ALICE = "alice"
+
+
+def new_op() -> str:
+    return f"op-{uuid.uuid4().hex}"
+
+
+async def create_playlist(
+    store: PlaylistStore, visibility: Visibility = Visibility.PUBLIC, title: str = "Mix"
+) -> str:
+    created = await store.create(CreatePlaylist(new_op(), title, visibility=visibility), ALICE)
+    return created.outcome.playlist_id
+
+
+async def add(store: PlaylistStore, playlist_id: str, count: int = 1) -> int:
+    """``count`` versions, each appending one media; the last version committed."""
+    version = 0
+    for _ in range(count):
+        outcome = await store.execute(
+            AddEntries(playlist_id, new_op(), 0, (f"m-{uuid.uuid4().hex[:8]}",)), ALICE
+        )
+        version = outcome.outcome.version
+    return version
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0, what: str = "condition"
+) -> None:
+    """Poll ``check`` until it holds; fail with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+async def read_topic(
+    config: KafkaConfig, expected: int, *, timeout_s: float = 20.0
+) -> dict[str, list[int]]:
+    """Versions per playlist in topic order, once at least ``expected`` records were read.
+
+    Reads every partition from the start with no group, so it sees duplicates too.
+    """
+    consumer = AIOKafkaConsumer(
+        config.topic,
+        bootstrap_servers=config.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    await consumer.start()
+    seen: dict[str, list[int]] = defaultdict(list)
+    count = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while count < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                for record in records:
+                    assert record.value is not None
+                    assert record.key is not None
+                    event = decode_event(record.value)
+                    assert record.key.decode() == event["playlist_id"]
+                    seen[event["playlist_id"]].append(event["version"])
+                    count += 1
+    finally:
+        await consumer.stop()
+    assert count >= expected, f"read {count} of {expected} records"
+    return dict(seen)
