@@ -1,0 +1,338 @@
+"""The full profile's bus in an API process: one Redis pub/sub connection, many playlists.
+
+Fanout ``PUBLISH``\\ es each event on its playlist's channel
+(:func:`~chorus.subscriptions.wire.events_channel`); every API process keeps
+**one** pub/sub connection, subscribed to the channels of the playlists its
+local streams watch (the :class:`~chorus.subscriptions.hub.Hub` asks for each
+playlist once), and a reader task hands the decoded events to the subscribers.
+
+Redis pub/sub keeps nothing for a client that is away, so the rule that keeps
+streams whole is **reconnect, re-subscribe, then report the gap**: after the
+connection is lost (``CLIENT KILL``, server killed or stopped, a socket that
+stopped answering) the reader reconnects with backoff, subscribes every
+wanted channel again, waits for Redis to confirm them, and only then calls
+every :meth:`RedisBus.on_gap` handler. Streams then read SQL while new events
+already flow, so nothing falls between (DESIGN §6, the failure table of
+issue 5). Redis being down never blocks or fails a subscriber: the channel is
+recorded and subscribed when Redis is back.
+
+The connection is driven directly (``redis.asyncio.Connection``) rather than
+through ``redis.asyncio.client.PubSub``, because ``PubSub`` reconnects and
+re-subscribes on its own inside a read that then raises once: a caller cannot
+tell when the subscription became live again, which is exactly when the gap
+must be reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as redis
+from redis.asyncio.connection import AbstractConnection, Connection, parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from chorus.domain.changes import PlaylistEvent
+from chorus.subscriptions.bus import Deliver, GapHandler
+from chorus.subscriptions.wire import channel_playlist, decode_event, encode_event, events_channel
+
+log = logging.getLogger("chorus.redis_bus")
+
+RECONNECT_MIN_S = 0.05
+"""The first wait before reconnecting; it doubles up to ``reconnect_max_s``."""
+
+
+class RedisBus:
+    """The :class:`~chorus.subscriptions.bus.Bus` of an API process over Redis pub/sub.
+
+    Args:
+        url: ``redis://[user:password@]host:port/db`` (also ``rediss://``, ``unix://``).
+        reconnect_max_s: the longest wait between reconnect attempts, seconds;
+            waits start at 0.05 s and double.
+        health_check_s: after this many seconds without a byte from Redis the
+            reader sends ``PING``; no answer within as long again and the
+            connection counts as dead (a half-open socket is noticed within
+            about twice this).
+        timeout_s: seconds allowed to connect, to write a command, for Redis to
+            confirm a ``SUBSCRIBE``, and for one ``PUBLISH``.
+
+    Delivery is at least once per connection and may skip events while the
+    connection is away; the gap handlers report every such loss. Deliver and
+    gap callbacks run in the reader task, must not block, and an exception
+    from one is logged, never raised.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        reconnect_max_s: float = 2.0,
+        health_check_s: float = 1.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        if min(reconnect_max_s, health_check_s, timeout_s) <= 0:
+            raise ValueError("reconnect_max_s, health_check_s and timeout_s must be positive")
+        options: dict[str, Any] = dict(parse_url(url))
+        self._connection_class: type[AbstractConnection] = options.pop(
+            "connection_class", Connection
+        )
+        # RESP2, so pub/sub replies are plain arrays; no retries inside
+        # redis-py: every loss must come back to the reader.
+        options.update(
+            protocol=2,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
+            socket_keepalive=True,
+            retry=Retry(NoBackoff(), 0),
+            client_name="chorus-bus",
+        )
+        self._options = options
+        self._reconnect_max_s = reconnect_max_s
+        self._health_check_s = health_check_s
+        self._timeout_s = timeout_s
+        # One retry: the first command after Redis restarted finds the
+        # pooled connection dead and must reconnect once.
+        self._publisher = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout_s,
+            socket_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1),
+        )
+        self._delivers: dict[str, list[Deliver]] = {}
+        self._gap_handlers: list[GapHandler] = []
+        self._live: AbstractConnection | None = None
+        self._server_channels: set[str] = set()
+        self._confirmations: dict[str, asyncio.Future[None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self.reconnects = 0
+        """Times the connection was re-established after the first (for tests and logs)."""
+
+    # --- the Bus protocol --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the reader task (idempotent; :meth:`subscribe` also starts it).
+
+        Returns at once, whether Redis is reachable or not.
+        """
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._run(), name="chorus-redis-bus")
+
+    async def publish(self, event: PlaylistEvent) -> None:
+        """``PUBLISH`` ``event`` as JSON on its playlist's channel.
+
+        Raises:
+            redis.exceptions.ConnectionError: Redis cannot be reached.
+            redis.exceptions.TimeoutError: Redis did not answer within ``timeout_s``.
+        """
+        await self._publisher.publish(events_channel(event["playlist_id"]), encode_event(event))
+
+    async def subscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        """Call ``deliver`` with each event published for ``playlist_id`` from now on.
+
+        The first subscriber of a playlist subscribes its channel and waits (up
+        to ``timeout_s``) until Redis confirms it, so an SQL read that follows
+        misses nothing. When Redis is down or does not confirm in time this
+        returns anyway: the channel is subscribed on reconnect, and the gap
+        handlers then report the loss. Never raises for Redis failures.
+        """
+        await self.start()
+        channel = events_channel(playlist_id)
+        delivers = self._delivers.setdefault(playlist_id, [])
+        delivers.append(deliver)
+        if len(delivers) == 1 and self._live is not None:
+            self._confirmations[channel] = asyncio.get_running_loop().create_future()
+            if not await self._send(self._live, "SUBSCRIBE", channel):
+                self._resolve(channel)
+        if (confirmation := self._confirmations.get(channel)) is not None:
+            await asyncio.wait([confirmation], timeout=self._timeout_s)
+
+    async def unsubscribe(self, playlist_id: str, deliver: Deliver) -> None:
+        """Stop calling ``deliver``; the last one out unsubscribes the channel.
+
+        Never raises for Redis failures (a dropped connection holds no
+        subscriptions, and a reconnect subscribes only wanted channels).
+        """
+        delivers = self._delivers.get(playlist_id)
+        if delivers is None or deliver not in delivers:
+            return
+        delivers.remove(deliver)
+        if delivers:
+            return
+        del self._delivers[playlist_id]
+        if self._live is not None:
+            await self._send(self._live, "UNSUBSCRIBE", events_channel(playlist_id))
+
+    def on_gap(self, handler: GapHandler) -> None:
+        """Call ``handler`` whenever events may have been lost.
+
+        That is: each time the connection is (re-)established, after every
+        wanted channel is confirmed subscribed again, and when a message on a
+        subscribed channel cannot be decoded.
+        """
+        self._gap_handlers.append(handler)
+
+    async def aclose(self) -> None:
+        """Stop the reader, close both connections and forget every subscriber."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        self._delivers.clear()
+        await self._publisher.aclose()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the pub/sub connection is up with every wanted channel (for ``/readyz``)."""
+        return self._live is not None
+
+    @property
+    def subscription_count(self) -> int:
+        """Playlists with at least one subscriber (for tests and metrics)."""
+        return len(self._delivers)
+
+    # --- the reader --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        """Connect, read until the connection is lost, wait, again; until cancelled."""
+        backoff = 0.0
+        first = True
+        while True:
+            conn = self._connection_class(**self._options)
+            try:
+                await self._connect(conn)
+                self._live = conn
+                if first:
+                    first = False
+                else:
+                    self.reconnects += 1
+                    log.info("redis pub/sub reconnected: %d channels", len(self._delivers))
+                backoff = 0.0
+                # Only now: every wanted channel is subscribed again.
+                self._report_gap()
+                await self._sync_unwanted(conn)
+                await self._read(conn)
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as error:
+                level = logging.WARNING if self._live is not None or backoff == 0 else logging.DEBUG
+                log.log(level, "redis pub/sub connection lost or refused: %s", error)
+            except Exception:
+                log.exception("redis pub/sub reader failed")
+            finally:
+                self._live = None
+                self._server_channels.clear()
+                for channel in list(self._confirmations):
+                    self._resolve(channel)
+                await conn.disconnect(nowait=True)
+            backoff = min(max(backoff * 2, RECONNECT_MIN_S), self._reconnect_max_s)
+            await asyncio.sleep(backoff)
+
+    async def _connect(self, conn: AbstractConnection) -> None:
+        """Open ``conn`` and subscribe every wanted channel, confirmed by Redis.
+
+        Raises:
+            RedisError, OSError: the connection failed or Redis did not confirm
+                within ``timeout_s``.
+        """
+        await conn.connect()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        confirmed: set[str] = set()
+        # Subscribers may arrive while we wait for confirmations; loop until
+        # none is missing, with no await between the last check and going live.
+        while missing := {events_channel(p) for p in self._delivers} - confirmed:
+            await conn.send_command("SUBSCRIBE", *sorted(missing), check_health=False)
+            async with asyncio.timeout(self._timeout_s):
+                while not missing <= self._server_channels:
+                    self._handle(await conn.read_response(timeout=self._timeout_s))
+            confirmed |= missing
+
+    async def _sync_unwanted(self, conn: AbstractConnection) -> None:
+        """Unsubscribe channels whose last subscriber left while we reconnected."""
+        wanted = {events_channel(p) for p in self._delivers}
+        if unwanted := self._server_channels - wanted:
+            await conn.send_command("UNSUBSCRIBE", *sorted(unwanted), check_health=False)
+
+    async def _read(self, conn: AbstractConnection) -> None:
+        """Handle replies until the connection fails.
+
+        Raises:
+            RedisError, OSError: the connection was closed, or did not answer a
+                ``PING`` within ``health_check_s``.
+        """
+        pinged = False
+        while True:
+            reply = await conn.read_response(timeout=self._health_check_s)
+            if reply is not None:
+                pinged = False
+                self._handle(reply)
+            elif pinged:
+                raise TimeoutError(f"no answer to PING within {self._health_check_s}s")
+            else:
+                await conn.send_command("PING", check_health=False)
+                pinged = True
+
+    def _handle(self, reply: Any) -> None:
+        """One RESP2 pub/sub reply: a message, a (un)subscribe confirmation or a pong."""
+        if reply is None:
+            return
+        kind = reply[0]
+        if kind == b"message":
+            self._dispatch(reply[1], reply[2])
+        elif kind == b"subscribe":
+            channel = reply[1].decode()
+            self._server_channels.add(channel)
+            self._resolve(channel)
+        elif kind == b"unsubscribe":
+            self._server_channels.discard(reply[1].decode())
+        elif kind != b"pong":
+            log.warning("unexpected redis pub/sub reply %r", reply[:2])
+
+    def _dispatch(self, channel: bytes, data: bytes) -> None:
+        playlist_id = channel_playlist(channel)
+        delivers = self._delivers.get(playlist_id)
+        if not delivers:
+            return  # unsubscribed while the message was on its way
+        try:
+            event = decode_event(data)
+            if event["playlist_id"] != playlist_id:
+                raise ValueError(f"an event of playlist {event['playlist_id']!r}")
+        except ValueError:
+            log.exception("undecodable event on %s; streams read SQL instead", channel.decode())
+            self._report_gap()
+            return
+        for deliver in list(delivers):
+            try:
+                deliver(event)
+            except Exception:
+                log.exception("a subscriber of playlist %s failed", playlist_id)
+
+    def _report_gap(self) -> None:
+        for handler in list(self._gap_handlers):
+            try:
+                handler()
+            except Exception:
+                log.exception("a gap handler failed")
+
+    def _resolve(self, channel: str) -> None:
+        confirmation = self._confirmations.pop(channel, None)
+        if confirmation is not None and not confirmation.done():
+            confirmation.set_result(None)
+
+    async def _send(self, conn: AbstractConnection, *args: str) -> bool:
+        """Write one command on the live connection; whether it was written.
+
+        A failure is only logged: the reader notices the broken connection,
+        reconnects and reports the gap.
+        """
+        if conn is not self._live or not conn.is_connected:
+            return False  # never let redis-py reconnect this socket behind the reader
+        try:
+            await conn.send_command(*args, check_health=False)
+        except Exception as error:
+            log.warning("redis pub/sub %s failed: %s", args[0], error)
+            return False
+        return True
