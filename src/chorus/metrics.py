@@ -17,6 +17,11 @@ REQUEST_SECONDS = Histogram(
     ["operation_type", "operation_name"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+SUBSCRIPTIONS = Counter(
+    "chorus_graphql_subscriptions_total",
+    "GraphQL subscriptions started, by operation name (not timed: they last).",
+    ["operation_name"],
+)
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
 OUTBOX_BACKLOG = Gauge("chorus_outbox_backlog", "Outbox events not yet published.")
 OUTBOX_OLDEST_AGE = Gauge(

@@ -13,22 +13,82 @@ DDL", SQLAlchemy SQLite dialect docs).
 
 Every transaction is one :class:`~sqlalchemy.ext.asyncio.AsyncConnection`
 used by one task; nothing here is shared across concurrent coroutines.
+
+A database that cannot be reached, or drops the connection mid-transaction,
+raises :class:`DatabaseUnavailable` from :meth:`Database.read` and
+:meth:`Database.write`, whatever the driver said. With asyncpg that is
+(checked against SQLAlchemy 2.1 and a PostgreSQL stopped under a running pool):
+
+* connecting to a stopped server: the driver's bare ``OSError``
+  (``ConnectionRefusedError``), which SQLAlchemy does not wrap; a connect that
+  hangs: ``TimeoutError`` after :data:`CONNECT_TIMEOUT_S`;
+* a pooled connection the server closed: ``sqlalchemy.exc.InterfaceError``
+  (asyncpg ``ConnectionDoesNotExistError`` / "the underlying connection is
+  closed") with ``connection_invalidated`` set;
+* a server shutting down or starting up: a ``DBAPIError`` whose SQLSTATE is
+  class ``08`` (connection exception) or ``57P01``–``57P03``.
+
+The pool pre-pings every checkout, so once the server is back the next
+transaction reconnects: no restart of Chorus is needed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_QUEUE_TIMEOUT_S = 60.0
 """How long a SQLite writer waits for its turn before the request fails."""
+CONNECT_TIMEOUT_S = 5.0
+"""How long opening a PostgreSQL connection may take (asyncpg's default is 60 s)."""
+
+_UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
+"""Connection exceptions; admin shutdown, crash shutdown, cannot connect now."""
+
+
+class DatabaseUnavailable(ConnectionError):
+    """The database cannot be reached, or lost the connection; retrying later may work.
+
+    A transaction that raised this was rolled back, unless the connection
+    was lost during its COMMIT, when it may have committed: a retry with the
+    same operation id answers either way. A ``ConnectionError`` (an
+    ``OSError``) so that code catching the driver's connection errors still
+    catches it.
+    """
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away rather than the statement was wrong."""
+    if isinstance(error, OSError | exc.TimeoutError):  # OSError covers TimeoutError
+        return True
+    if isinstance(error, exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        sqlstate = getattr(error.orig, "sqlstate", None) or ""
+        return sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
+    return False
+
+
+@contextmanager
+def _unavailable_as_error() -> Iterator[None]:
+    try:
+        yield
+    except DatabaseUnavailable:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            # The driver's own words: a DBAPIError's text would add the SQL.
+            cause = error.orig if isinstance(error, exc.DBAPIError) else error
+            message = " ".join(str(cause).split()) or type(cause).__name__
+            raise DatabaseUnavailable(message) from error
+        raise
 
 
 def _sqlite_pragmas(begin: str) -> Any:
@@ -69,7 +129,11 @@ class Database:
             self.read_engine = self._sqlite_engine("BEGIN", pool_size=pool_size)
         elif self.dialect == "postgresql":
             self.write_engine = self.read_engine = create_async_engine(
-                self.url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+                self.url,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_pre_ping=True,
+                connect_args={"timeout": CONNECT_TIMEOUT_S},
             )
         else:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
@@ -89,20 +153,30 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A write transaction: commits when the block ends, rolls back on an exception."""
-        async with self.write_engine.begin() as conn:
-            yield conn
+        """A write transaction: commits when the block ends, rolls back on an exception.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or lost the connection.
+        """
+        with _unavailable_as_error():
+            async with self.write_engine.begin() as conn:
+                yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only transaction (one consistent snapshot on both dialects)."""
-        async with self.read_engine.connect() as conn:
-            if self.is_postgres:
-                await conn.execution_options(
-                    isolation_level="REPEATABLE READ", postgresql_readonly=True
-                )
-            async with conn.begin():
-                yield conn
+        """A read-only transaction (one consistent snapshot on both dialects).
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or lost the connection.
+        """
+        with _unavailable_as_error():
+            async with self.read_engine.connect() as conn:
+                if self.is_postgres:
+                    await conn.execution_options(
+                        isolation_level="REPEATABLE READ", postgresql_readonly=True
+                    )
+                async with conn.begin():
+                    yield conn
 
     async def dispose(self) -> None:
         await self.write_engine.dispose()

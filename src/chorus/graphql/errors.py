@@ -3,6 +3,8 @@
 * parse failures → ``GRAPHQL_PARSE_FAILED`` (token limit included);
 * validation failures → ``GRAPHQL_VALIDATION_FAILED`` (depth and alias limits included);
 * :class:`~chorus.resolvers.errors.RequestError` → its own code and message;
+* :class:`~chorus.db.engine.DatabaseUnavailable` (the database is away) →
+  ``SERVICE_UNAVAILABLE`` with a fixed message; the cause is logged, one line;
 * a :class:`~chorus.domain.errors.DomainError` that ends a subscription
   stream → its ``ErrorCode`` (``FORBIDDEN`` when access was lost);
 * anything else → ``INTERNAL_SERVER_ERROR`` with a fixed message: no SQL, no
@@ -18,12 +20,17 @@ from typing import Any
 from graphql import GraphQLError, GraphQLSyntaxError
 from strawberry.extensions import SchemaExtension
 
+from chorus.db.engine import DatabaseUnavailable
 from chorus.domain.errors import DomainError
-from chorus.resolvers.errors import RequestError
+from chorus.resolvers.errors import RequestError, ServiceUnavailable
 
 log = logging.getLogger("chorus.graphql")
 
 INTERNAL_MESSAGE = "Internal server error."
+DATABASE_UNAVAILABLE_MESSAGE = (
+    "The database is not available; try again shortly "
+    "(retry a mutation with the same operationId: it commits at most once)."
+)
 
 
 def classify(error: GraphQLError) -> GraphQLError:
@@ -39,6 +46,15 @@ def classify(error: GraphQLError) -> GraphQLError:
         code = (error.extensions or {}).get("code") or "GRAPHQL_VALIDATION_FAILED"
     elif isinstance(original, GraphQLError):
         return classify(original)
+    elif isinstance(original, DatabaseUnavailable):
+        log.warning("database unavailable at %s: %s", error.path, original)
+        return GraphQLError(
+            DATABASE_UNAVAILABLE_MESSAGE,
+            nodes=error.nodes,
+            positions=error.positions,
+            path=error.path,
+            extensions={"code": ServiceUnavailable.code},
+        )
     else:
         log.error("unexpected error at %s", error.path, exc_info=original)
         return GraphQLError(
@@ -63,12 +79,20 @@ class ErrorPolicy(SchemaExtension):
 
     def on_operation(self) -> Iterator[None]:
         yield
+        # Strawberry may hold the same errors in both lists: classify (and log) each once.
+        classified: dict[int, GraphQLError] = {}
+
+        def once(error: GraphQLError) -> GraphQLError:
+            if id(error) not in classified:
+                classified[id(error)] = classify(error)
+            return classified[id(error)]
+
         result = self.execution_context.result
         if result is not None and result.errors:
-            result.errors = [classify(e) for e in result.errors]
+            result.errors = [once(e) for e in result.errors]
         pre = self.execution_context.pre_execution_errors
         if pre:
-            self.execution_context.pre_execution_errors = [classify(e) for e in pre]
+            self.execution_context.pre_execution_errors = [once(e) for e in pre]
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         """Each event of a subscription, before it reaches the client."""

@@ -24,6 +24,7 @@ from strawberry.extensions import (
 from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import QueryDepthLimit, RequireOperationName
+from chorus.graphql.metrics import OperationMetrics
 from chorus.graphql.mutations import Mutation
 from chorus.graphql.subscription import Subscription
 from chorus.graphql.types import (
@@ -229,6 +230,8 @@ def build_schema() -> strawberry.Schema:
         subscription=Subscription,
         types=[PlaylistEntry],
         extensions=[
+            # First, so its time covers parsing, validation and the limits.
+            OperationMetrics,
             lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
             # Clients send the same few documents over and over: parse and
             # validate each once (LRU, keyed by the document text).

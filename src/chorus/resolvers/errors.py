@@ -27,6 +27,10 @@ class BadUserInput(RequestError):
 
 
 class ServiceUnavailable(RequestError):
-    """A dependency (the catalog) cannot answer now; retrying later may work."""
+    """A dependency (the catalog, the database) cannot answer now; retrying later may work.
+
+    The database's own failure is :class:`~chorus.db.engine.DatabaseUnavailable`,
+    which :mod:`chorus.graphql.errors` reports under this code.
+    """
 
     code = "SERVICE_UNAVAILABLE"

@@ -1,0 +1,229 @@
+"""Readiness and Prometheus endpoints: ``/readyz`` and ``/metrics``.
+
+``/healthz`` (in :mod:`chorus.app`) says the process is alive; ``/readyz``
+says whether the servers it needs answer, naming the one that does not, so
+a load balancer stops sending traffic while PostgreSQL, Redis or Kafka is
+away and an operator sees which. Each dependency is one :class:`Check`; all
+run concurrently, each bounded by :data:`PROBE_TIMEOUT_S`.
+
+What the handlers read from ``request.app.state`` (set by the lifespan):
+
+* ``readiness``: ``Sequence[Check]`` — the checks ``/readyz`` runs;
+* ``services``: :class:`~chorus.resolvers.context.Services` — ``/metrics``
+  reads the outbox backlog through ``services.db`` and live subscribers from
+  ``services.hub`` just before rendering (gauges describing state elsewhere,
+  see :mod:`chorus.metrics`).
+
+Checks that keep a client (Kafka) are closed with :func:`close_checks`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from aiokafka import AIOKafkaClient
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from chorus.db import outbox
+from chorus.metrics import LIVE_SUBSCRIBERS, OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE
+
+if TYPE_CHECKING:
+    import redis.asyncio as redis
+
+    from chorus.db.engine import Database
+    from chorus.resolvers.context import Services
+    from chorus.subscriptions.hub import Hub
+
+PROBE_TIMEOUT_S = 1.0
+"""How long one dependency may take to answer before it counts as down."""
+
+_REASON_CHARS = 160
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One dependency of readiness.
+
+    Attributes:
+        name: how ``/readyz`` names it (``postgresql``, ``sqlite``, ``redis``, ``kafka``).
+        probe: answers when the dependency does; raises (anything) when it does not.
+        close: releases what the probe keeps open between calls.
+    """
+
+    name: str
+    probe: Callable[[], Awaitable[None]]
+    close: Callable[[], Awaitable[None]] = _nothing
+
+
+def _reason(error: BaseException) -> str:
+    """A one-line description of a failure, short enough for a probe log."""
+    message = " ".join(str(error).split())
+    reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return reason[:_REASON_CHARS]
+
+
+async def _outcome(check: Check, timeout_s: float) -> str:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await check.probe()
+    except TimeoutError:
+        return f"down: no answer within {timeout_s:g}s"
+    except Exception as error:  # a probe reports any failure as "down"
+        return f"down: {_reason(error)}"
+    return "ok"
+
+
+async def run_checks(
+    checks: Iterable[Check], timeout_s: float = PROBE_TIMEOUT_S
+) -> tuple[bool, dict[str, str]]:
+    """Run ``checks`` concurrently.
+
+    Returns:
+        ``(all ok, {name: "ok" | "down: <reason>"})``.
+    """
+    checks = list(checks)
+    outcomes = await asyncio.gather(*(_outcome(c, timeout_s) for c in checks))
+    results = {c.name: o for c, o in zip(checks, outcomes, strict=True)}
+    return all(o == "ok" for o in outcomes), results
+
+
+async def close_checks(checks: Iterable[Check]) -> None:
+    """Release what every check keeps open (on shutdown)."""
+    for check in checks:
+        await check.close()
+
+
+def database_check(db: Database) -> Check:
+    """``SELECT 1`` on a fresh read transaction; named by dialect (``postgresql``, ``sqlite``)."""
+
+    async def probe() -> None:
+        async with db.read() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    return Check(db.dialect, probe)
+
+
+def redis_check(client: redis.Redis) -> Check:
+    """``PING`` on the process's Redis client."""
+
+    async def probe() -> None:
+        await client.ping()
+
+    return Check("redis", probe)
+
+
+class _KafkaProbe:
+    """A metadata request over one long-lived client.
+
+    The client bootstraps on the first probe (it must be made inside the
+    running loop) and is kept while the cluster answers; after a failure it
+    is dropped, so the next probe bootstraps afresh from
+    ``bootstrap_servers`` (a restarted or moved broker is found again).
+    """
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float) -> None:
+        self._servers = bootstrap_servers
+        self._timeout_ms = max(int(timeout_s * 1000), 1)
+        self._client: AIOKafkaClient | None = None
+        self._lock = asyncio.Lock()  # concurrent scrapes share one client
+
+    async def probe(self) -> None:
+        async with self._lock:
+            await self._probe()
+
+    async def _probe(self) -> None:
+        try:
+            if self._client is None:
+                self._client = AIOKafkaClient(
+                    bootstrap_servers=self._servers,
+                    client_id="chorus-readyz",
+                    request_timeout_ms=self._timeout_ms,
+                )
+                await self._client.bootstrap()  # itself a metadata request
+            else:
+                await self._client.fetch_all_metadata()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.shield(client.close())
+
+
+def kafka_check(bootstrap_servers: str, timeout_s: float = PROBE_TIMEOUT_S) -> Check:
+    """A cluster metadata request to ``bootstrap_servers`` (``host:port[,host:port]``).
+
+    The check keeps a client between probes: close it with :func:`close_checks`.
+    """
+    kafka = _KafkaProbe(bootstrap_servers, timeout_s)
+    return Check("kafka", kafka.probe, kafka.close)
+
+
+async def readyz(request: Request) -> JSONResponse:
+    """200 ``{"status": "ready", "checks": {...}}`` when every check answers, else 503.
+
+    A failing check reads ``"down: <short reason>"``, e.g.
+    ``{"status": "unavailable", "checks": {"postgresql": "ok", "redis": "down: …"}}``.
+    """
+    checks: Sequence[Check] = getattr(request.app.state, "readiness", ())
+    ready, results = await run_checks(checks)
+    return JSONResponse(
+        {"status": "ready" if ready else "unavailable", "checks": results},
+        status_code=200 if ready else 503,
+    )
+
+
+async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
+    """Set the gauges that describe state held elsewhere: outbox backlog, live subscribers.
+
+    The backlog is one SQL query; when the database does not answer within
+    :data:`PROBE_TIMEOUT_S` the outbox gauges keep their last values.
+    """
+    if hub is not None:
+        LIVE_SUBSCRIBERS.set(hub.stream_count)
+    if db is None:
+        return
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S), db.read() as conn:
+            count, oldest_age_s = await outbox.backlog(conn, datetime.now(UTC))
+    except Exception:  # a scrape must answer while the database is away
+        return
+    OUTBOX_BACKLOG.set(count)
+    OUTBOX_OLDEST_AGE.set(oldest_age_s)
+
+
+async def metrics(request: Request) -> Response:
+    """The process's metrics in the Prometheus text format."""
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:
+        await refresh_state_gauges(None, None)
+    else:
+        await refresh_state_gauges(services.db, services.hub)
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+__all__ = [
+    "PROBE_TIMEOUT_S",
+    "Check",
+    "close_checks",
+    "database_check",
+    "kafka_check",
+    "metrics",
+    "readyz",
+    "redis_check",
+    "refresh_state_gauges",
+    "run_checks",
+]
