@@ -7,6 +7,7 @@ fresh DataLoaders so nothing is cached across requests.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.subscriptions.hub import Hub
+from chorus.subscriptions.snapshots import Snapshot, SnapshotCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,8 @@ class Services:
     """Live event fanout of this process; ``None`` where subscriptions are off."""
     rate_limiter: RateLimiter | None = None
     """Mutations per user per minute; ``None``: unlimited."""
+    snapshots: SnapshotCache | None = None
+    """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
 
 
 class Loaders:
@@ -47,12 +51,24 @@ class Loaders:
         self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
         self.role = DataLoader[str, Role | None](self._load_roles)
         self.media = DataLoader[str, Media | None](self._load_media)
+        self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
+        """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
+        self.served: dict[str, Snapshot] = {}
+        """Snapshots whose header this request answered with; their first page goes with them."""
+        self.sql_only: set[str] = set()
+        """Playlists this request reads from SQL alone (it read or changed them there)."""
 
     def forget(self, playlist_id: str) -> None:
-        """Drop what this request cached about a playlist (after it committed a change)."""
+        """Drop what this request cached about a playlist (after it committed a change).
+
+        The rest of the request reads that playlist from SQL: the snapshot
+        predates the commit even if the head version was not raised yet.
+        """
         for loader in (self.playlist, self.role):
             with contextlib.suppress(KeyError):
                 loader.clear(playlist_id)
+        self.sql_only.add(playlist_id)
+        self.served.pop(playlist_id, None)
 
     async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
         async with self._services.db.read() as conn:
@@ -65,6 +81,12 @@ class Loaders:
         async with self._services.db.read() as conn:
             found = await listing.get_roles(conn, self._viewer_id, playlist_ids)
         return [found.get(i) for i in playlist_ids]
+
+    async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
+        cache = self._services.snapshots
+        if cache is None:
+            return [None] * len(keys)
+        return list(await asyncio.gather(*(cache.get(pid, least) for pid, least in keys)))
 
     async def _load_media(self, media_ids: list[str]) -> list[Media | None]:
         # A failing catalog must not fail the request: entries come back

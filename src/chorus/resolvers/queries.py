@@ -3,6 +3,15 @@
 Page arguments follow the Relay connection spec: ``first``/``after`` page
 forward, ``last``/``before`` backward, and both bounds together page inside a
 window. A page size above the maximum is an error, never a silent clamp.
+
+In the full profile a PUBLIC playlist may be answered from its Redis snapshot
+(DESIGN §8): :func:`visible_playlist` takes the header from a snapshot at the
+head version (and ``>= minVersion``) without touching SQL, and records it in
+the request's loaders; :func:`entries_page` then serves the *first* page of
+that same playlist object from the snapshot, with its count and version.
+Every other read (later pages, ``last``, members, the viewer's role, …) is
+SQL. A snapshot holds exactly what SQL returns at its version, so the answer
+is the same either way.
 """
 
 from __future__ import annotations
@@ -16,11 +25,12 @@ from typing import Generic, TypeVar
 
 from chorus.catalog.protocol import CatalogUnavailable, MediaPage
 from chorus.db import listing, repository
-from chorus.domain.model import Entry, Member, Playlist, role_can_read
+from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
 from chorus.subscriptions.replay import ReplayPage, replay
+from chorus.subscriptions.snapshots import Snapshot
 
 T = TypeVar("T")
 
@@ -65,11 +75,17 @@ async def visible_playlist(
 ) -> Playlist | None:
     """The playlist if the viewer may see it, else ``None`` (no existence leak).
 
+    A PUBLIC playlist's current snapshot answers without SQL when there is one.
+
     Raises:
         Unauthenticated: no valid token.
         BadUserInput: ``min_version`` is newer than the playlist's version.
     """
     ctx.viewer()
+    snapshot = await _current_snapshot(ctx, playlist_id, min_version)
+    if snapshot is not None:
+        ctx.loaders.served[playlist_id] = snapshot
+        return snapshot.playlist
     playlist = await ctx.loaders.playlist.load(playlist_id)
     if playlist is None:
         return None
@@ -81,6 +97,46 @@ async def visible_playlist(
             f"version {min_version} does not exist yet; the playlist is at {playlist.version}"
         )
     return playlist
+
+
+async def _current_snapshot(
+    ctx: RequestContext, playlist_id: str, min_version: int | None
+) -> Snapshot | None:
+    """The snapshot to answer with, or ``None`` for SQL.
+
+    Only a PUBLIC playlist's: every viewer may read it, so no role query is
+    needed to decide visibility (``viewerRole`` still loads the role). Once a
+    request reads a playlist from SQL it keeps doing so, so its later reads
+    of that playlist agree with the first.
+    """
+    if ctx.services.snapshots is None or playlist_id in ctx.loaders.sql_only:
+        return None
+    snapshot = await ctx.loaders.snapshot.load((playlist_id, min_version))
+    if (
+        snapshot is None
+        or snapshot.playlist.visibility is not Visibility.PUBLIC
+        or snapshot.playlist.deleted
+    ):
+        ctx.loaders.sql_only.add(playlist_id)
+        return None
+    return snapshot
+
+
+def _snapshot_page(
+    ctx: RequestContext, playlist: Playlist, size: int, *, first_page: bool
+) -> EntriesPage | None:
+    """The first page from the snapshot ``playlist`` was served from, if it holds it."""
+    snapshot = ctx.loaders.served.get(playlist.id)
+    cache = ctx.services.snapshots
+    if not first_page or snapshot is None or cache is None or snapshot.playlist != playlist:
+        return None
+    if size > cache.page_size and snapshot.has_more:
+        return None
+    page = snapshot.first_page(size)
+    if page is None:
+        return None
+    items, has_next = page
+    return EntriesPage(items, has_next, False, playlist.entry_count, snapshot.version)
 
 
 async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
@@ -102,6 +158,10 @@ async def entries_page(
 ) -> EntriesPage:
     """A keyset page of live entries, read with the version and count it belongs to."""
     size, from_end = page_size(ctx, first, last)
+    first_page = after is None and before is None and not from_end
+    cached = _snapshot_page(ctx, playlist, size, first_page=first_page)
+    if cached is not None:
+        return cached
     async with ctx.services.db.read() as conn:
         header = await repository.get_playlist(conn, playlist.id)
         if header is None:

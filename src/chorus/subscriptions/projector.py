@@ -1,0 +1,182 @@
+"""The cache projector: Kafka events → Redis snapshots of PUBLIC playlists.
+
+``chorus project-cache`` consumes the events topic in its own consumer group.
+An event only says *that* a playlist reached a version; the projector reads
+the playlist's **current** header and first page from SQL (one read
+transaction) and stores that as the snapshot, or removes the snapshot when
+the playlist is no longer PUBLIC or was deleted. So an event lost or skipped
+costs nothing but cache hits: the next event of the playlist repairs it, and
+until then the API serves SQL because the head version (raised by every
+commit) is ahead of the snapshot.
+
+Per ``getmany`` batch: decode (garbage is logged and skipped), keep each
+playlist's highest version, drop playlists whose stored snapshot is already at
+or past it (idempotent by version: duplicates from an at-least-once relay,
+replays after a rebalance or a broker restart), read the rest from SQL, write
+them in one Redis pipeline, and only then commit the offsets. Redis or
+database errors retry the same batch with backoff, committing nothing.
+
+Tansu keeps its log in memory: after a broker restart offsets start at 0
+again. An out-of-range position resets to the earliest offset
+(``auto_offset_reset``); any other consumer failure closes the consumer and
+joins the group again after a backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import IllegalStateError
+from redis.asyncio import Redis
+
+from chorus.db import listing, repository
+from chorus.db.engine import Database
+from chorus.domain.model import Visibility
+from chorus.metrics import CONSUMER_LAG, PROJECTOR_APPLIED
+from chorus.subscriptions.kafka import KafkaConfig, consumer, ensure_topic
+from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
+from chorus.subscriptions.wire import decode_event
+
+log = logging.getLogger("chorus.projector")
+
+
+class CacheProjector:
+    """Keeps Redis snapshots of PUBLIC playlists at their latest version.
+
+    Args:
+        config: the events topic.
+        redis: where snapshots go.
+        db: where the current state is read.
+        group_id: the consumer group (one per deployment).
+        page_size: live entries per snapshot (the API's first page).
+        retry_max_s: the longest wait between retries (backoff doubles up to it).
+
+    Attributes:
+        records: Kafka records consumed and committed since start (garbage included).
+        applied: snapshots written or removed since start.
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        redis: Redis,
+        db: Database,
+        *,
+        group_id: str = "chorus-cache-projector",
+        page_size: int = 50,
+        retry_max_s: float = 5.0,
+    ) -> None:
+        self._config = config
+        self._store = SnapshotStore(redis)
+        self._db = db
+        self._group_id = group_id
+        self._page_size = page_size
+        self._retry_max_s = retry_max_s
+        self.records = 0
+        self.applied = 0
+
+    async def run(self) -> None:
+        """Consume and project until cancelled; every failure is retried."""
+        backoff = 0.0
+        while True:
+            kafka = consumer(self._config, self._group_id, client_id="chorus-cache-projector")
+            try:
+                await ensure_topic(self._config)
+                await kafka.start()
+                log.info("cache projector consuming %s", self._config.topic)
+                backoff = 0.0
+                await self._consume(kafka)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                backoff = min(max(backoff * 2, 0.2), self._retry_max_s)
+                log.exception("cache projector consumer failed; rejoining in %.1fs", backoff)
+            finally:
+                await kafka.stop()
+            await asyncio.sleep(backoff)
+
+    async def _consume(self, kafka: AIOKafkaConsumer) -> None:
+        while True:
+            batch = await kafka.getmany(timeout_ms=1_000)
+            latest: dict[str, int] = {}
+            for records in batch.values():
+                for record in records:
+                    try:
+                        event = decode_event(record.value)
+                    except (ValueError, TypeError):
+                        log.warning("skipping a record that is not an event at %s", record.offset)
+                        continue
+                    pid, version = event["playlist_id"], event["version"]
+                    latest[pid] = max(version, latest.get(pid, -1))
+            if latest:
+                await self._apply_until_done(latest)
+            if batch:
+                await kafka.commit()
+                self.records += sum(len(records) for records in batch.values())
+            await self._measure_lag(kafka)
+
+    async def _apply_until_done(self, latest: dict[str, int]) -> None:
+        backoff = 0.0
+        while True:
+            try:
+                await self.apply(latest)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
+                log.exception("cache projection failed; retrying in %.1fs", backoff)
+                await asyncio.sleep(backoff)
+
+    async def apply(self, latest: dict[str, int]) -> int:
+        """Bring the snapshots of these playlists to at least these versions.
+
+        Args:
+            latest: playlist id → the newest version an event announced.
+
+        Returns:
+            how many snapshots were written or removed.
+
+        Raises:
+            redis.RedisError, OSError, sqlalchemy.exc.SQLAlchemyError: nothing
+                is lost; call again.
+        """
+        stored = await self._store.versions(latest)
+        due = {p: v for p, v in latest.items() if stored.get(p, -1) < v}
+        if not due:
+            return 0
+        async with self._db.read() as conn:
+            headers = await listing.get_playlists(conn, due)
+            snapshots = {
+                pid: Snapshot.read(
+                    header,
+                    await repository.entries_page(conn, pid, limit=self._page_size + 1),
+                    self._page_size,
+                )
+                for pid, header in headers.items()
+                if header.visibility is Visibility.PUBLIC and not header.deleted
+            }
+        removes = {
+            pid: max(version, headers[pid].version if pid in headers else -1)
+            for pid, version in due.items()
+            if pid not in snapshots
+        }
+        changed = await self._store.write(list(snapshots.values()), removes)
+        self.applied += changed
+        PROJECTOR_APPLIED.inc(changed)
+        return changed
+
+    async def _measure_lag(self, kafka: AIOKafkaConsumer) -> None:
+        lag = 0
+        partition: TopicPartition
+        for partition in kafka.assignment():
+            end = kafka.highwater(partition)
+            if end is None:
+                continue
+            try:
+                lag += max(end - await kafka.position(partition), 0)
+            except IllegalStateError:
+                return  # a rebalance took the partition away; measure next time
+        CONSUMER_LAG.labels(group=self._group_id).set(lag)
