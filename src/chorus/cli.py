@@ -1,6 +1,9 @@
 """The ``chorus`` command line.
 
-    chorus serve                  run the API (GraphiQL at /graphql)
+    chorus serve [--with-workers] run the API (GraphiQL at /graphql)
+    chorus relay                  full profile: outbox → Kafka
+    chorus fanout                 full profile: Kafka → Redis pub/sub
+    chorus project-cache          full profile: Kafka → Redis snapshots
     chorus token USER             print a bearer token for USER
     chorus export-schema          print the schema as SDL (schema.graphql)
     chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
@@ -139,10 +142,19 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings()
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
+    if args.with_workers and not settings.full_profile:
+        _fail(
+            "--with-workers needs the full profile: set CHORUS_KAFKA_BOOTSTRAP_SERVERS "
+            "and CHORUS_REDIS_URL"
+        )
     upgrade(settings.database_url)
-    app = create_app(settings)
+    app = create_app(settings, with_workers=args.with_workers)
+    profile = "full" if settings.full_profile else "embedded"
+    if args.with_workers:
+        profile += ", with relay, fanout and cache projector in this process"
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
+        f"  profile:  {profile}\n"
         f"  database: {settings.database_url}\n"
         f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
@@ -156,6 +168,41 @@ def _serve(args: argparse.Namespace) -> int:
         ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
     )
     return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+
+    from chorus.db.migrate import upgrade
+    from chorus.workers import run_until_stopped
+
+    settings = _settings()
+    if not settings.full_profile:
+        _fail(
+            f"chorus {args.command} needs the full profile: set "
+            "CHORUS_KAFKA_BOOTSTRAP_SERVERS and CHORUS_REDIS_URL"
+        )
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    upgrade(settings.database_url)
+    if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, addr=settings.host)
+    print(f"chorus {args.command} running (Ctrl-C stops it)", flush=True)
+    asyncio.run(run_until_stopped(settings, [args.command]))
+    return 0
+
+
+def _port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError("must be a TCP port between 1 and 65535")
+    return number
 
 
 def _token(args: argparse.Namespace) -> int:
@@ -221,7 +268,28 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    serve.add_argument(
+        "--with-workers",
+        action="store_true",
+        help="full profile: also run the relay, fanout and cache projector in this process",
+    )
     serve.set_defaults(run=_serve)
+
+    for name, text in (
+        ("relay", "full profile: publish the outbox to Kafka"),
+        ("fanout", "full profile: Kafka events to Redis pub/sub"),
+        ("project-cache", "full profile: Kafka events to Redis snapshots of PUBLIC playlists"),
+    ):
+        worker = commands.add_parser(name, help=text)
+        worker.add_argument(
+            "--metrics-port", type=_port, help="serve Prometheus /metrics on this port"
+        )
+        worker.add_argument(
+            "--log-level",
+            default="info",
+            choices=["critical", "error", "warning", "info", "debug"],
+        )
+        worker.set_defaults(run=_worker)
 
     catalog = commands.add_parser("catalog", help="the media catalog as a separate service")
     catalog_commands = catalog.add_subparsers(

@@ -192,6 +192,16 @@ class Follower:
 async def test_writers_and_reconnecting_subscribers_converge(
     server: ChorusServer, api: Api
 ) -> None:
+    await converge(api, api)
+
+
+async def converge(writing: Api, following_api: Api) -> None:
+    """Writers edit through ``writing``'s server; followers subscribe on ``following_api``'s.
+
+    With two API processes of the full profile, every event a follower gets
+    crossed outbox → relay → Kafka → fanout → Redis pub/sub → the other process.
+    """
+    api, server = writing, following_api.server
     playlist_id = create_playlist(api, visibility="PUBLIC", collaborative=True)
     base = add(api, playlist_id, [track(n) for n in range(1, 11)], 0)["version"]
     writers = ["alice"] + [f"writer-{n}" for n in range(1, WRITERS)]
@@ -208,7 +218,7 @@ async def test_writers_and_reconnecting_subscribers_converge(
         )["version"]
 
     final: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    followers = [Follower(server, api, n, playlist_id) for n in range(SUBSCRIBERS)]
+    followers = [Follower(server, following_api, n, playlist_id) for n in range(SUBSCRIBERS)]
     following = [asyncio.create_task(f.run(final)) for f in followers]
     async with httpx.AsyncClient(timeout=60) as http:
         editors = [Writer(api, http, user, playlist_id) for user in writers]

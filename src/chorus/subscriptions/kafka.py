@@ -62,10 +62,13 @@ async def ensure_topic(config: KafkaConfig) -> None:
             return
         topic = NewTopic(config.topic, num_partitions=config.partitions, replication_factor=1)
         try:
-            await admin.create_topics([topic])
-            log.info("created topic %s with %d partitions", config.topic, config.partitions)
+            response = await admin.create_topics([topic])
         except TopicAlreadyExistsError:
-            pass  # another process won the race
+            return  # another process won the race
+        # Some brokers (Tansu) answer "already exists" in the response instead.
+        errors = [code for _, code, *_ in getattr(response, "topic_errors", [])]
+        if not any(errors):
+            log.info("created topic %s with %d partitions", config.topic, config.partitions)
     finally:
         await admin.close()
 

@@ -17,9 +17,11 @@ them in one Redis pipeline, and only then commit the offsets. Redis or
 database errors retry the same batch with backoff, committing nothing.
 
 Tansu keeps its log in memory: after a broker restart offsets start at 0
-again. An out-of-range position resets to the earliest offset
-(``auto_offset_reset``); any other consumer failure closes the consumer and
-joins the group again after a backoff.
+again and the group's committed offsets are gone, so the rejoined consumer
+starts from the earliest offset. Events the broker lost are not needed: the
+next event of a playlist makes the projector read its current state from
+SQL. Any consumer failure closes the consumer and joins the group again
+after a backoff.
 """
 
 from __future__ import annotations

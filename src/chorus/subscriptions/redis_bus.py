@@ -277,7 +277,7 @@ class RedisBus:
 
     def _handle(self, reply: Any) -> None:
         """One RESP2 pub/sub reply: a message, a (un)subscribe confirmation or a pong."""
-        if reply is None:
+        if reply is None or reply == b"PONG":  # PONG: the answer while nothing is subscribed
             return
         kind = reply[0]
         if kind == b"message":

@@ -21,8 +21,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from aiokafka.errors import KafkaError
+
 from chorus.db import outbox
-from chorus.db.engine import Database
+from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
 from chorus.metrics import RELAY_ERRORS, RELAY_PUBLISHED
 from chorus.subscriptions.bus import Bus
@@ -122,10 +124,13 @@ class OutboxRelay:
                 backoff = 0.0
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 RELAY_ERRORS.inc()
                 backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
-                log.exception("outbox relay failed; retrying in %.1fs", backoff)
+                if isinstance(exc, DatabaseUnavailable | KafkaError):
+                    log.warning("outbox relay: %s; retrying in %.1fs", exc, backoff)
+                else:
+                    log.exception("outbox relay failed; retrying in %.1fs", backoff)
                 await asyncio.sleep(backoff)
                 continue
             with contextlib.suppress(TimeoutError):

@@ -1,0 +1,305 @@
+"""``/readyz`` and ``/metrics`` against real servers, stopped and started again.
+
+The handlers of :mod:`chorus.health` run in a small Starlette app here, so
+each dependency can be stopped on its own; the served app (``chorus serve``)
+is checked at the end with the same endpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis
+from prometheus_client import REGISTRY
+from starlette.applications import Starlette
+from starlette.routing import Route
+from strawberry.schema.exceptions import CannotGetOperationTypeError
+
+from chorus import health
+from chorus.auth import mint_token
+from chorus.db.engine import Database
+from chorus.db.store import PlaylistStore
+from chorus.domain.commands import CreatePlaylist
+from chorus.graphql.metrics import OperationNames
+from chorus.graphql.schema import build_schema
+from chorus.resolvers.context import Services
+from chorus.subscriptions.bus import InProcessBus
+from chorus.subscriptions.hub import Hub
+from tests.servers import TEST_SECRET, ChorusServer, RedisServer, TansuServer, free_port
+
+
+def _app(checks: list[health.Check], services: Any = None) -> Starlette:
+    app = Starlette(routes=[Route("/readyz", health.readyz), Route("/metrics", health.metrics)])
+    app.state.readiness = checks
+    if services is not None:
+        app.state.services = services
+    return app
+
+
+@pytest.fixture
+async def client_for() -> AsyncIterator[Any]:
+    clients: list[httpx.AsyncClient] = []
+
+    def make(app: Starlette) -> httpx.AsyncClient:
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+async def _readyz(client: httpx.AsyncClient) -> tuple[int, dict[str, Any], float]:
+    started = time.monotonic()
+    response = await client.get("/readyz")
+    body: dict[str, Any] = response.json()
+    return response.status_code, body, time.monotonic() - started
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_readyz_names_the_dependency_that_is_down(
+    pg_database: Database,
+    private_redis: RedisServer,
+    private_tansu: TansuServer,
+    client_for: Any,
+) -> None:
+    redis_client = redis.Redis.from_url(
+        private_redis.url, socket_timeout=1.0, socket_connect_timeout=1.0
+    )
+    checks = [
+        health.database_check(pg_database),
+        health.redis_check(redis_client),
+        health.kafka_check(private_tansu.bootstrap_servers),
+    ]
+    client = client_for(_app(checks))
+    try:
+        status, body, _ = await _readyz(client)
+        assert status == 200, body
+        assert body == {
+            "status": "ready",
+            "checks": {"postgresql": "ok", "redis": "ok", "kafka": "ok"},
+        }
+
+        await asyncio.to_thread(private_redis.kill)
+        status, body, took = await _readyz(client)
+        assert status == 503, body
+        assert body["status"] == "unavailable"
+        assert body["checks"]["redis"].startswith("down: "), body
+        assert body["checks"]["postgresql"] == body["checks"]["kafka"] == "ok"
+        assert took < 2.5
+
+        await asyncio.to_thread(private_tansu.kill)
+        status, body, took = await _readyz(client)
+        assert status == 503
+        assert body["checks"]["kafka"].startswith("down: "), body
+        assert body["checks"]["redis"].startswith("down: ")
+        assert took < 2.5
+
+        # Both back on their ports: the same checks (and Kafka client) recover.
+        await asyncio.to_thread(private_redis.start)
+        await asyncio.to_thread(private_tansu.start)
+        status, body, _ = await _readyz(client)
+        assert status == 200, body
+    finally:
+        await health.close_checks(checks)
+        await redis_client.aclose()
+
+
+async def test_readyz_bounds_a_dependency_that_hangs(client_for: Any) -> None:
+    async def hangs() -> None:
+        await asyncio.sleep(30)
+
+    async def fine() -> None:
+        return None
+
+    checks = [health.Check("slow", hangs), health.Check("other", fine), health.Check("x", hangs)]
+    status, body, took = await _readyz(client_for(_app(checks)))
+    assert status == 503
+    assert body["checks"] == {
+        "slow": "down: no answer within 1s",
+        "other": "ok",
+        "x": "down: no answer within 1s",
+    }
+    assert took < 1.8  # concurrently, not one after another
+
+
+async def test_readyz_database_down_names_it(client_for: Any) -> None:
+    db = Database(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/postgres")
+    try:
+        status, body, took = await _readyz(client_for(_app([health.database_check(db)])))
+    finally:
+        await db.dispose()
+    assert status == 503
+    assert body["checks"]["postgresql"].startswith("down: DatabaseUnavailable: "), body
+    assert took < 2.0
+
+
+async def test_metrics_sets_backlog_and_subscriber_gauges(
+    pg_database: Database, client_for: Any
+) -> None:
+    store = PlaylistStore(pg_database)  # no relay: the outbox keeps its event
+    await store.create(CreatePlaylist(operation_id="op-metrics", title="Backlog"), "alice")
+    hub = Hub(InProcessBus())
+    member = await hub.join("some-playlist")
+    services = Services(db=pg_database, store=store, catalog=None, limits=store.limits, hub=hub)  # type: ignore[arg-type]
+    client = client_for(_app([], services))
+
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    assert _sample("chorus_outbox_backlog") == 1.0
+    assert _sample("chorus_outbox_oldest_unpublished_age_seconds") >= 0.0
+    assert _sample("chorus_live_subscribers") == 1.0
+    assert "chorus_outbox_backlog 1.0" in response.text
+
+    await hub.leave(member)
+    await client.get("/metrics")
+    assert _sample("chorus_live_subscribers") == 0.0
+
+
+async def test_metrics_answers_while_the_database_is_away(client_for: Any) -> None:
+    db = Database(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/postgres")
+    services = Services(db=db, store=None, catalog=None, limits=None, hub=None)  # type: ignore[arg-type]
+    try:
+        started = time.monotonic()
+        response = await client_for(_app([], services)).get("/metrics")
+    finally:
+        await db.dispose()
+    assert response.status_code == 200
+    assert "chorus_outbox_backlog" in response.text
+    assert time.monotonic() - started < 2.0
+
+
+async def test_operations_are_timed_by_type_and_name() -> None:
+    schema = build_schema()
+
+    def count(operation_type: str, name: str) -> float:
+        return _sample(
+            "chorus_graphql_request_seconds_count",
+            operation_type=operation_type,
+            operation_name=name,
+        )
+
+    before = {
+        key: count(*key)
+        for key in [("query", "HealthProbe"), ("query", "anonymous"), ("unknown", "unknown")]
+    }
+    await schema.execute("query HealthProbe { __typename }")
+    await schema.execute("query HealthProbe { __typename }")
+    await schema.execute("{ __typename }")
+    await schema.execute("query {")  # a syntax error: no operation to name
+    with pytest.raises(CannotGetOperationTypeError):  # the view answers 400
+        await schema.execute("query A { __typename }", operation_name="Missing")
+    assert count("query", "HealthProbe") == before["query", "HealthProbe"] + 2
+    assert count("query", "anonymous") == before["query", "anonymous"] + 1
+    assert count("unknown", "unknown") == before["unknown", "unknown"] + 2
+
+
+async def test_subscriptions_are_counted_not_timed() -> None:
+    schema = build_schema()
+    labels = {"operation_name": "WatchHealth"}
+    before = _sample("chorus_graphql_subscriptions_total", **labels)
+    stream = await schema.subscribe(
+        'subscription WatchHealth { playlistEvents(playlistId: "x", sinceVersion: 0) '
+        "{ __typename } }",
+        context_value=None,
+    )
+    assert hasattr(stream, "__aiter__")
+    async for _ in stream:  # no context: the stream fails at once, after it started
+        break
+    await stream.aclose()
+    assert _sample("chorus_graphql_subscriptions_total", **labels) == before + 1
+    timed = _sample(
+        "chorus_graphql_request_seconds_count",
+        operation_type="subscription",
+        operation_name="WatchHealth",
+    )
+    assert timed == 0.0
+
+
+def test_operation_names_are_bounded() -> None:
+    names = OperationNames(limit=2)
+    assert [names.label(n) for n in ["A", "B", "C", "A", None, ""]] == [
+        "A",
+        "B",
+        "other",
+        "A",
+        "anonymous",
+        "anonymous",
+    ]
+    assert OperationNames().label("not a name!") == "other"
+    assert OperationNames().label("x" * 101) == "other"
+
+
+@pytest.fixture
+def embedded_server(tmp_path: Path) -> Iterator[ChorusServer]:
+    server = ChorusServer(f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}", tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_served_app_has_readyz_and_metrics(embedded_server: ChorusServer) -> None:
+    base = embedded_server.base_url
+    ready = httpx.get(f"{base}/readyz", timeout=5)
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "checks": {"sqlite": "ok"}}
+
+    token = mint_token(TEST_SECRET, "alice")
+    body = {"query": "query WhoAmI { viewer { user { id } } }"}
+    answer = httpx.post(
+        embedded_server.url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=5
+    )
+    assert answer.json() == {"data": {"viewer": {"user": {"id": "alice"}}}}
+
+    scraped = httpx.get(f"{base}/metrics", timeout=5)
+    assert scraped.status_code == 200
+    assert (
+        'chorus_graphql_request_seconds_count{operation_name="WhoAmI",operation_type="query"} 1.0'
+        in scraped.text
+    )
+    assert "chorus_live_subscribers 0.0" in scraped.text
+    assert "chorus_outbox_backlog 0.0" in scraped.text
+
+
+def test_served_full_profile_names_redis_and_kafka(
+    pg_url: str, private_redis: RedisServer, private_tansu: TansuServer, tmp_path: Path
+) -> None:
+    server = ChorusServer(
+        pg_url,
+        tmp_path,
+        CHORUS_REDIS_URL=private_redis.url,
+        CHORUS_KAFKA_BOOTSTRAP_SERVERS=private_tansu.bootstrap_servers,
+        CHORUS_KAFKA_IDEMPOTENT_PRODUCER="false",
+    )
+    server.start()
+    try:
+        ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {"postgresql": "ok", "redis": "ok", "kafka": "ok"}
+
+        private_redis.kill()
+        private_tansu.kill()
+        ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
+        assert ready.status_code == 503
+        checks = ready.json()["checks"]
+        assert checks["postgresql"] == "ok"
+        assert checks["redis"].startswith("down: "), checks
+        assert checks["kafka"].startswith("down: "), checks
+
+        private_redis.start()
+        private_tansu.start()
+        ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+    finally:
+        server.stop()

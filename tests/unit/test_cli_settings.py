@@ -1,0 +1,83 @@
+"""Bad settings and arguments: exit status 2 and one line naming the problem, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from chorus.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(list(argv))
+    code = exited.value.code
+    assert isinstance(code, int)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"CHORUS_REDIS_URL": "redis://127.0.0.1:6379/0"}, "go together"),
+        ({"CHORUS_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092"}, "go together"),
+        (
+            {"CHORUS_KAFKA_BOOTSTRAP_SERVERS": "localhost", "CHORUS_REDIS_URL": "redis://x"},
+            "CHORUS_KAFKA_BOOTSTRAP_SERVERS",
+        ),
+        (
+            {"CHORUS_KAFKA_BOOTSTRAP_SERVERS": "h:99999", "CHORUS_REDIS_URL": "redis://x"},
+            "CHORUS_KAFKA_BOOTSTRAP_SERVERS",
+        ),
+        (
+            {"CHORUS_KAFKA_BOOTSTRAP_SERVERS": "h:9092", "CHORUS_REDIS_URL": "http://x"},
+            "CHORUS_REDIS_URL",
+        ),
+        ({"CHORUS_KAFKA_TOPIC": "bad topic!"}, "CHORUS_KAFKA_TOPIC"),
+        ({"CHORUS_KAFKA_TOPIC": "x" * 300}, "CHORUS_KAFKA_TOPIC"),
+        ({"CHORUS_KAFKA_TOPIC_PARTITIONS": "0"}, "CHORUS_KAFKA_TOPIC_PARTITIONS"),
+        ({"CHORUS_KAFKA_IDEMPOTENT_PRODUCER": "perhaps"}, "CHORUS_KAFKA_IDEMPOTENT_PRODUCER"),
+        ({"CHORUS_SNAPSHOT_PAGE_SIZE": "-1"}, "CHORUS_SNAPSHOT_PAGE_SIZE"),
+        ({"CHORUS_REDIS_BREAKER_RESET_S": "0"}, "CHORUS_REDIS_BREAKER_RESET_S"),
+    ],
+)
+@pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache"])
+def test_bad_full_profile_settings_exit_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    named: str,
+    command: str,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, err = _run(capsys, command)
+    assert code == 2
+    assert err.startswith("chorus: bad settings:")
+    assert named in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["relay", "fanout", "project-cache"])
+def test_workers_refuse_the_embedded_profile(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    code, err = _run(capsys, command)
+    assert code == 2
+    assert "needs the full profile" in err
+    assert "CHORUS_KAFKA_BOOTSTRAP_SERVERS" in err
+
+
+def test_serve_with_workers_refuses_the_embedded_profile(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, err = _run(capsys, "serve", "--with-workers")
+    assert code == 2
+    assert "--with-workers needs the full profile" in err
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "http", "-5"])
+def test_worker_metrics_port_must_be_a_port(capsys: pytest.CaptureFixture[str], port: str) -> None:
+    code, err = _run(capsys, "relay", "--metrics-port", port)
+    assert code == 2
+    assert "--metrics-port" in err
