@@ -129,9 +129,8 @@ async def run_until_stopped(settings: Settings, names: Sequence[str]) -> None:
             finished, _ = await asyncio.wait(
                 [done, *workers.tasks], return_when=asyncio.FIRST_COMPLETED
             )
-            for task in finished:
-                if task is not done and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
             done.cancel()
+            for task in finished - {done}:
+                task.result()  # workers retry every failure: one that ended, crashed
     finally:
         await db.dispose()
