@@ -310,7 +310,7 @@ async def test_with_redis_down_reads_use_sql_behind_an_open_breaker_then_snapsho
     pg_database: Database, store: PlaylistStore, private_redis: RedisServer
 ) -> None:
     client = redis.Redis.from_url(private_redis.url, socket_connect_timeout=0.5)
-    breaker = CircuitBreaker(failures=3, reset_s=0.5)
+    breaker = CircuitBreaker(failures=3, reset_s=3.0)  # longer than the 10 reads below
     cache = SnapshotCache(client, breaker=breaker, timeout_s=0.5)
     try:
         pid = await public_playlist(store, 60)
@@ -354,4 +354,39 @@ async def test_with_redis_down_reads_use_sql_behind_an_open_breaker_then_snapsho
         assert REGISTRY.get_sample_value("chorus_redis_breaker_open") == 0
     finally:
         await cache.aclose()
+        await client.aclose()
+
+
+async def test_a_head_raise_refused_by_redis_is_retried_without_another_commit(
+    pg_database: Database, store: PlaylistStore, private_redis: RedisServer
+) -> None:
+    """Otherwise another process would keep serving the old snapshot (say, of a
+    playlist just made PRIVATE) until this one happened to commit again."""
+    import os
+    import signal
+
+    client = redis.Redis.from_url(private_redis.url, socket_timeout=0.5)
+    try:
+        pid = await public_playlist(store, 2)
+        await project(pg_database, client, pid)
+        committing = SnapshotCache(client, breaker=CircuitBreaker(failures=1, reset_s=0.2))
+        other = SnapshotCache(client, breaker=CircuitBreaker(failures=1, reset_s=0.2))
+        assert await other.get(pid) is not None
+
+        assert private_redis.process is not None
+        os.kill(private_redis.process.pid, signal.SIGSTOP)  # Redis hangs: the raise fails
+        try:
+            committing.committed(pid, 3)
+            await asyncio.sleep(1.0)
+            assert committing.pending_heads == 1
+        finally:
+            os.kill(private_redis.process.pid, signal.SIGCONT)
+
+        deadline = time.monotonic() + 10
+        while committing.pending_heads:
+            assert time.monotonic() < deadline, "the refused head raise was never sent"
+            await asyncio.sleep(0.05)
+        assert await other.get(pid) is None  # the other process no longer serves version 2
+        await committing.aclose()
+    finally:
         await client.aclose()

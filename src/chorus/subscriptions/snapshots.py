@@ -48,6 +48,8 @@ SNAPSHOT_FORMAT = 1
 """The ``"v"`` of the snapshot JSON; bump it (and the key prefix) on any format change."""
 FLUSH_BATCH = 500
 """Head bumps written per pipeline when several are pending (Redis came back)."""
+FLUSH_RETRY_S = 0.5
+"""How often head raises that Redis refused are tried again (seconds)."""
 
 
 class PlaylistHeaderWire(TypedDict):
@@ -408,21 +410,39 @@ class SnapshotCache:
         miss any older snapshot. Needs a running event loop.
         """
         self._remember(playlist_id, version)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_all())
+        self._keep_flushing()
 
     async def bump_head(self, playlist_id: str, version: int) -> None:
         """Raise the head after a commit, through the breaker; never raises.
 
-        A bump that cannot be written now is remembered and sent with the next one.
+        A bump that cannot be written now is remembered and retried in the
+        background every :data:`FLUSH_RETRY_S` until Redis takes it.
         """
         self._remember(playlist_id, version)
-        await self._flush_all()
+        while self._pending and await self._flush():
+            pass
+        if self._pending:
+            self._keep_flushing()
+
+    @property
+    def pending_heads(self) -> int:
+        """Head raises of this process's commits that Redis has not taken yet."""
+        return len(self._pending)
 
     async def aclose(self) -> None:
-        """Wait for a background head bump (the caller closes the Redis client)."""
+        """Send what is pending if Redis answers now, then stop retrying.
+
+        The caller closes the Redis client.
+        """
         if self._flusher is not None:
+            self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
+        while self._pending and await self._flush():
+            pass
+
+    def _keep_flushing(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_all())
 
     def _done(self, playlist_id: str, read: asyncio.Future[_Read | None]) -> None:
         if self._inflight.get(playlist_id) is read:
@@ -451,8 +471,15 @@ class SnapshotCache:
             del self._pending[next(iter(self._pending))]
 
     async def _flush_all(self) -> None:
-        while self._pending and await self._flush():
-            pass
+        """Send remembered heads until none is left, retrying while Redis fails.
+
+        Until then other API processes could serve a snapshot older than a
+        commit of this one — even one that made the playlist PRIVATE — so
+        this does not give up (docs/full-profile.md).
+        """
+        while self._pending:
+            if not await self._flush():
+                await asyncio.sleep(FLUSH_RETRY_S)
 
     async def _flush(self) -> bool:
         """Write up to :data:`FLUSH_BATCH` remembered heads; whether that worked."""
