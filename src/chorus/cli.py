@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -45,6 +46,41 @@ def _settings() -> Settings:
             f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
         )
         _fail(f"bad settings: {problems}")
+
+
+def _migrate(settings: Settings, *, wait: bool) -> None:
+    """Apply migrations to the configured database.
+
+    While the server is unreachable, ``wait`` retries with backoff, one line
+    per attempt (long-running processes, so start order does not matter);
+    otherwise, and for any other failure (no such database, bad password),
+    exit 2 with the reason.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from chorus.db.engine import is_unavailable
+    from chorus.db.migrate import upgrade
+
+    delay = 0.5
+    while True:
+        try:
+            upgrade(settings.database_url)
+            return
+        except Exception as error:
+            cause = error.orig if isinstance(error, DBAPIError) else error
+            reason = " ".join(str(cause).split()) or type(cause).__name__
+            if not (wait and is_unavailable(error)):
+                _fail(f"cannot migrate the database: {reason}")
+            print(
+                f"chorus: database not reachable ({reason}); retrying in {delay:g}s",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                time.sleep(delay)
+            except KeyboardInterrupt:
+                raise SystemExit(130) from None
+            delay = min(delay * 2, 10.0)
 
 
 def _user(value: str) -> str:
@@ -72,10 +108,9 @@ def _catalog_serve(args: argparse.Namespace) -> int:
     from chorus.catalog.embedded import EmbeddedCatalog
     from chorus.catalog.service import create_catalog_app
     from chorus.db.engine import Database
-    from chorus.db.migrate import upgrade
 
     settings = _settings()
-    upgrade(settings.database_url)
+    _migrate(settings, wait=True)
     app = create_catalog_app(EmbeddedCatalog(Database(settings.database_url)))
     print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
@@ -125,10 +160,8 @@ def _days(value: str) -> float:
 
 
 def _db_upgrade(_args: argparse.Namespace) -> int:
-    from chorus.db.migrate import upgrade
-
     settings = _settings()
-    upgrade(settings.database_url)
+    _migrate(settings, wait=False)
     print(f"database is at the latest schema: {settings.database_url}")
     return 0
 
@@ -137,7 +170,6 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from chorus.app import create_app
-    from chorus.db.migrate import upgrade
 
     settings = _settings()
     host = args.host or settings.host
@@ -147,7 +179,7 @@ def _serve(args: argparse.Namespace) -> int:
             "--with-workers needs the full profile: set CHORUS_KAFKA_BOOTSTRAP_SERVERS "
             "and CHORUS_REDIS_URL"
         )
-    upgrade(settings.database_url)
+    _migrate(settings, wait=True)
     app = create_app(settings, with_workers=args.with_workers)
     profile = "full" if settings.full_profile else "embedded"
     if args.with_workers:
@@ -173,7 +205,6 @@ def _serve(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     import logging
 
-    from chorus.db.migrate import upgrade
     from chorus.workers import run_until_stopped
 
     settings = _settings()
@@ -185,7 +216,8 @@ def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    upgrade(settings.database_url)
+    if args.command != "fanout":  # the only worker that never touches SQL
+        _migrate(settings, wait=True)
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
 
