@@ -196,6 +196,12 @@ class Fanout:
                 await kafka.start()
                 log.info("fanout consuming %s in group %s", self._config.topic, self._group_id)
                 await self._consume(kafka, backoff)
+            except (KafkaError, OSError) as exc:
+                log.warning(
+                    "fanout consumer failed (%s: %s); joining the group again",
+                    type(exc).__name__,
+                    exc,
+                )
             except Exception:
                 log.exception("fanout consumer failed; joining the group again")
             finally:

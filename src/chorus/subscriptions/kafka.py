@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError, UnknownError
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.subscriptions.wire import DEFAULT_TOPIC, encode_event
@@ -103,8 +103,13 @@ class KafkaPublisher:
             )
             try:
                 await producer.start()
-            except BaseException:
+            except BaseException as exc:
                 await producer.stop()
+                if self._config.idempotent and isinstance(exc, UnknownError):
+                    log.warning(
+                        "the broker refused the idempotent producer; brokers without "
+                        "InitProducerId (Tansu) need CHORUS_KAFKA_IDEMPOTENT_PRODUCER=false"
+                    )
                 raise
             self._producer = producer
         return self._producer
@@ -128,8 +133,14 @@ class KafkaPublisher:
                 for event in events
             ]
             await asyncio.gather(*sent)
-        except BaseException:
+        except BaseException as exc:
             await self.aclose()  # reconnect, and ensure the topic, next time
+            if self._config.idempotent and isinstance(exc, UnknownError):
+                log.warning(
+                    "the broker answered the idempotent producer with an unknown error; "
+                    "brokers without InitProducerId (Tansu) need "
+                    "CHORUS_KAFKA_IDEMPOTENT_PRODUCER=false"
+                )
             raise
 
     async def aclose(self) -> None:

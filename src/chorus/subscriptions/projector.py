@@ -30,11 +30,12 @@ import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import IllegalStateError
+from aiokafka.errors import IllegalStateError, KafkaError
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from chorus.db import listing, repository
-from chorus.db.engine import Database
+from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.model import Visibility
 from chorus.metrics import CONSUMER_LAG, PROJECTOR_APPLIED
 from chorus.subscriptions.kafka import KafkaConfig, consumer, ensure_topic
@@ -42,6 +43,17 @@ from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
 from chorus.subscriptions.wire import decode_event
 
 log = logging.getLogger("chorus.projector")
+
+
+EXPECTED_OUTAGES = (RedisError, OSError, KafkaError, DatabaseUnavailable)
+"""Failures of a server that is away: one warning line each, no traceback."""
+
+
+def _log_failure(exc: Exception, message: str, backoff: float) -> None:
+    if isinstance(exc, EXPECTED_OUTAGES):
+        log.warning(message + " (%s: %s)", backoff, type(exc).__name__, exc)
+    else:
+        log.exception(message, backoff)
 
 
 class CacheProjector:
@@ -92,9 +104,9 @@ class CacheProjector:
                 await self._consume(kafka)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 backoff = min(max(backoff * 2, 0.2), self._retry_max_s)
-                log.exception("cache projector consumer failed; rejoining in %.1fs", backoff)
+                _log_failure(exc, "cache projector consumer failed; rejoining in %.1fs", backoff)
             finally:
                 await kafka.stop()
             await asyncio.sleep(backoff)
@@ -127,9 +139,9 @@ class CacheProjector:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
-                log.exception("cache projection failed; retrying in %.1fs", backoff)
+                _log_failure(exc, "cache projection failed; retrying in %.1fs", backoff)
                 await asyncio.sleep(backoff)
 
     async def apply(self, latest: dict[str, int]) -> int:

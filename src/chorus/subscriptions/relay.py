@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
@@ -26,10 +27,13 @@ from aiokafka.errors import KafkaError
 from chorus.db import outbox
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
-from chorus.metrics import RELAY_ERRORS, RELAY_PUBLISHED
+from chorus.metrics import OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE, RELAY_ERRORS, RELAY_PUBLISHED
 from chorus.subscriptions.bus import Bus
 
 log = logging.getLogger("chorus.relay")
+
+BACKLOG_REPORT_S = 5.0
+"""How often the relay sets the outbox gauges (seconds)."""
 
 
 class Publisher(Protocol):
@@ -113,10 +117,28 @@ class OutboxRelay:
         RELAY_PUBLISHED.inc(len(rows))
         return len(rows)
 
+    async def report_backlog(self) -> None:
+        """Set the outbox gauges (backlog, oldest unpublished age); never raises.
+
+        The relay's own process serves them on ``--metrics-port``; an API
+        process sets them again on each ``/metrics`` scrape.
+        """
+        try:
+            async with self._db.read() as conn:
+                count, oldest_age_s = await outbox.backlog(conn, self._clock())
+        except Exception:
+            return
+        OUTBOX_BACKLOG.set(count)
+        OUTBOX_OLDEST_AGE.set(oldest_age_s)
+
     async def run(self) -> None:
         """Drain forever (until cancelled); failures are logged and retried with backoff."""
         backoff = 0.0
+        reported = -BACKLOG_REPORT_S
         while True:
+            if time.monotonic() - reported >= BACKLOG_REPORT_S:
+                reported = time.monotonic()
+                await self.report_backlog()
             self._wake.clear()
             try:
                 while await self.drain_once() == self._batch_size:
