@@ -64,3 +64,15 @@ async def test_a_subscribe_payload_without_a_string_query_closes_with_4400(
     async with httpx.AsyncClient(timeout=5) as client:
         health = (await client.get(f"{server.base_url}/healthz")).json()
     assert health["status"] == "ok"
+
+
+@pytest.mark.parametrize("operation_id", [5, None, "", "x" * 129, ["1"]])
+async def test_a_subscribe_id_that_is_not_a_short_string_closes_with_4400(
+    server: ChorusServer, operation_id: object
+) -> None:
+    frame = {"type": "subscribe", "payload": {"query": "subscription { __typename }"}}
+    if operation_id is not None:
+        frame["id"] = operation_id
+    code, reason = await _closed_after(server, [json.dumps(frame)])
+    assert code == 4400
+    assert "string id" in reason

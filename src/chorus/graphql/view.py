@@ -43,6 +43,9 @@ from chorus.graphql.schema import build_schema
 from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
 
+MAX_OPERATION_ID = 128
+"""Longest ``id`` of a ``subscribe`` message (characters)."""
+
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
@@ -70,6 +73,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
 
     async def handle_subscribe(self, message: SubscribeMessage) -> None:
         payload = message.get("payload")
+        operation_id: object = message.get("id")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
+            # The protocol's id is a string; every result echoes it, so it is bounded.
+            await self.handle_invalid_message(
+                f"subscribe needs a string id of 1 to {MAX_OPERATION_ID} characters"
+            )
+            return
         if (
             not isinstance(payload, dict)
             or not isinstance(payload.get("query"), str)
