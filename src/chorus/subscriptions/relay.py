@@ -156,4 +156,5 @@ class OutboxRelay:
                 await asyncio.sleep(backoff)
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_interval_s)
+                async with asyncio.timeout(self._poll_interval_s):  # not wait_for: on 3.11
+                    await self._wake.wait()  # it can swallow a cancel that meets a wake-up
