@@ -30,7 +30,7 @@ from gql.client import AsyncClientSession
 from gql.transport.exceptions import TransportConnectionFailed, TransportQueryError
 from gql.transport.websockets import WebsocketsTransport
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConcurrencyError, ConnectionClosed
 from websockets.typing import Subprotocol
 
 from tests.e2e.conftest import Api
@@ -111,6 +111,11 @@ async def gql_session(server: ChorusServer, token: str | None) -> AsyncIterator[
         url=ws_url(server),
         subprotocols=[WebsocketsTransport.GRAPHQLWS_SUBPROTOCOL],
         init_payload={"Authorization": f"Bearer {token}"} if token else {},
+        # gql stops reading its socket once it starts closing. With websockets'
+        # default flow control (max_queue=16) more than 16 events still in flight
+        # would pause reading, the server's close frame would never be read and
+        # every close would wait out close_timeout (10 s). See close_socket.
+        connect_args={"max_queue": None},
     )
     async with Client(transport=transport) as session:
         yield session
@@ -136,7 +141,7 @@ class GqlSubscriber:
         self.queue.put_nowait(RuntimeError("the subscription completed"))
 
     async def take(self, count: int) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for _ in range(count):
             item = await asyncio.wait_for(self.queue.get(), TIMEOUT_S)
             if isinstance(item, BaseException):
@@ -208,7 +213,7 @@ class JsSubscriber:
         return line
 
     async def events(self, count: int) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for _ in range(count):
             line = await self.line()
             assert "event" in line, (out, line)
@@ -245,6 +250,33 @@ async def open_socket(server: ChorusServer, token: str | None) -> ClientConnecti
     return ws
 
 
+async def close_socket(ws: ClientConnection) -> None:
+    """The closing handshake, reading (and dropping) what the server still sends.
+
+    A client that stopped reading must keep doing so until the server's close
+    frame arrives: once more than ``max_queue`` (16) messages wait unread,
+    websockets pauses reading the socket, so it never sees that frame and
+    ``close()`` only ends after ``close_timeout`` (10 s), as happens when a
+    burst of events is in flight. Cancelled half-way, the connection is
+    aborted: no socket is ever left open.
+    """
+
+    async def drain() -> None:
+        with contextlib.suppress(ConnectionClosed, ConcurrencyError):
+            while True:
+                await ws.recv()
+
+    reader = asyncio.create_task(drain())
+    try:
+        await ws.close()
+    except BaseException:
+        ws.transport.abort()
+        raise
+    finally:
+        reader.cancel()  # it already ended, unless close() failed
+        await asyncio.wait({reader})
+
+
 @contextlib.asynccontextmanager
 async def socket(server: ChorusServer, token: str) -> AsyncIterator[ClientConnection]:
     """:func:`open_socket`, closed on the way out whatever happens."""
@@ -252,7 +284,7 @@ async def socket(server: ChorusServer, token: str) -> AsyncIterator[ClientConnec
     try:
         yield ws
     finally:
-        await ws.close()
+        await close_socket(ws)
 
 
 async def subscribe(ws: ClientConnection, op_id: str, playlist_id: str, since: int) -> None:
@@ -569,7 +601,7 @@ async def test_the_101st_operation_on_one_connection_is_refused(
     async with socket(server, api.token("alice")) as ws:
         for n in range(1, 101):
             await subscribe(ws, str(n), playlist_id, 0)
-        started = set()
+        started: set[str] = set()
         while len(started) < 100:
             message = await receive(ws)
             assert (message["type"], message["payload"]["data"]["playlistEvents"]["version"]) == (
@@ -585,7 +617,7 @@ async def test_the_101st_operation_on_one_connection_is_refused(
         assert refused["payload"][0]["extensions"]["code"] == "LIMIT_EXCEEDED", refused
         # The 100 keep streaming; completing one frees a place for another.
         add(api, playlist_id, [track(2)], 1)
-        live = {}
+        live: dict[str, int] = {}
         while len(live) < 100:
             message = await receive(ws)
             assert message["type"] == "next", message

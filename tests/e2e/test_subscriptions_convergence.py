@@ -36,6 +36,7 @@ from tests.e2e.helpers import (
 from tests.e2e.test_subscriptions import (
     GqlSubscriber,
     Replica,
+    close_socket,
     gql_session,
     open_socket,
     receive,
@@ -139,8 +140,12 @@ class Follower:
         self.rng = random.Random(f"{SEED}-{self.user}")
         self.replica = Replica(since=0)
         self.sessions = 0
-        # Set once a session's connection_ack arrived: only then is it cut
-        # (gql leaves its socket open when cancelled between connect and ack).
+        # True from a session's connection_ack until it starts closing: only
+        # then is it cut (gql leaves its socket open when cancelled between
+        # connect and ack), and never again once it closes (a cancel then would
+        # interrupt the close, and the socket would outlive the test). It is
+        # cut again while still True: Python 3.11's wait_for can swallow a
+        # cancel that races with a message arriving.
         self.connected = False
 
     async def _raw_session(self, budget: int) -> None:
@@ -153,11 +158,12 @@ class Follower:
                 assert message["type"] == "next", message
                 self.replica.apply(message["payload"]["data"]["playlistEvents"])
         finally:
+            self.connected = False
             if self.rng.random() < 0.5:
                 ws.transport.abort()  # no close frame
             else:
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(ws.close())
+                    await close_socket(ws)
 
     async def _gql_session(self, budget: int) -> None:
         async with gql_session(self.server, self.api.token(self.user)) as session:
@@ -168,6 +174,7 @@ class Follower:
                     (event,) = await sub.take(1)
                     self.replica.apply(event)
             finally:
+                self.connected = False
                 await sub.close()
 
     async def run(self, final: asyncio.Future[int]) -> None:

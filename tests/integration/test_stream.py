@@ -351,6 +351,28 @@ async def test_a_lost_event_is_found_when_the_stream_has_been_quiet(database: Da
         await sub.close()
 
 
+async def test_a_stream_cancelled_as_an_event_wakes_it_still_ends(database: Database) -> None:
+    # The client disconnects just as an event arrives: the operation's task is
+    # cancelled in the same loop turn that wakes its stream. The cancel must
+    # win (Python 3.11's wait_for would swallow it, and the stream would go on
+    # for a client that is gone, holding its connection open on the server).
+    async with rig(database, relay=False) as parts:
+        pid = await parts.create()
+        for turns in range(4):  # how many loop turns the cancel comes after the wakeup
+            head = await parts.head(pid)
+            sub = Subscriber(parts.stream(ALICE, pid, head, idle_check_s=600))
+            await sub.quiet()  # waiting for live events
+            version = await parts.add(pid)
+            event = await parts.outbox_event(pid, version)
+            await parts.bus.publish(event)
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            sub.task.cancel()
+            await asyncio.wait({sub.task}, timeout=2)
+            assert sub.task.cancelled(), f"still streaming after a cancel {turns} turns late"
+        assert parts.counts() == (0, 0, 0)
+
+
 # --- slow consumers -------------------------------------------------------------------
 
 
@@ -644,6 +666,31 @@ async def test_playlist_events_through_the_schema_end_with_a_forbidden_code(
         assert [e.extensions["code"] for e in ended.errors] == ["FORBIDDEN"]
         with pytest.raises(StopAsyncIteration):
             await asyncio.wait_for(anext(results), TIMEOUT_S)  # type: ignore[arg-type]
+        assert parts.counts() == (0, 0, 0)
+
+
+async def test_closing_the_schemas_stream_leaves_the_hub_before_aclose_returns(
+    database: Database,
+) -> None:
+    """Strawberry closes the stream when the client completes or disconnects.
+
+    The stream must leave the hub then, not whenever the garbage collector
+    finalizes the generators it was nested in: until then the process keeps a
+    live stream (and a bus subscription) for a client that is gone.
+    """
+    async with rig(database) as parts:
+        pid = await parts.create()
+        await parts.add(pid, 2)
+        services = Services(database, parts.store, _NoCatalog(), DEFAULT_LIMITS, parts.hub)
+        results = await schema.subscribe(
+            EVENTS,
+            variable_values={"id": ids.to_global_id("Playlist", pid), "since": 0},
+            context_value=RequestContext(services, ALICE),
+        )
+        first = await asyncio.wait_for(anext(results), TIMEOUT_S)
+        assert first.data == {"playlistEvents": {"__typename": "PlaylistChanged", "version": 1}}
+        assert parts.counts() == (1, 1, 1)
+        await results.aclose()
         assert parts.counts() == (0, 0, 0)
 
 

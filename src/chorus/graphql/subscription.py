@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Annotated
 
@@ -43,12 +44,17 @@ class Subscription:
             pid = ids.playlist_id(playlist_id)
         except ids.MalformedId:
             raise NotFound("playlist not found", field=("playlistId",)) from None
-        async for item in subscriptions.playlist_events(info.context, pid, since_version):
-            if isinstance(item, Resync):
-                yield ResyncRequired(
-                    playlist_id=playlist_id,
-                    current_version=item.current_version,
-                    reason=item.reason,
-                )
-            else:
-                yield PlaylistChanged.from_version(item)
+        # When strawberry closes this generator (the client completed or left),
+        # the stream must leave the hub then, in the operation's task: an
+        # abandoned `async for` would leave that to the garbage collector.
+        events = subscriptions.playlist_events(info.context, pid, since_version)
+        async with contextlib.aclosing(events):
+            async for item in events:
+                if isinstance(item, Resync):
+                    yield ResyncRequired(
+                        playlist_id=playlist_id,
+                        current_version=item.current_version,
+                        reason=item.reason,
+                    )
+                else:
+                    yield PlaylistChanged.from_version(item)

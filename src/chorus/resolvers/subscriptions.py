@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 
 from chorus.domain.errors import InvalidInput
 from chorus.resolvers.context import RequestContext
@@ -12,7 +13,7 @@ from chorus.subscriptions.stream import StreamItem, playlist_stream
 
 async def playlist_events(
     ctx: RequestContext, playlist_id: str, since_version: int
-) -> AsyncIterator[StreamItem]:
+) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version``, then live; see :func:`playlist_stream`.
 
     Before each item the context gets fresh DataLoaders, so every event
@@ -35,11 +36,14 @@ async def playlist_events(
         since_version,
         max_lag=services.limits.max_subscriber_lag,
     )
-    try:
-        async for item in stream:
-            ctx.renew_loaders()
-            yield item
-    except InvalidInput as error:
-        # A sinceVersion out of range is a bad argument, as in Playlist.changes
-        # and playlist(minVersion): BAD_USER_INPUT (docs/api.md).
-        raise BadUserInput(error.message) from None
+    # Closed with this generator: `async for` alone would leave the stream in
+    # the hub until the garbage collector finalizes it.
+    async with contextlib.aclosing(stream):
+        try:
+            async for item in stream:
+                ctx.renew_loaders()
+                yield item
+        except InvalidInput as error:
+            # A sinceVersion out of range is a bad argument, as in Playlist.changes
+            # and playlist(minVersion): BAD_USER_INPUT (docs/api.md).
+            raise BadUserInput(error.message) from None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 
 from chorus.db import repository
@@ -126,8 +126,12 @@ class _Stream:
                 continue
             if member.queue.empty():
                 member.wakeup.clear()
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that
+                # comes in the loop turn an event wakes us (the client left as
+                # the event arrived), and the stream would go on for nobody.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(member.wakeup.wait(), self.idle_check_s)
+                    async with asyncio.timeout(self.idle_check_s):
+                        await member.wakeup.wait()
                 if member.queue.empty() and not member.overflowed:
                     # Quiet for a while: make sure no event was lost on the way.
                     async for item in self.catch_up():
@@ -153,7 +157,7 @@ async def playlist_stream(
     *,
     max_lag: int = 1_000,
     idle_check_s: float = 15.0,
-) -> AsyncIterator[StreamItem]:
+) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version`` of a playlist the viewer may see, forever.
 
     Raises:
