@@ -58,3 +58,26 @@ def test_db_upgrade_of_a_missing_database_exits_2_with_one_line(postgres_templat
     assert done.stderr.startswith("chorus: cannot migrate the database: database ")
     assert "does not exist" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_processes_started_together_on_a_new_database_all_migrate_it() -> None:
+    from tests.servers import create_database, drop_database, postgres_url
+
+    name = create_database()  # empty: the first upgrade creates every table
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    env["CHORUS_DATABASE_URL"] = postgres_url(name)
+    try:
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "chorus.cli", "db", "upgrade"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(8)
+        ]
+        outcomes = [(run.communicate(timeout=120)[1], run.returncode) for run in runs]
+    finally:
+        drop_database(name)
+    assert [code for _, code in outcomes] == [0] * 8, outcomes

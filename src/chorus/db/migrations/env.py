@@ -6,12 +6,16 @@ import asyncio
 from pathlib import Path
 
 from alembic import context
+from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from chorus.db.tables import metadata
 
 config = context.config
+
+MIGRATION_LOCK = 0x43484F52_4D494752
+"""Advisory lock key ("CHORMIGR") held by the migrating transaction on PostgreSQL."""
 
 
 def _url() -> str:
@@ -35,6 +39,12 @@ async def _run_async() -> None:
     engine = create_async_engine(make_url(_url()))
     try:
         async with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Processes started together must not migrate at once: the
+                # others wait here, then find nothing left to do.
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+                )
             await conn.run_sync(_run)
     finally:
         await engine.dispose()
