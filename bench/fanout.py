@@ -35,7 +35,7 @@ import contextlib
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,14 +87,18 @@ class Arrivals:
 
 
 async def measure(
-    arrivals: Arrivals, versions: list[int], send: Callable[[int], Awaitable[None]]
+    arrivals: Arrivals,
+    versions: Iterable[int],
+    send: Callable[[int], Awaitable[None]],
+    *,
+    timeout_s: float = 120.0,
 ) -> list[float]:
     """Send each version in turn and wait for every subscriber; latencies in ms."""
     samples: list[float] = []
     for version in versions:
         start = time.perf_counter()
         await send(version)
-        await asyncio.wait_for(arrivals.event(version).wait(), 120)
+        await asyncio.wait_for(arrivals.event(version).wait(), timeout_s)
         samples += [(t - start) * 1000 for t in arrivals.times[version]]
     return samples
 

@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +85,7 @@ from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, playlist_stream
 from chorus.subscriptions.wire import encode_event, fanout_version_key
+from fanout import Arrivals, measure, percentile  # bench/fanout.py, beside this script
 
 if TYPE_CHECKING:
     from tests.servers import TansuServer
@@ -109,43 +110,6 @@ def tansu_server(log: Path) -> TansuServer:
     from tests.servers import TansuServer
 
     return TansuServer(log)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-@dataclass
-class Arrivals:
-    """When each of ``expected`` subscribers received each version."""
-
-    expected: int
-    times: dict[int, list[float]] = field(default_factory=dict)
-    complete: dict[int, asyncio.Event] = field(default_factory=dict)
-
-    def event(self, version: int) -> asyncio.Event:
-        return self.complete.setdefault(version, asyncio.Event())
-
-    def record(self, version: int) -> None:
-        now = time.perf_counter()
-        got = self.times.setdefault(version, [])
-        got.append(now)
-        if len(got) == self.expected:
-            self.event(version).set()
-
-
-async def measure(
-    arrivals: Arrivals, versions: range, send: Callable[[int], Awaitable[None]]
-) -> list[float]:
-    """Send each version in turn and wait for every subscriber; latencies in ms."""
-    samples: list[float] = []
-    for version in versions:
-        start = time.perf_counter()
-        await send(version)
-        await asyncio.wait_for(arrivals.event(version).wait(), TIMEOUT_S)
-        samples += [(t - start) * 1000 for t in arrivals.times[version]]
-    return samples
 
 
 async def cancel(*tasks: asyncio.Task[None]) -> None:
@@ -205,8 +169,10 @@ async def latency(db: Database, chain: Chain, subscribers: int, commits: int) ->
             done = await store.execute(command, VIEWER)
             assert done.outcome.version == version
 
-        await measure(arrivals, range(1, WARMUP + 1), commit)
-        samples = await measure(arrivals, range(WARMUP + 1, WARMUP + commits + 1), commit)
+        await measure(arrivals, range(1, WARMUP + 1), commit, timeout_s=TIMEOUT_S)
+        samples = await measure(
+            arrivals, range(WARMUP + 1, WARMUP + commits + 1), commit, timeout_s=TIMEOUT_S
+        )
         await drained(db)
         return samples
     finally:

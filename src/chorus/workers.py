@@ -60,11 +60,6 @@ class Workers:
     relay: OutboxRelay | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def notify(self, playlist_id: str, version: int) -> None:
-        """A store's ``on_commit``: wake the relay of this process, if any."""
-        if self.relay is not None:
-            self.relay.notify(playlist_id, version)
-
 
 @asynccontextmanager
 async def running(settings: Settings, names: Sequence[str], db: Database) -> AsyncIterator[Workers]:

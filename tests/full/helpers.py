@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from aiokafka import AIOKafkaConsumer
 
 from chorus.db.store import PlaylistStore
+from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
 from chorus.subscriptions.kafka import KafkaConfig
@@ -21,6 +22,34 @@ ALICE = "alice"
 
 def new_op() -> str:
     return f"op-{uuid.uuid4().hex}"
+
+
+def event(playlist_id: str, version: int) -> PlaylistEvent:
+    """A well-formed event with no changes, as the relay would produce it."""
+    return {
+        "v": WIRE_VERSION,
+        "type": "PlaylistChanged",
+        "playlist_id": playlist_id,
+        "version": version,
+        "operation_id": f"op-{version}",
+        "actor_id": ALICE,
+        "committed_at": "2024-01-01T00:00:00+00:00",
+        "changes": [],
+    }
+
+
+def full_profile_env(bootstrap_servers: str, redis_url: str) -> dict[str, str]:
+    """``CHORUS_*`` settings of one full-profile deployment: its own topic and groups."""
+    suffix = uuid.uuid4().hex[:8]
+    return {
+        "CHORUS_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
+        "CHORUS_KAFKA_TOPIC": f"chorus-e2e-{suffix}",
+        "CHORUS_KAFKA_TOPIC_PARTITIONS": "4",
+        "CHORUS_KAFKA_IDEMPOTENT_PRODUCER": "false",  # Tansu refuses InitProducerId
+        "CHORUS_KAFKA_FANOUT_GROUP": f"fanout-{suffix}",
+        "CHORUS_KAFKA_PROJECTOR_GROUP": f"projector-{suffix}",
+        "CHORUS_REDIS_URL": redis_url,
+    }
 
 
 async def create_playlist(

@@ -22,7 +22,6 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
-from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
 from chorus.subscriptions.fanout import Fanout
 from chorus.subscriptions.kafka import KafkaConfig, ensure_topic
 from chorus.subscriptions.wire import (
@@ -31,22 +30,10 @@ from chorus.subscriptions.wire import (
     events_channel,
     fanout_version_key,
 )
+from tests.full.helpers import event
 from tests.servers import RedisServer, TansuServer
 
 MARKER = b"test-marker"
-
-
-def event(playlist_id: str, version: int) -> PlaylistEvent:
-    return {
-        "v": WIRE_VERSION,
-        "type": "PlaylistChanged",
-        "playlist_id": playlist_id,
-        "version": version,
-        "operation_id": f"op-{version}",
-        "actor_id": "alice",
-        "committed_at": "2024-05-01T12:00:00+00:00",
-        "changes": [],
-    }
 
 
 def partition_of(playlist_id: str, partitions: int) -> int:

@@ -8,7 +8,6 @@ of the embedded profile must pass unchanged across them.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions_convergence import converge
 from tests.full.conftest import REDIS_URL
+from tests.full.helpers import full_profile_env
 from tests.servers import ChorusServer, TansuServer
 
 ENTRIES_TOTAL = (
@@ -30,16 +30,7 @@ class Cluster:
     """The processes of one full-profile deployment over one database, topic and Redis."""
 
     def __init__(self, database_url: str, data_dir: Path, bootstrap_servers: str) -> None:
-        suffix = uuid.uuid4().hex[:8]
-        env = {
-            "CHORUS_KAFKA_BOOTSTRAP_SERVERS": bootstrap_servers,
-            "CHORUS_KAFKA_TOPIC": f"chorus-e2e-{suffix}",
-            "CHORUS_KAFKA_TOPIC_PARTITIONS": "4",
-            "CHORUS_KAFKA_IDEMPOTENT_PRODUCER": "false",
-            "CHORUS_KAFKA_FANOUT_GROUP": f"fanout-{suffix}",
-            "CHORUS_KAFKA_PROJECTOR_GROUP": f"projector-{suffix}",
-            "CHORUS_REDIS_URL": REDIS_URL,
-        }
+        env = full_profile_env(bootstrap_servers, REDIS_URL)
         self.writers = ChorusServer(database_url, data_dir, **env)
         self.readers = ChorusServer(database_url, data_dir, **env)
         self.workers = [

@@ -25,13 +25,14 @@ import redis.asyncio as redis
 
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
-from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
+from chorus.domain.changes import PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
 from chorus.subscriptions.wire import events_channel
+from tests.full.helpers import event
 from tests.servers import RedisServer
 
 ALICE = "alice"
@@ -48,19 +49,6 @@ async def eventually(predicate: Callable[[], bool], what: str) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await asyncio.sleep(0.01)
-
-
-def event(playlist_id: str, version: int) -> PlaylistEvent:
-    return {
-        "v": WIRE_VERSION,
-        "type": "PlaylistChanged",
-        "playlist_id": playlist_id,
-        "version": version,
-        "operation_id": f"op-{version}",
-        "actor_id": ALICE,
-        "committed_at": "2024-01-01T00:00:00+00:00",
-        "changes": [],
-    }
 
 
 @contextlib.asynccontextmanager

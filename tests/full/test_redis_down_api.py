@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions import receive, socket, subscribe
+from tests.full.helpers import full_profile_env
 from tests.servers import ChorusServer, RedisServer, TansuServer
 
 READ = "query($id: ID!) { playlist(id: $id) { version entries(first: 10) { totalCount } } }"
@@ -29,18 +29,8 @@ READ = "query($id: ID!) { playlist(id: $id) { version entries(first: 10) { total
 def node(
     pg_url: str, tansu: TansuServer, private_redis: RedisServer, tmp_path: Path
 ) -> Iterator[ChorusServer]:
-    suffix = uuid.uuid4().hex[:8]
-    server = ChorusServer(
-        pg_url,
-        tmp_path,
-        ("serve", "--with-workers"),
-        CHORUS_KAFKA_BOOTSTRAP_SERVERS=tansu.bootstrap_servers,
-        CHORUS_KAFKA_TOPIC=f"chorus-redis-down-{suffix}",
-        CHORUS_KAFKA_IDEMPOTENT_PRODUCER="false",
-        CHORUS_KAFKA_FANOUT_GROUP=f"fanout-{suffix}",
-        CHORUS_KAFKA_PROJECTOR_GROUP=f"projector-{suffix}",
-        CHORUS_REDIS_URL=private_redis.url,
-    )
+    env = full_profile_env(tansu.bootstrap_servers, private_redis.url)
+    server = ChorusServer(pg_url, tmp_path, ("serve", "--with-workers"), **env)
     server.start()
     yield server
     server.stop()

@@ -64,7 +64,7 @@ from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.metrics import CONSUMER_LAG, FANOUT_DUPLICATES, FANOUT_PUBLISHED
-from chorus.subscriptions.kafka import KafkaConfig, consumer, ensure_topic
+from chorus.subscriptions.kafka import KafkaConfig, can_commit, consumer, ensure_topic
 from chorus.subscriptions.wire import decode_event, events_channel, fanout_version_key
 
 log = logging.getLogger("chorus.fanout")
@@ -301,7 +301,7 @@ class Fanout:
             for tp in partitions
             if tp in self._uncommitted and tp in self._owned
         }
-        if not offsets or not _can_commit(kafka):
+        if not offsets or not can_commit(kafka):
             return
         try:
             async with asyncio.timeout(COMMIT_TIMEOUT_S):
@@ -385,25 +385,6 @@ class Fanout:
             if end is not None and tp in self._positions:
                 lag += max(end - self._positions[tp], 0)
         CONSUMER_LAG.labels(group=self._group_id).set(lag)
-
-
-def _can_commit(kafka: AIOKafkaConsumer) -> bool:
-    """Whether a commit now goes out at once, as a member the coordinator knows.
-
-    Reads aiokafka internals (0.14): after the coordinator forgot this member,
-    aiokafka resets it to generation -1 and an empty member id until it joins
-    again, and a commit sent that way is accepted by a restarted broker's
-    empty group. With no known coordinator, ``commit`` would wait for one,
-    then be sent in whatever state the membership is by then.
-    """
-    coordinator = getattr(kafka, "_coordinator", None)
-    if coordinator is None:
-        return True
-    return (
-        getattr(coordinator, "coordinator_id", 0) is not None
-        and getattr(coordinator, "generation", 0) >= 0
-        and getattr(coordinator, "member_id", "-") != ""
-    )
 
 
 def _refresh_metadata(kafka: AIOKafkaConsumer) -> None:

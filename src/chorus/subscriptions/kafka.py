@@ -164,3 +164,22 @@ def consumer(config: KafkaConfig, group_id: str, *, client_id: str) -> AIOKafkaC
         fetch_max_wait_ms=config.fetch_max_wait_ms,
         max_poll_records=500,
     )
+
+
+def can_commit(kafka: AIOKafkaConsumer) -> bool:
+    """Whether a commit now goes out at once, as a member the coordinator knows.
+
+    Reads aiokafka internals (0.14): after the coordinator forgot this member,
+    aiokafka resets it to generation -1 and an empty member id until it joins
+    again, and a commit sent that way is accepted by a restarted broker's
+    empty group. With no known coordinator, ``commit`` would wait for one,
+    then be sent in whatever state the membership is by then.
+    """
+    coordinator = getattr(kafka, "_coordinator", None)
+    if coordinator is None:
+        return True
+    return (
+        getattr(coordinator, "coordinator_id", 0) is not None
+        and getattr(coordinator, "generation", 0) >= 0
+        and getattr(coordinator, "member_id", "-") != ""
+    )

@@ -38,7 +38,7 @@ from chorus.db import listing, repository
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.model import Visibility
 from chorus.metrics import CONSUMER_LAG, PROJECTOR_APPLIED
-from chorus.subscriptions.kafka import KafkaConfig, consumer, ensure_topic
+from chorus.subscriptions.kafka import KafkaConfig, can_commit, consumer, ensure_topic
 from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
 from chorus.subscriptions.wire import decode_event
 
@@ -126,7 +126,7 @@ class CacheProjector:
                     latest[pid] = max(version, latest.get(pid, -1))
             if latest:
                 await self._apply_until_done(latest)
-            if batch:
+            if batch and can_commit(kafka):  # never an old log's offset into a restarted broker
                 await kafka.commit()
                 self.records += sum(len(records) for records in batch.values())
             await self._measure_lag(kafka)
