@@ -5,12 +5,17 @@ Runs on SQLite and PostgreSQL alike (the ``store``/``database`` fixtures).
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import delete, func, insert, select, text
 
 from chorus.db import repository
 from chorus.db.engine import Database
+from chorus.db.migrate import upgrade
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import metadata, playlist_entry
 from chorus.domain import positions
@@ -116,3 +121,17 @@ async def test_migrations_match_the_tables(database: Database) -> None:
     assert diff == []
     # compare_metadata does not look at partial indexes' conditions.
     assert "removed_at IS NULL" in index
+
+
+def test_a_new_sqlite_database_is_migrated_into_wal_mode(tmp_path: Path) -> None:
+    """The journal mode is switched once, by the migration, never by the pool.
+
+    Switching to WAL needs an exclusive lock. When the first connections of
+    the pool switched it themselves, two of them could each hold a shared
+    lock and want the exclusive one; SQLite then answers one with "database
+    is locked" at once, without waiting (seen once in CI).
+    """
+    path = tmp_path / "new.db"
+    upgrade(f"sqlite+aiosqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -96,8 +96,12 @@ def _sqlite_pragmas(begin: str) -> Any:
         # Take BEGIN away from pysqlite so we issue it ourselves.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # Migrations leave a file in WAL mode (see migrations/env.py); only a
+        # database that skipped them is switched here.
+        cursor.execute("PRAGMA journal_mode")
+        if cursor.fetchone()[0] not in ("wal", "memory"):
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()

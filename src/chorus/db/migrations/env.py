@@ -38,6 +38,13 @@ def _run(connection: Connection) -> None:
 async def _run_async() -> None:
     engine = create_async_engine(make_url(_url()))
     try:
+        if engine.dialect.name == "sqlite":
+            # Switch the journal once, here, before any pool connects: pool
+            # connections switching it together can deadlock on the exclusive
+            # lock, which SQLite answers with "database is locked" at once.
+            autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+            async with autocommit.connect() as conn:
+                await conn.exec_driver_sql("PRAGMA journal_mode=WAL")
         async with engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Processes started together must not migrate at once: the
