@@ -64,9 +64,9 @@ TEST_SECRET = "test-secret-" + "x" * 40
 class ChorusServer:
     """``chorus serve`` in a subprocess; ``url`` is its GraphQL endpoint.
 
-    ``command`` runs another ``chorus`` command instead (``relay``, ``fanout``,
-    ``project-cache``); those have no HTTP endpoint, so ``start`` only checks
-    that the process stays up for a moment.
+    ``command`` runs a worker instead (``relay``, ``fanout``,
+    ``project-cache``), given ``--port`` so that it answers ``/healthz``,
+    ``/readyz`` and ``/metrics`` at ``base_url``.
     """
 
     def __init__(
@@ -95,21 +95,18 @@ class ChorusServer:
     def start(self, timeout_s: float = 30.0) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = self.log.open("ab")
+        port = () if self.command[0] == "serve" else ("--port", str(self.port))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chorus.cli", *self.command, "--log-level", "warning"],
+            [sys.executable, "-m", "chorus.cli", *self.command, *port, "--log-level", "warning"],
             env=self.env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
         )
-        if self.command[0] != "serve":
-            time.sleep(0.5)
-            if self.process.poll() is not None:
-                raise RuntimeError(f"chorus {self.command[0]} exited: {self.log.read_text()}")
-            return
+        name = f"chorus {self.command[0]}"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"chorus serve exited: {self.log.read_text()[-2000:]}")
+                raise RuntimeError(f"{name} exited: {self.log.read_text()[-2000:]}")
             try:
                 if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
                     return
@@ -117,7 +114,7 @@ class ChorusServer:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"chorus serve did not start: {self.log.read_text()[-2000:]}")
+        raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no cleanup (a crash)."""

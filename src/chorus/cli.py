@@ -205,7 +205,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     import logging
 
-    from chorus.workers import run_until_stopped
+    from chorus.workers import listen, run_until_stopped
 
     settings = _settings()
     if not settings.full_profile:
@@ -218,12 +218,19 @@ def _worker(args: argparse.Namespace) -> int:
     )
     if args.command != "fanout":  # the only worker that never touches SQL
         _migrate(settings, wait=True)
-    if args.metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(args.metrics_port, addr=settings.host)
-    print(f"chorus {args.command} running (Ctrl-C stops it)", flush=True)
-    asyncio.run(run_until_stopped(settings, [args.command]))
+    listener = None
+    if args.port is not None:
+        try:
+            listener = listen(settings.host, args.port)
+        except OSError as error:
+            _fail(f"cannot listen on {settings.host}:{args.port}: {error.strerror or error}")
+    endpoints = (
+        f" (/healthz, /readyz, /metrics on http://{settings.host}:{args.port})"
+        if args.port is not None
+        else ""
+    )
+    print(f"chorus {args.command} running{endpoints}; Ctrl-C stops it", flush=True)
+    asyncio.run(run_until_stopped(settings, [args.command], listener=listener))
     return 0
 
 
@@ -314,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         worker = commands.add_parser(name, help=text)
         worker.add_argument(
-            "--metrics-port", type=_port, help="serve Prometheus /metrics on this port"
+            "--port",
+            type=_port,
+            help="serve /healthz, /readyz and /metrics on this port (host: CHORUS_HOST)",
         )
         worker.add_argument(
             "--log-level",

@@ -1,4 +1,4 @@
-"""Prometheus metrics of every Chorus process (``/metrics``, ``--metrics-port``).
+"""Prometheus metrics of every Chorus process (``/metrics``; a worker's on ``--port``).
 
 Defined once per process in the default registry. Counters and histograms are
 updated where the work happens; gauges that describe state elsewhere (outbox

@@ -6,6 +6,10 @@ Start order does not matter: every worker waits for the servers it needs,
 retrying with backoff, and picks up where its consumer group (or the outbox)
 left off. Several copies of each may run; relays split the outbox by playlist
 and the consumers split the topic's partitions.
+
+A worker process run with ``--port`` answers ``/healthz`` (its event loop
+answers), ``/readyz`` (the servers its workers need answer, naming the one
+that does not) and ``/metrics`` on that port, like an API process.
 """
 
 from __future__ import annotations
@@ -14,13 +18,19 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis.asyncio as redis
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
+from chorus import health
 from chorus.db.engine import Database
 from chorus.settings import Settings
 from chorus.subscriptions.fanout import Fanout
@@ -55,10 +65,19 @@ def kafka_config(settings: Settings) -> KafkaConfig:
 
 @dataclass
 class Workers:
-    """Running workers; ``relay`` is set when the relay is one of them."""
+    """Running workers.
+
+    Attributes:
+        relay: the outbox relay, when it is one of them.
+        tasks: one task per worker; each retries every failure, so one that
+            ends has crashed.
+        checks: what readiness means for these workers: the database (relay,
+            projector), Kafka (all), Redis (fanout, projector).
+    """
 
     relay: OutboxRelay | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    checks: list[health.Check] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -75,7 +94,14 @@ async def running(settings: Settings, names: Sequence[str], db: Database) -> Asy
     assert settings.redis_url is not None  # Settings pairs it with Kafka
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
     workers = Workers()
-    closers: list[Callable[[], Coroutine[Any, Any, None]]] = [client.aclose]
+    closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
+    if {"relay", "project-cache"} & set(names):
+        workers.checks.append(health.database_check(db))
+    if {"fanout", "project-cache"} & set(names):
+        workers.checks.append(health.redis_check(client))
+    kafka = health.kafka_check(config.bootstrap_servers)
+    workers.checks.append(kafka)
+    closers.append(kafka.close)
     if "relay" in names:
         publisher = KafkaPublisher(config)
         closers.append(publisher.aclose)
@@ -106,8 +132,47 @@ async def running(settings: Settings, names: Sequence[str], db: Database) -> Asy
                 await close()
 
 
-async def run_until_stopped(settings: Settings, names: Sequence[str]) -> None:
+async def _healthz(request: Request) -> JSONResponse:
+    """200 ``{"status": "alive", "workers": [names]}``: the event loop answers."""
+    return JSONResponse({"status": "alive", "workers": request.app.state.names})
+
+
+def probe_app(names: Sequence[str], checks: Sequence[health.Check]) -> Starlette:
+    """The HTTP endpoints of a worker process: ``/healthz``, ``/readyz``, ``/metrics``.
+
+    ``/readyz`` and ``/metrics`` answer as an API process's do
+    (:mod:`chorus.health`); ``checks`` are the workers' :attr:`Workers.checks`.
+    """
+    app = Starlette(
+        routes=[
+            Route("/healthz", _healthz),
+            Route("/readyz", health.readyz),
+            Route("/metrics", health.metrics),
+        ]
+    )
+    app.state.names = list(names)
+    app.state.readiness = list(checks)
+    return app
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port``, for :func:`run_until_stopped`.
+
+    Raises:
+        OSError: the address cannot be bound (in use, not local, no permission).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
+
+
+async def run_until_stopped(
+    settings: Settings, names: Sequence[str], *, listener: socket.socket | None = None
+) -> None:
     """Run workers in the foreground until SIGINT or SIGTERM, then stop cleanly.
+
+    Args:
+        listener: serve :func:`probe_app` on this socket (see :func:`listen`);
+            ``None``: no HTTP endpoint. The socket is closed on return.
 
     Raises:
         ValueError: see :func:`running`.
@@ -119,13 +184,25 @@ async def run_until_stopped(settings: Settings, names: Sequence[str]) -> None:
     db = Database(settings.database_url)
     try:
         async with running(settings, names, db) as workers:
+            stopped = asyncio.create_task(stop.wait())
+            waits = {stopped, *workers.tasks}
+            server = serving = None
+            if listener is not None:
+                app = probe_app(names, workers.checks)
+                server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+                # While it serves, uvicorn holds SIGINT and SIGTERM: it stops
+                # on one, then hands it on to the handlers above.
+                serving = asyncio.create_task(server.serve([listener]), name="worker-probes")
+                waits.add(serving)
             log.info("running %s", ", ".join(names))
-            done = asyncio.create_task(stop.wait())
-            finished, _ = await asyncio.wait(
-                [done, *workers.tasks], return_when=asyncio.FIRST_COMPLETED
-            )
-            done.cancel()
-            for task in finished - {done}:
+            finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if server is not None and serving is not None:
+                server.should_exit = True
+                await serving
+            for task in finished.intersection(workers.tasks):
                 task.result()  # workers retry every failure: one that ended, crashed
     finally:
+        if listener is not None:
+            listener.close()
         await db.dispose()

@@ -8,6 +8,7 @@ is checked at the end with the same endpoints.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -31,6 +32,8 @@ from chorus.graphql.schema import build_schema
 from chorus.resolvers.context import Services
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub
+from tests.full.conftest import REDIS_URL
+from tests.full.helpers import full_profile_env
 from tests.servers import TEST_SECRET, ChorusServer, RedisServer, TansuServer, free_port
 
 
@@ -303,3 +306,33 @@ def test_served_full_profile_names_redis_and_kafka(
         assert ready.status_code == 200, ready.text
     finally:
         server.stop()
+
+
+def test_a_worker_names_the_server_it_waits_for_and_stops_on_sigterm(
+    pg_url: str, private_tansu: TansuServer, tmp_path: Path
+) -> None:
+    env = full_profile_env(private_tansu.bootstrap_servers, REDIS_URL)
+    worker = ChorusServer(pg_url, tmp_path, command=("fanout",), **env)
+    worker.start()
+    try:
+        ready = httpx.get(f"{worker.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["checks"] == {"kafka": "ok", "redis": "ok"}
+
+        private_tansu.kill()
+        ready = httpx.get(f"{worker.base_url}/readyz", timeout=5)
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["kafka"].startswith("down: ")
+        alive = httpx.get(f"{worker.base_url}/healthz", timeout=5)
+        assert alive.json() == {"status": "alive", "workers": ["fanout"]}
+
+        private_tansu.start()
+        ready = httpx.get(f"{worker.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+
+        # uvicorn holds SIGTERM while it serves the probes, then hands it on.
+        assert worker.process is not None
+        worker.process.send_signal(signal.SIGTERM)
+        assert worker.process.wait(timeout=10) == 0, worker.log.read_text()[-2000:]
+    finally:
+        worker.stop()

@@ -8,6 +8,7 @@ of the embedded profile must pass unchanged across them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,11 +76,15 @@ async def test_writers_on_one_process_and_subscribers_on_another_converge(
         following.http.close()
 
 
-def _commits(server: ChorusServer) -> float:
+def _sample(server: ChorusServer, name: str) -> float:
     for line in httpx.get(f"{server.base_url}/metrics", timeout=5).text.splitlines():
-        if line.startswith("chorus_commits_total "):
+        if line.startswith(f"{name} "):
             return float(line.split()[1])
-    raise AssertionError("no chorus_commits_total in /metrics")
+    raise AssertionError(f"no {name} in /metrics of {server.command}")
+
+
+def _commits(server: ChorusServer) -> float:
+    return _sample(server, "chorus_commits_total")
 
 
 def test_each_process_is_ready_and_reports_metrics(cluster: Cluster) -> None:
@@ -100,3 +105,37 @@ def test_each_process_is_ready_and_reports_metrics(cluster: Cluster) -> None:
         assert (_commits(cluster.writers), _commits(cluster.readers)) == (before[0] + 2, before[1])
     finally:
         api.http.close()
+
+
+WORKER_CHECKS = {
+    "relay": {"postgresql", "kafka"},
+    "fanout": {"kafka", "redis"},
+    "project-cache": {"postgresql", "kafka", "redis"},
+}
+WORKER_COUNTERS = {  # what each counts, and how many of the test's two versions at least
+    "relay": ("chorus_relay_published_total", 2),
+    "fanout": ("chorus_fanout_published_total", 2),
+    "project-cache": ("chorus_projector_snapshots_total", 1),  # may write the last only
+}
+
+
+def test_each_worker_answers_its_probes_and_counts_its_work(cluster: Cluster) -> None:
+    before = {w.command[0]: _sample(w, WORKER_COUNTERS[w.command[0]][0]) for w in cluster.workers}
+    api = Api(cluster.writers)
+    try:
+        playlist_id = create_playlist(api, visibility="PUBLIC")
+        add(api, playlist_id, [track(1)], 0)
+    finally:
+        api.http.close()
+    for worker in cluster.workers:
+        name = worker.command[0]
+        alive = httpx.get(f"{worker.base_url}/healthz", timeout=5)
+        assert alive.json() == {"status": "alive", "workers": [name]}
+        ready = httpx.get(f"{worker.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text
+        assert set(ready.json()["checks"]) == WORKER_CHECKS[name]
+        counter, least = WORKER_COUNTERS[name]
+        deadline = time.monotonic() + 20
+        while _sample(worker, counter) < before[name] + least:
+            assert time.monotonic() < deadline, f"{name}: {counter} did not grow by {least}"
+            time.sleep(0.1)

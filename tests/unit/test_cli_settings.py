@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from chorus.cli import main
@@ -77,7 +79,20 @@ def test_serve_with_workers_refuses_the_embedded_profile(
 
 
 @pytest.mark.parametrize("port", ["0", "70000", "http", "-5"])
-def test_worker_metrics_port_must_be_a_port(capsys: pytest.CaptureFixture[str], port: str) -> None:
-    code, err = _run(capsys, "relay", "--metrics-port", port)
+def test_worker_port_must_be_a_port(capsys: pytest.CaptureFixture[str], port: str) -> None:
+    code, err = _run(capsys, "relay", "--port", port)
     assert code == 2
-    assert "--metrics-port" in err
+    assert "--port" in err
+
+
+def test_a_worker_port_in_use_exits_2_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CHORUS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")  # nothing listens
+    monkeypatch.setenv("CHORUS_REDIS_URL", "redis://127.0.0.1:9/0")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        code, err = _run(capsys, "fanout", "--port", str(port))
+    assert code == 2
+    assert err.startswith(f"chorus: cannot listen on 127.0.0.1:{port}:")
+    assert len(err.strip().splitlines()) == 1

@@ -120,7 +120,7 @@ class OutboxRelay:
     async def report_backlog(self) -> None:
         """Set the outbox gauges (backlog, oldest unpublished age); never raises.
 
-        The relay's own process serves them on ``--metrics-port``; an API
+        The relay's own process serves them on ``--port``; an API
         process sets them again on each ``/metrics`` scrape.
         """
         try:
