@@ -52,6 +52,7 @@ from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.snapshots import SnapshotCache
+from chorus.subscriptions.tasks import cancel_and_wait
 
 
 def jwt_secret(settings: Settings) -> str:
@@ -106,9 +107,7 @@ async def _embedded_events(db: Database, hooks: _CommitHooks) -> AsyncIterator[B
     try:
         yield bus
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
         await bus.aclose()
 
 

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -166,8 +169,22 @@ def _db_upgrade(_args: argparse.Namespace) -> int:
     return 0
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port``, bound before anything else starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        _fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+
+
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from chorus.app import create_app
 
@@ -179,6 +196,10 @@ def _serve(args: argparse.Namespace) -> int:
             "--with-workers needs the full profile: set CHORUS_KAFKA_BOOTSTRAP_SERVERS "
             "and CHORUS_REDIS_URL"
         )
+    listener = _listen(host, port)
+    # uvicorn stops on SIGTERM, then raises it again: exit 0 as on Ctrl-C,
+    # and as well while still waiting for the database.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     _migrate(settings, wait=True)
     app = create_app(settings, with_workers=args.with_workers)
     profile = "full" if settings.full_profile else "embedded"
@@ -191,21 +212,22 @@ def _serve(args: argparse.Namespace) -> int:
         f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         log_level=args.log_level,
         lifespan="on",
         ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
     )
-    return 0
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn already shut down
+        server.run(sockets=[listener])
+    return 0 if server.started else STARTUP_FAILURE  # the application did not start
 
 
 def _worker(args: argparse.Namespace) -> int:
     import logging
 
-    from chorus.workers import listen, run_until_stopped
+    from chorus.workers import run_until_stopped
 
     settings = _settings()
     if not settings.full_profile:
@@ -218,12 +240,7 @@ def _worker(args: argparse.Namespace) -> int:
     )
     if args.command != "fanout":  # the only worker that never touches SQL
         _migrate(settings, wait=True)
-    listener = None
-    if args.port is not None:
-        try:
-            listener = listen(settings.host, args.port)
-        except OSError as error:
-            _fail(f"cannot listen on {settings.host}:{args.port}: {error.strerror or error}")
+    listener = _listen(settings.host, args.port) if args.port is not None else None
     endpoints = (
         f" (/healthz, /readyz, /metrics on http://{settings.host}:{args.port})"
         if args.port is not None

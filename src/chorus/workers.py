@@ -37,6 +37,7 @@ from chorus.subscriptions.fanout import Fanout
 from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
 from chorus.subscriptions.projector import CacheProjector
 from chorus.subscriptions.relay import OutboxRelay
+from chorus.subscriptions.tasks import cancel_and_wait
 
 log = logging.getLogger("chorus.workers")
 
@@ -125,8 +126,7 @@ async def running(settings: Settings, names: Sequence[str], db: Database) -> Asy
         for task in workers.tasks:
             task.cancel()
         for task in workers.tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         for close in reversed(closers):
             with contextlib.suppress(Exception):
                 await close()
@@ -155,23 +155,13 @@ def probe_app(names: Sequence[str], checks: Sequence[health.Check]) -> Starlette
     return app
 
 
-def listen(host: str, port: int) -> socket.socket:
-    """A TCP socket listening on ``host:port``, for :func:`run_until_stopped`.
-
-    Raises:
-        OSError: the address cannot be bound (in use, not local, no permission).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family)
-
-
 async def run_until_stopped(
     settings: Settings, names: Sequence[str], *, listener: socket.socket | None = None
 ) -> None:
     """Run workers in the foreground until SIGINT or SIGTERM, then stop cleanly.
 
     Args:
-        listener: serve :func:`probe_app` on this socket (see :func:`listen`);
+        listener: a listening TCP socket to serve :func:`probe_app` on;
             ``None``: no HTTP endpoint. The socket is closed on return.
 
     Raises:

@@ -26,7 +26,6 @@ must be reported.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -38,6 +37,7 @@ from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.subscriptions.bus import Deliver, GapHandler
+from chorus.subscriptions.tasks import cancel_and_wait
 from chorus.subscriptions.wire import channel_playlist, decode_event, encode_event, events_channel
 
 log = logging.getLogger("chorus.redis_bus")
@@ -178,9 +178,7 @@ class RedisBus:
     async def aclose(self) -> None:
         """Stop the reader, close both connections and forget every subscriber."""
         if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+            await cancel_and_wait(self._reader)
             self._reader = None
         self._delivers.clear()
         await self._publisher.aclose()

@@ -26,6 +26,7 @@ short timeout in front of Redis; it never raises because of Redis.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -40,6 +41,7 @@ from chorus.domain.changes import EntryWire, entry_from_wire, entry_to_wire
 from chorus.domain.model import Entry, Playlist, Visibility
 from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_READS
 from chorus.subscriptions.breaker import BreakerState, CircuitBreaker
+from chorus.subscriptions.tasks import cancel_and_wait
 from chorus.subscriptions.wire import head_key, snapshot_key
 
 log = logging.getLogger("chorus.snapshots")
@@ -435,8 +437,8 @@ class SnapshotCache:
         The caller closes the Redis client.
         """
         if self._flusher is not None:
-            self._flusher.cancel()
-            await asyncio.gather(self._flusher, return_exceptions=True)
+            with contextlib.suppress(Exception):  # it logged its own failures
+                await cancel_and_wait(self._flusher)
         while self._pending and await self._flush():
             pass
 

@@ -1,0 +1,90 @@
+"""Processes stop when told to: at once, with exit status 0, whatever state they are in.
+
+The full profile's API process keeps background tasks (the Redis pub/sub
+reader, head raises) that its shutdown must end; a task that drops a
+cancellation used to make ``chorus serve`` hang for ever on a taken port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.full.conftest import REDIS_URL
+from tests.full.helpers import full_profile_env
+from tests.servers import TEST_SECRET, ChorusServer, TansuServer
+
+
+def _env(pg_url: str, tansu: TansuServer) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+        **full_profile_env(tansu.bootstrap_servers, REDIS_URL),
+        "CHORUS_DATABASE_URL": pg_url,
+        "CHORUS_JWT_SECRET": TEST_SECRET,
+    }
+
+
+def test_serve_on_a_taken_port_exits_2_at_once(pg_url: str, tansu: TansuServer) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "chorus.cli", "serve", "--port", str(port)],
+            env=_env(pg_url, tansu),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"chorus: cannot listen on 127.0.0.1:{port}: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+# uvicorn on uvloop, as ``chorus serve`` runs it, failing to bind after the
+# application started: its lifespan shuts down at once, while the Redis
+# reader is still connecting (the moment a cancellation was dropped).
+_SHUT_DOWN_AT_ONCE = textwrap.dedent(
+    """
+    import socket, sys
+    import uvicorn
+    from chorus.app import create_app
+
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, loop="uvloop")
+    uvicorn.Server(config).run()
+    """
+)
+
+
+def test_the_full_profile_app_shuts_down_right_after_starting(
+    pg_url: str, tansu: TansuServer
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SHUT_DOWN_AT_ONCE],
+        env=_env(pg_url, tansu),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Application shutdown complete" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_serve_exits_0_on_a_stop_signal(
+    pg_url: str, tansu: TansuServer, tmp_path: Path, signum: signal.Signals
+) -> None:
+    server = ChorusServer(pg_url, tmp_path, **full_profile_env(tansu.bootstrap_servers, REDIS_URL))
+    server.start()
+    try:
+        assert server.process is not None
+        server.process.send_signal(signum)
+        assert server.process.wait(timeout=20) == 0, server.log.read_text()[-2000:]
+    finally:
+        server.stop()
