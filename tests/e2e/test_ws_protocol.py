@@ -28,6 +28,18 @@ async def test_the_socket_closes_when_its_token_expires(server: ChorusServer) ->
     assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (4403, "token expired")
 
 
+@pytest.mark.parametrize("subprotocols", [["graphql-ws"], ["graphql-ws", "other"], ["other"]])
+async def test_a_socket_without_graphql_transport_ws_closes_with_4406(
+    server: ChorusServer, subprotocols: list[str]
+) -> None:
+    url = server.url.replace("http://", "ws://")
+    async with websockets.connect(url, subprotocols=subprotocols) as ws:  # type: ignore[arg-type]
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4406
+
+
 async def _closed_after(server: ChorusServer, frames: list[str]) -> tuple[int, str]:
     url = server.url.replace("http://", "ws://")
     token = mint_token(TEST_SECRET, "alice")

@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -152,11 +153,18 @@ async def _once(result: object) -> Any:
 
 
 class ChorusGraphQL(GraphQL[RequestContext, None]):
-    """The ``/graphql`` endpoint; ``secret`` verifies bearer tokens (HS256)."""
+    """The ``/graphql`` endpoint; ``secret`` verifies bearer tokens (HS256).
+
+    WebSockets speak ``graphql-transport-ws`` only (DESIGN.md §GraphQL
+    contract): the legacy Apollo ``graphql-ws`` subprotocol, which strawberry
+    also offers, has none of :class:`TransportWSHandler`'s limits, so a
+    socket that asks only for it is closed with 4406.
+    """
 
     graphql_transport_ws_handler_class = TransportWSHandler
 
     def __init__(self, secret: str, *, max_connections_per_user: int = 20, **kwargs: Any) -> None:
+        kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
         super().__init__(build_schema(), **kwargs)
         self._secret = secret
         self._max_connections_per_user = max_connections_per_user
