@@ -21,6 +21,7 @@ import redis
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
+from prometheus_client import REGISTRY
 
 from chorus.subscriptions.fanout import Fanout
 from chorus.subscriptions.kafka import KafkaConfig, ensure_topic
@@ -285,12 +286,17 @@ async def test_keeps_publishing_after_the_broker_restarts_with_an_empty_log(
     assert listener.versions(playlist) == list(range(8))
 
 
+def _lag(group: str) -> float:
+    return REGISTRY.get_sample_value("chorus_consumer_lag_records", {"group": group}) or 0.0
+
+
 async def test_events_produced_while_redis_is_down_are_published_when_it_returns(
     kafka_config: KafkaConfig, private_redis: RedisServer
 ) -> None:
     playlist = new_id("pl")
     client = aioredis.Redis.from_url(private_redis.url, socket_connect_timeout=1)
-    worker = fanout(kafka_config, client, new_id("fanout-test"))
+    group = new_id("fanout-test")
+    worker = fanout(kafka_config, client, group)
     before = Listener(private_redis.url, channel=events_channel(playlist))
     try:
         async with running(worker), producing(kafka_config) as producer:
@@ -300,6 +306,8 @@ async def test_events_produced_while_redis_is_down_are_published_when_it_returns
             private_redis.stop()
             await producer.send_events(playlist, [3, 4, 5, 6, 7])
             await wait_until(lambda: worker.redis_failures >= 1, "the fanout to fail")
+            # The stuck events are lag, not "caught up" (the gauge read 0 here).
+            await wait_until(lambda: _lag(group) >= 1, "the lag gauge to count them")
             # Pub/sub keeps nothing for late subscribers: start Redis and
             # subscribe without yielding to the event loop, so the fanout
             # cannot publish before this listener is there.

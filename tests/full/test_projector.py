@@ -32,7 +32,7 @@ from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
 from chorus.subscriptions.projector import CacheProjector
 from chorus.subscriptions.relay import OutboxRelay
 from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
-from tests.servers import TansuServer
+from tests.servers import RedisServer, TansuServer
 
 
 async def eventually(
@@ -210,3 +210,37 @@ async def test_the_projector_keeps_working_across_a_broker_restart(
         await eventually(
             lambda: pipeline.snapshot_at(pid, version), "projected after the restart", 60
         )
+
+
+async def test_records_stuck_behind_a_redis_outage_count_as_lag_then_are_projected(
+    kafka_config: KafkaConfig, pg_database: Database, private_redis: RedisServer
+) -> None:
+    client = redis.Redis.from_url(private_redis.url, socket_connect_timeout=0.5)
+    try:
+        async with running(kafka_config, pg_database, client) as pipeline:
+            pid, version = await create(pipeline.store, Visibility.PUBLIC, 1)
+            await eventually(lambda: pipeline.snapshot_at(pid, version), "projected before")
+
+            private_redis.stop()
+            done = await pipeline.store.execute(AddEntries(pid, "during", version, ("z",)), "alice")
+            version = done.outcome.version
+
+            async def lagging() -> bool:
+                return _lag(pipeline.projector) >= 1
+
+            await eventually(lagging, "the lag gauge counts the record Redis refused")
+
+            private_redis.start()
+            await eventually(lambda: pipeline.snapshot_at(pid, version), "projected after")
+
+            async def caught_up() -> bool:
+                return _lag(pipeline.projector) == 0
+
+            await eventually(caught_up, "the lag gauge is back to 0")
+    finally:
+        await client.aclose()
+
+
+def _lag(projector: CacheProjector) -> float:
+    labels = {"group": projector.group_id}
+    return REGISTRY.get_sample_value("chorus_consumer_lag_records", labels) or 0.0

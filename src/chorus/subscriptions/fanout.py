@@ -216,15 +216,22 @@ class Fanout:
             batch: dict[TopicPartition, list[Any]] = await kafka.getmany(timeout_ms=1_000)
             if batch:
                 backoff.reset()  # the consumer works: a later failure starts small again
-                await self._fan_out(batch)
+                await self._fan_out(kafka, batch)
             await self._commit(kafka, list(self._uncommitted))
             await self._repair_lost_logs(kafka)
             self._measure_lag(kafka)
 
-    async def _fan_out(self, batch: Mapping[TopicPartition, Sequence[Any]]) -> None:
-        """Publish a ``getmany`` batch, retrying Redis failures, then mark it uncommitted."""
+    async def _fan_out(
+        self, kafka: AIOKafkaConsumer, batch: Mapping[TopicPartition, Sequence[Any]]
+    ) -> None:
+        """Publish a ``getmany`` batch, retrying Redis failures, then mark it uncommitted.
+
+        While Redis refuses, the lag gauge goes on counting the batch.
+        """
         records: list[_Record] = []
         for tp, consumed in batch.items():
+            if tp in self._owned:  # lag counts from the first record not yet published
+                self._positions.setdefault(tp, consumed[0].offset)
             for record in consumed:
                 try:
                     event = decode_event(record.value)
@@ -250,6 +257,7 @@ class Fanout:
                 self.redis_failures += 1
                 delay = backoff.next()
                 log.warning("Redis failed (%s); retrying %d events in %.2fs", exc, len(due), delay)
+                self._measure_lag(kafka)
                 await asyncio.sleep(delay)
         for tp, consumed in batch.items():
             end = consumed[-1].offset + 1

@@ -30,7 +30,7 @@ import asyncio
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -90,12 +90,19 @@ class CacheProjector:
         self._retry_max_s = retry_max_s
         self.records = 0
         self.applied = 0
+        self._applied_to: dict[TopicPartition, int] = {}  # next offset to apply, per partition
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group (and the ``group`` label of its lag gauge)."""
+        return self._group_id
 
     async def run(self) -> None:
         """Consume and project until cancelled; every failure is retried."""
         backoff = 0.0
         while True:
             kafka = consumer(self._config, self._group_id, client_id="chorus-cache-projector")
+            self._applied_to.clear()
             try:
                 await ensure_topic(self._config)
                 await kafka.start()
@@ -124,14 +131,18 @@ class CacheProjector:
                         continue
                     pid, version = event["playlist_id"], event["version"]
                     latest[pid] = max(version, latest.get(pid, -1))
+            for tp, records in batch.items():
+                self._applied_to.setdefault(tp, records[0].offset)
             if latest:
-                await self._apply_until_done(latest)
+                await self._apply_until_done(kafka, latest)
+            for tp, records in batch.items():
+                self._applied_to[tp] = records[-1].offset + 1
             if batch and can_commit(kafka):  # never an old log's offset into a restarted broker
                 await kafka.commit()
                 self.records += sum(len(records) for records in batch.values())
-            await self._measure_lag(kafka)
+            self._measure_lag(kafka)
 
-    async def _apply_until_done(self, latest: dict[str, int]) -> None:
+    async def _apply_until_done(self, kafka: AIOKafkaConsumer, latest: dict[str, int]) -> None:
         backoff = 0.0
         while True:
             try:
@@ -142,6 +153,7 @@ class CacheProjector:
             except Exception as exc:
                 backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
                 _log_failure(exc, "cache projection failed; retrying in %.1fs", backoff)
+                self._measure_lag(kafka)  # the stuck batch counts
                 await asyncio.sleep(backoff)
 
     async def apply(self, latest: dict[str, int]) -> int:
@@ -182,15 +194,17 @@ class CacheProjector:
         PROJECTOR_APPLIED.inc(changed)
         return changed
 
-    async def _measure_lag(self, kafka: AIOKafkaConsumer) -> None:
+    def _measure_lag(self, kafka: AIOKafkaConsumer) -> None:
+        """Set the lag gauge: records after the last applied one, over assigned partitions.
+
+        A partition with no record since it was assigned counts 0.
+        """
+        assigned = kafka.assignment()
+        for tp in self._applied_to.keys() - assigned:  # revoked: forget, count afresh
+            del self._applied_to[tp]
         lag = 0
-        partition: TopicPartition
-        for partition in kafka.assignment():
-            end = kafka.highwater(partition)
-            if end is None:
-                continue
-            try:
-                lag += max(end - await kafka.position(partition), 0)
-            except IllegalStateError:
-                return  # a rebalance took the partition away; measure next time
+        for tp in assigned:
+            end = kafka.highwater(tp)
+            if end is not None and tp in self._applied_to:
+                lag += max(end - self._applied_to[tp], 0)
         CONSUMER_LAG.labels(group=self._group_id).set(lag)
