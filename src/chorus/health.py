@@ -68,9 +68,13 @@ class Check:
 
 def _reason(error: BaseException) -> str:
     """A one-line description of a failure, short enough for a probe log."""
+    name = type(error).__name__
     message = " ".join(str(error).split())
-    reason = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return reason[:_REASON_CHARS]
+    if not message:
+        return name
+    if message.startswith(name):  # aiokafka's errors name themselves
+        return message[:_REASON_CHARS]
+    return f"{name}: {message}"[:_REASON_CHARS]
 
 
 async def _outcome(check: Check, timeout_s: float) -> str:

@@ -107,6 +107,9 @@ async def test_readyz_names_the_dependency_that_is_down(
         assert body["checks"]["kafka"].startswith("down: "), body
         assert body["checks"]["redis"].startswith("down: ")
         assert took < 2.5
+        reason = body["checks"]["kafka"].removeprefix("down: ")
+        kind = reason.split(":")[0]
+        assert not reason.startswith(f"{kind}: {kind}"), "the error's name said twice"
 
         # Both back on their ports: the same checks (and Kafka client) recover.
         await asyncio.to_thread(private_redis.start)
