@@ -52,10 +52,22 @@ def drop_database(name: str) -> None:
     asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now and never handed out before in this test session.
+
+    The kernel may offer a port again once its probe socket is closed; two
+    servers of one test given the same port would answer for each other.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 TEST_SECRET = "test-secret-" + "x" * 40
@@ -108,13 +120,22 @@ class ChorusServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{name} exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
+                if self._answers_as_itself(httpx.get(f"{self.base_url}/healthz", timeout=1)):
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
+
+    def _answers_as_itself(self, response: httpx.Response) -> bool:
+        """Whether ``/healthz`` came from this kind of process (not another on the port)."""
+        if response.status_code != 200:
+            return False
+        body = response.json()
+        if self.command[0] == "serve":
+            return "websocket_connections" in body
+        return bool(body.get("workers") == [self.command[0]])
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no cleanup (a crash)."""
