@@ -87,7 +87,11 @@ def verify(secret: str, token: str) -> Identity:
         user_id = check_user_id(sub) if isinstance(sub, str) else check_user_id("")
     except ValueError:
         raise InvalidToken("the token's subject is not a valid user id") from None
-    return Identity(user_id, datetime.fromtimestamp(claims["exp"], UTC))
+    try:  # PyJWT checked that exp is a number in the future, not that it is a date
+        expires_at = datetime.fromtimestamp(claims["exp"], UTC)
+    except (ValueError, OverflowError, OSError):
+        raise InvalidToken("the token is malformed (exp is not a date)") from None
+    return Identity(user_id, expires_at)
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -321,6 +321,11 @@ def _bad_tokens() -> dict[str, str | None]:
         "sub not a string": "Bearer "
         + _by_hand({"alg": "HS256", "typ": "JWT"}, {"sub": 7, "exp": now + 3600}, TEST_SECRET),
         "missing exp": "Bearer " + jwt.encode({"sub": OWNER}, TEST_SECRET, algorithm="HS256"),
+        # Signed and in the future, but not a date Python can hold.
+        "exp past year 9999": "Bearer "
+        + jwt.encode({"sub": OWNER, "exp": 300_000_000_000}, TEST_SECRET, algorithm="HS256"),
+        "exp overflowing": "Bearer "
+        + jwt.encode({"sub": OWNER, "exp": 10**20}, TEST_SECRET, algorithm="HS256"),
         "not yet valid": "Bearer "
         + jwt.encode({**good_claims, "nbf": now + 3600}, TEST_SECRET, algorithm="HS256"),
         "garbage": "Bearer garbage",

@@ -337,7 +337,9 @@ async def test_a_bad_or_missing_token_closes_the_socket_with_4403(
     server: ChorusServer, api: Api
 ) -> None:
     wrong_secret = jwt.encode({"sub": "alice", "exp": int(time.time()) + 60}, "x" * 40, "HS256")
+    year_11476 = jwt.encode({"sub": "alice", "exp": 300_000_000_000}, TEST_SECRET, "HS256")
     for payload in (
+        {"Authorization": f"Bearer {year_11476}"},
         {},
         {"Authorization": "Bearer not-a-jwt"},
         {"Authorization": f"Bearer {expired_token('alice')}"},
