@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import socket
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -46,7 +45,9 @@ def _settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         problems = "; ".join(
-            f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+            # A check across settings has no location: its message names them.
+            f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors()
         )
         _fail(f"bad settings: {problems}")
 
@@ -106,18 +107,17 @@ def _count(value: str) -> int:
 
 
 def _catalog_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from chorus.catalog.embedded import EmbeddedCatalog
     from chorus.catalog.service import create_catalog_app
     from chorus.db.engine import Database
 
     settings = _settings()
+    listener = _listen(args.host, args.port)
+    _stop_cleanly_on_signals()
     _migrate(settings, wait=True)
     app = create_catalog_app(EmbeddedCatalog(Database(settings.database_url)))
     print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+    return _run_server(app, listener, log_level=args.log_level)
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -182,10 +182,31 @@ def _exit_cleanly(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _stop_cleanly_on_signals() -> None:
+    """SIGTERM and SIGINT exit 0 from here on, also while waiting for a database.
+
+    Servers and workers later take both signals over to shut down first;
+    uvicorn then raises the signal again, which lands here and exits 0.
+    """
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
+
+
+def _run_server(app: Any, listener: socket.socket, **options: Any) -> int:
+    """Serve ``app`` with uvicorn on ``listener`` until stopped.
+
+    Returns:
+        0 after a clean shutdown, 3 (uvicorn's code) when the app failed to start.
+    """
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **options))
+    server.run(sockets=[listener])
+    return 0 if server.started else STARTUP_FAILURE
+
+
+def _serve(args: argparse.Namespace) -> int:
     from chorus.app import create_app
 
     settings = _settings()
@@ -197,9 +218,7 @@ def _serve(args: argparse.Namespace) -> int:
             "and CHORUS_REDIS_URL"
         )
     listener = _listen(host, port)
-    # uvicorn stops on SIGTERM, then raises it again: exit 0 as on Ctrl-C,
-    # and as well while still waiting for the database.
-    signal.signal(signal.SIGTERM, _exit_cleanly)
+    _stop_cleanly_on_signals()
     _migrate(settings, wait=True)
     app = create_app(settings, with_workers=args.with_workers)
     profile = "full" if settings.full_profile else "embedded"
@@ -212,16 +231,12 @@ def _serve(args: argparse.Namespace) -> int:
         f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
-    config = uvicorn.Config(
+    return _run_server(
         app,
+        listener,
         log_level=args.log_level,
-        lifespan="on",
         ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
     )
-    server = uvicorn.Server(config)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn already shut down
-        server.run(sockets=[listener])
-    return 0 if server.started else STARTUP_FAILURE  # the application did not start
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -238,9 +253,10 @@ def _worker(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    listener = _listen(settings.host, args.port) if args.port is not None else None
+    _stop_cleanly_on_signals()  # until run_until_stopped takes the signals over
     if args.command != "fanout":  # the only worker that never touches SQL
         _migrate(settings, wait=True)
-    listener = _listen(settings.host, args.port) if args.port is not None else None
     endpoints = (
         f" (/healthz, /readyz, /metrics on http://{settings.host}:{args.port})"
         if args.port is not None
@@ -320,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the API server")
     serve.add_argument("--host", help="bind address (default CHORUS_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="TCP port (default CHORUS_PORT or 8000)")
+    serve.add_argument("--port", type=_port, help="TCP port (default CHORUS_PORT or 8000)")
     serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -357,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="serve the embedded catalog over HTTP (for CHORUS_CATALOG_URL)"
     )
     catalog_serve.add_argument("--host", default="127.0.0.1")
-    catalog_serve.add_argument("--port", type=int, default=8001)
+    catalog_serve.add_argument("--port", type=_port, default=8001)
     catalog_serve.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )

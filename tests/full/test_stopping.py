@@ -13,13 +13,14 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.full.conftest import REDIS_URL
 from tests.full.helpers import full_profile_env
-from tests.servers import TEST_SECRET, ChorusServer, TansuServer
+from tests.servers import TEST_SECRET, ChorusServer, TansuServer, free_port
 
 
 def _env(pg_url: str, tansu: TansuServer) -> dict[str, str]:
@@ -31,11 +32,14 @@ def _env(pg_url: str, tansu: TansuServer) -> dict[str, str]:
     }
 
 
-def test_serve_on_a_taken_port_exits_2_at_once(pg_url: str, tansu: TansuServer) -> None:
+@pytest.mark.parametrize("command", [("serve",), ("catalog", "serve")])
+def test_a_server_on_a_taken_port_exits_2_at_once(
+    pg_url: str, tansu: TansuServer, command: tuple[str, ...]
+) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "chorus.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "chorus.cli", *command, "--port", str(port)],
             env=_env(pg_url, tansu),
             capture_output=True,
             text=True,
@@ -88,3 +92,33 @@ def test_serve_exits_0_on_a_stop_signal(
         assert server.process.wait(timeout=20) == 0, server.log.read_text()[-2000:]
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    "command", [("serve",), ("relay",), ("project-cache",), ("catalog", "serve")]
+)
+def test_a_process_waiting_for_its_database_exits_0_on_a_stop_signal(
+    tansu: TansuServer, tmp_path: Path, command: tuple[str, ...], signum: signal.Signals
+) -> None:
+    nothing_listens = f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/chorus"
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "chorus.cli", *command, "--port", str(free_port())],
+            env=_env(nothing_listens, tansu),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "database not reachable" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "it never said it was waiting"
+            time.sleep(0.05)
+        process.send_signal(signum)
+        assert process.wait(timeout=20) == 0, log.read_text()[-2000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -78,11 +78,15 @@ def test_serve_with_workers_refuses_the_embedded_profile(
     assert "--with-workers needs the full profile" in err
 
 
-@pytest.mark.parametrize("port", ["0", "70000", "http", "-5"])
-def test_worker_port_must_be_a_port(capsys: pytest.CaptureFixture[str], port: str) -> None:
-    code, err = _run(capsys, "relay", "--port", port)
+@pytest.mark.parametrize("command", [("relay",), ("serve",), ("catalog", "serve")])
+@pytest.mark.parametrize("port", ["0", "70000", "99999", "http", "-5"])
+def test_a_port_must_be_a_port(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], port: str
+) -> None:
+    code, err = _run(capsys, *command, "--port", port)
     assert code == 2
     assert "--port" in err
+    assert "Traceback" not in err
 
 
 def test_a_worker_port_in_use_exits_2_before_connecting(
@@ -96,3 +100,13 @@ def test_a_worker_port_in_use_exits_2_before_connecting(
     assert code == 2
     assert err.startswith(f"chorus: cannot listen on 127.0.0.1:{port}:")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_lone_cross_setting_problem_is_not_given_an_empty_variable_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CHORUS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert "CHORUS_:" not in err
+    assert "CHORUS_KAFKA_BOOTSTRAP_SERVERS" in err
