@@ -153,12 +153,16 @@ async def _compact_async(args: argparse.Namespace) -> int:
 
 
 def _days(value: str) -> float:
+    from chorus.settings import MAX_KEEP_DAYS
+
     try:
         days = float(value)
     except ValueError:
         days = -1.0
-    if not days > 0:
-        raise argparse.ArgumentTypeError("must be a positive number of days")
+    if not 0 < days <= MAX_KEEP_DAYS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a number of days above 0 and at most {MAX_KEEP_DAYS:g}"
+        )
     return days
 
 

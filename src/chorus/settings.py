@@ -19,6 +19,10 @@ from chorus.domain.limits import Limits
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 
 
+MAX_KEEP_DAYS = 36_500.0
+"""The longest retention ``chorus compact`` accepts (100 years, in days)."""
+
+
 class Settings(BaseSettings):
     """Chorus configuration; frozen once read."""
 
@@ -97,7 +101,10 @@ class Settings(BaseSettings):
         100, ge=1, description="Operations (subscriptions) per WebSocket connection."
     )
     log_keep_days: float | None = Field(
-        None, gt=0, description="chorus compact: keep log versions newer than this."
+        None,
+        gt=0,
+        le=MAX_KEEP_DAYS,
+        description="chorus compact: keep log versions newer than this.",
     )
     retry_window_hours: float = Field(
         24.0, gt=0, description="Operation ids stay replayable at least this long."

@@ -485,6 +485,19 @@ def test_invalid_cursors(api: Api, target: Playlist, query: str, cursor: str) ->
     request_error(body, "BAD_USER_INPUT")
 
 
+@pytest.mark.parametrize(
+    "position", ["999999999", "1000000000", "9" * 40, " 5", "1_000", "\u0663", "+1", "-0"]
+)
+def test_forged_search_cursors(api: Api, position: str) -> None:
+    """Only what searchMedia hands out; a separate catalog would answer 400 past its limit."""
+    body = gql(
+        api,
+        'query($c: String) { searchMedia(query: "love", after: $c) { totalCount } }',
+        c=ids.cursor("s", position),
+    )
+    request_error(body, "BAD_USER_INPUT")
+
+
 def test_page_sizes(api: Api, target: Playlist) -> None:
     for query in (
         "{ viewer { playlists(first: $n) { totalCount } } }",

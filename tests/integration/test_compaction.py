@@ -320,6 +320,9 @@ async def test_chorus_compact_prints_its_report(database: Database, database_url
         ["compact", "--keep-versions", "x"],
         ["compact", "--keep-days", "-1"],
         ["compact", "--keep-days", "soon"],
+        ["compact", "--keep-days", "inf"],
+        ["compact", "--keep-days", "nan"],
+        ["compact", "--keep-days", "1e9"],  # timedelta overflowed: a traceback
         ["compact", "--keep-everything"],
     ],
 )
@@ -339,6 +342,8 @@ def test_chorus_compact_with_bad_arguments_exits_2(args: list[str], tmp_path: An
             {"CHORUS_DATABASE_URL": "not a url"},
             id="bad-settings",
         ),
+        pytest.param(["compact"], {"CHORUS_LOG_KEEP_DAYS": "inf"}, id="keep-days-inf"),
+        pytest.param(["compact"], {"CHORUS_LOG_KEEP_DAYS": "800000"}, id="keep-days-huge"),
     ],
 )
 def test_chorus_compact_without_a_rule_or_with_bad_settings_exits_2(

@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+MAX_SEARCH_OFFSET = 999_999_999
+"""The largest search offset any catalog accepts (its HTTP service answers 400 above)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Media:

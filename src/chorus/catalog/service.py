@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from chorus.catalog.protocol import Catalog, CatalogUnavailable
+from chorus.catalog.protocol import MAX_SEARCH_OFFSET, Catalog, CatalogUnavailable
 from chorus.catalog.wire import ErrorReply, MediaReply, SearchReply, media_to_wire
 
 MAX_IDS = 100
@@ -86,7 +86,7 @@ def create_catalog_app(catalog: Catalog) -> Starlette:
         if len(query) > MAX_QUERY_LENGTH:
             return _error(400, f"q must be at most {MAX_QUERY_LENGTH} characters")
         try:
-            offset = _int_param(request, "offset", 0, 0, 999_999_999)
+            offset = _int_param(request, "offset", 0, 0, MAX_SEARCH_OFFSET)
             limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         except _BadRequest as exc:
             return _error(400, str(exc))

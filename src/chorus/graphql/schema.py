@@ -21,6 +21,7 @@ from strawberry.extensions import (
     ValidationCache,
 )
 
+from chorus.catalog.protocol import MAX_SEARCH_OFFSET
 from chorus.graphql import ids
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import QueryDepthLimit, RequireOperationName
@@ -119,12 +120,17 @@ def _search_offset(after: str | None) -> int:
     if after is None:
         return 0
     try:
-        offset = int(ids.decode_cursor("s", after))
-    except (ids.MalformedId, ValueError):
-        raise BadUserInput("after is not a cursor of this connection") from None
-    if offset < 0:
+        position = ids.decode_cursor("s", after)
+    except ids.MalformedId:
+        position = ""
+    # Only what this connection hands out: ASCII digits, below the catalog's limit
+    # (int() would also take " 5", "1_000" and other scripts' digits).
+    if not (position.isascii() and position.isdigit() and len(position) <= 9):
         raise BadUserInput("after is not a cursor of this connection")
-    return offset + 1
+    offset = int(position) + 1
+    if offset > MAX_SEARCH_OFFSET:
+        raise BadUserInput("after is past the end of any search")
+    return offset
 
 
 @strawberry.type
