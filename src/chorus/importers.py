@@ -24,6 +24,8 @@ stored.
 from __future__ import annotations
 
 import json
+import stat
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,6 +157,13 @@ _JSON_NAMES: dict[type, str] = {
 }
 
 
+MAX_MPD_FILE_BYTES = 256 * 2**20
+"""The largest slice file ``import mpd`` reads (it reads a file whole)."""
+
+MAX_DURATION_MS = 2**31 - 1
+"""The longest track duration: ``Media.durationMs`` is a GraphQL Int (32-bit signed)."""
+
+
 def _json_type(value: Any) -> str:
     return "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
 
@@ -199,6 +208,14 @@ def _read_mpd(
     """The playlists (tracks in ``pos`` order) and the distinct tracks of a slice file."""
     reader = _Reader(path)
     try:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):  # /dev/zero, a FIFO: never read whole
+            raise ImportFailed(f"{path}: not a regular file")
+        if status.st_size > MAX_MPD_FILE_BYTES:
+            raise ImportFailed(
+                f"{path}: larger than {MAX_MPD_FILE_BYTES // 2**20} MiB; "
+                "a Million Playlist Dataset slice is about 33 MiB"
+            )
         document = json.loads(path.read_bytes())
     except OSError as exc:
         raise ImportFailed(f"{path}: cannot be read ({exc.strerror or exc})") from None
@@ -254,15 +271,25 @@ def _read_track(
     if uri.startswith("chinook:"):
         raise reader.fail(f"{where}.track_uri", "the chinook: prefix is reserved")
     duration_ms = reader.get(track, "duration_ms", int, where)
-    if duration_ms < 0:
-        raise reader.fail(f"{where}.duration_ms", "must not be negative")
+    if not 0 <= duration_ms <= MAX_DURATION_MS:
+        raise reader.fail(
+            f"{where}.duration_ms", f"must be between 0 and {MAX_DURATION_MS} (a GraphQL Int)"
+        )
     return Media(
         id=uri,
-        title=reader.get(track, "track_name", str, where),
-        artists=(reader.get(track, "artist_name", str, where),),
-        album=reader.get(track, "album_name", str, where),
+        title=_text(reader, track, "track_name", where),
+        artists=(_text(reader, track, "artist_name", where),),
+        album=_text(reader, track, "album_name", where),
         duration_ms=duration_ms,
     )
+
+
+def _text(reader: _Reader, track: Mapping[str, Any], key: str, where: str) -> str:
+    """A track's text field, without control characters or lone surrogates."""
+    value: str = reader.get(track, key, str, where)
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        raise reader.fail(f"{where}.{key}", "must not contain control characters")
+    return value
 
 
 async def import_mpd(

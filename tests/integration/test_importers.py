@@ -225,6 +225,14 @@ def _broken(edit: str) -> Any:
             track["duration_ms"] = "3:45"
         case "duration true":
             track["duration_ms"] = True
+        case "duration past a GraphQL Int":
+            track["duration_ms"] = 3_000_000_000
+        case "duration negative":
+            track["duration_ms"] = -1
+        case "track_name with an escape":
+            track["track_name"] = "Song\u001b[31m"
+        case "album_name with a lone surrogate":
+            track["album_name"] = "\ud800"
         case "pos missing":
             del track["pos"]
         case "pos repeated":
@@ -251,6 +259,16 @@ MALFORMED = [
     ("track_name null", "playlists[1].tracks[3].track_name: expected a string, got null"),
     ("duration a string", "playlists[1].tracks[3].duration_ms: expected an integer, got a string"),
     ("duration true", "playlists[1].tracks[3].duration_ms: expected an integer, got a boolean"),
+    (
+        "duration past a GraphQL Int",
+        "playlists[1].tracks[3].duration_ms: must be between 0 and 2147483647",
+    ),
+    ("duration negative", "playlists[1].tracks[3].duration_ms: must be between 0 and"),
+    ("track_name with an escape", "playlists[1].tracks[3].track_name: must not contain control"),
+    (
+        "album_name with a lone surrogate",
+        "playlists[1].tracks[3].album_name: must not contain control",
+    ),
     ("pos missing", "playlists[1].tracks[3]: missing field 'pos'"),
     ("pos repeated", "playlists[1].tracks[3].pos: position 0 appears twice"),
 ]
@@ -284,6 +302,13 @@ async def test_a_file_that_is_not_json_fails_clearly(
     with pytest.raises(ImportFailed, match=message):
         await import_mpd(path, store, EmbeddedCatalog(database), OWNER)
     assert await counts(database) == (0, 0, 0, 0)
+
+
+async def test_a_file_that_is_not_a_regular_file_is_not_read(
+    store: PlaylistStore, database: Database
+) -> None:
+    with pytest.raises(ImportFailed, match="not a regular file"):  # it would never end
+        await import_mpd(Path("/dev/zero"), store, EmbeddedCatalog(database), OWNER)
 
 
 async def test_a_missing_file_fails_clearly(store: PlaylistStore, database: Database) -> None:
