@@ -150,8 +150,10 @@ async def test_kafka_down_mutations_commit_and_the_backlog_drains_in_order_after
         private_tansu.start()  # empty: Tansu kept its log in memory
         await eventually(lambda: _backlog_at_least(pg_database, 0, exactly=True), timeout_s=30)
         await eventually(lambda: _has(follower, 8), what="versions 4..8", timeout_s=30)
-        await eventually(
-            lambda: _snapshot_is(parts.client, pid, 8), what="the projector to catch up"
+        await eventually(  # a consumer restarted by the broker's loss may rejoin slowly
+            lambda: _snapshot_is(parts.client, pid, 8),
+            what="the projector to catch up",
+            timeout_s=60,
         )
         assert follower.versions == list(range(1, 9))
         # What the new broker holds of the drained backlog is in version order.

@@ -49,6 +49,10 @@ EXPECTED_OUTAGES = (RedisError, OSError, KafkaError, DatabaseUnavailable)
 """Failures of a server that is away: one warning line each, no traceback."""
 
 
+START_TIMEOUT_S = 10.0
+"""How long a consumer may take to start (join its group) before it is made afresh."""
+
+
 def _log_failure(exc: Exception, message: str, backoff: float) -> None:
     if isinstance(exc, EXPECTED_OUTAGES):
         log.warning(message + " (%s: %s)", backoff, type(exc).__name__, exc)
@@ -105,7 +109,10 @@ class CacheProjector:
             self._applied_to.clear()
             try:
                 await ensure_topic(self._config)
-                await kafka.start()
+                # Seen against a restarted Tansu: start() joined the group,
+                # was assigned every partition, and never returned.
+                async with asyncio.timeout(START_TIMEOUT_S):
+                    await kafka.start()
                 log.info("cache projector consuming %s", self._config.topic)
                 backoff = 0.0
                 await self._consume(kafka)
