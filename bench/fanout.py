@@ -52,9 +52,9 @@ from chorus.domain.changes import WIRE_VERSION, EntriesAdded, PlaylistEvent, enc
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Entry
 from chorus.domain.positions import allocate
-from chorus.subscriptions.bus import InProcessBus
+from chorus.events.relay import OutboxRelay
+from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, playlist_stream
 
 VIEWER = "alice"

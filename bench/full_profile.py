@@ -77,14 +77,14 @@ from chorus.domain.changes import WIRE_VERSION, EntriesAdded, PlaylistEvent, enc
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Entry
 from chorus.domain.positions import allocate
-from chorus.subscriptions.bus import InProcessBus
-from chorus.subscriptions.fanout import Fanout
+from chorus.events.fanout import Fanout
+from chorus.events.kafka import KafkaConfig, KafkaPublisher, ensure_topic
+from chorus.events.relay import OutboxRelay
+from chorus.events.wire import encode_event, fanout_version_key
+from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher, ensure_topic
 from chorus.subscriptions.redis_bus import RedisBus
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, playlist_stream
-from chorus.subscriptions.wire import encode_event, fanout_version_key
 from fanout import Arrivals, measure, percentile  # bench/fanout.py, beside this script
 
 if TYPE_CHECKING:

@@ -36,23 +36,23 @@ from starlette.types import ASGIApp
 
 from chorus import health, workers
 from chorus.auth import load_or_create_secret
+from chorus.caches.reader import SnapshotCache
 from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
+from chorus.events.relay import OutboxRelay
 from chorus.graphql.view import ChorusGraphQL
 from chorus.middleware import BodySizeLimit
+from chorus.resilience.breaker import CircuitBreaker
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.resolvers.context import Services
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.settings import Settings
-from chorus.subscriptions.breaker import CircuitBreaker
-from chorus.subscriptions.bus import Bus, InProcessBus
+from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
-from chorus.subscriptions.snapshots import SnapshotCache
-from chorus.subscriptions.tasks import cancel_and_wait
 
 
 def jwt_secret(settings: Settings) -> str:

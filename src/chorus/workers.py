@@ -32,12 +32,12 @@ from starlette.routing import Route
 
 from chorus import health
 from chorus.db.engine import Database
+from chorus.events.fanout import Fanout
+from chorus.events.kafka import KafkaConfig, KafkaPublisher
+from chorus.events.projector import CacheProjector
+from chorus.events.relay import OutboxRelay
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.settings import Settings
-from chorus.subscriptions.fanout import Fanout
-from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
-from chorus.subscriptions.projector import CacheProjector
-from chorus.subscriptions.relay import OutboxRelay
-from chorus.subscriptions.tasks import cancel_and_wait
 
 log = logging.getLogger("chorus.workers")
 

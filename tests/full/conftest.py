@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as redis
 
 from chorus.db.engine import Database
-from chorus.subscriptions.kafka import KafkaConfig
+from chorus.events.kafka import KafkaConfig
 from tests.servers import (
     PostgresCluster,
     RedisServer,

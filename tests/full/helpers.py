@@ -14,8 +14,8 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
-from chorus.subscriptions.kafka import KafkaConfig
-from chorus.subscriptions.wire import decode_event
+from chorus.events.kafka import KafkaConfig
+from chorus.events.wire import decode_event
 
 ALICE = "alice"
 

@@ -23,9 +23,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import REGISTRY
 
-from chorus.subscriptions.fanout import Fanout
-from chorus.subscriptions.kafka import KafkaConfig, ensure_topic
-from chorus.subscriptions.wire import (
+from chorus.events.fanout import Fanout
+from chorus.events.kafka import KafkaConfig, ensure_topic
+from chorus.events.wire import (
     channel_playlist,
     encode_event,
     events_channel,

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as redis
 
+from chorus.caches.store import SnapshotStore
 from chorus.db import outbox
 from chorus.db.engine import Database
 from chorus.db.repository import LoggedVersion
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import PlaylistEvent
-from chorus.subscriptions.fanout import Fanout
+from chorus.events.fanout import Fanout
+from chorus.events.kafka import KafkaConfig, KafkaPublisher
+from chorus.events.projector import CacheProjector
+from chorus.events.relay import OutboxRelay
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
-from chorus.subscriptions.projector import CacheProjector
 from chorus.subscriptions.redis_bus import RedisBus
-from chorus.subscriptions.relay import OutboxRelay
-from chorus.subscriptions.snapshots import SnapshotStore
 from chorus.subscriptions.stream import playlist_stream
 from tests.full.helpers import ALICE, add, create_playlist, eventually, read_topic
 from tests.servers import TansuServer

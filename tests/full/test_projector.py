@@ -22,16 +22,17 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 
+from chorus.caches.snapshot import Snapshot
+from chorus.caches.store import SnapshotStore
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox
 from chorus.domain.changes import PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist, UpdatePlaylist
 from chorus.domain.model import Visibility
-from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
-from chorus.subscriptions.projector import CacheProjector
-from chorus.subscriptions.relay import OutboxRelay
-from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
+from chorus.events.kafka import KafkaConfig, KafkaPublisher
+from chorus.events.projector import CacheProjector
+from chorus.events.relay import OutboxRelay
 from tests.servers import RedisServer, TansuServer
 
 

@@ -27,11 +27,12 @@ from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.events.relay import OutboxRelay
+from chorus.events.wire import events_channel
+from chorus.subscriptions.bus import BusPublisher
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
-from chorus.subscriptions.wire import events_channel
 from tests.full.helpers import event
 from tests.servers import RedisServer
 

@@ -20,8 +20,8 @@ from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox as outbox_table
 from chorus.domain.changes import PlaylistEvent
-from chorus.subscriptions.kafka import KafkaConfig, KafkaPublisher
-from chorus.subscriptions.relay import OutboxRelay
+from chorus.events.kafka import KafkaConfig, KafkaPublisher
+from chorus.events.relay import OutboxRelay
 from tests.full.helpers import add, create_playlist, eventually, read_topic
 
 

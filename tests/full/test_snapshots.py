@@ -21,19 +21,21 @@ import redis.asyncio as redis
 from prometheus_client import REGISTRY
 from sqlalchemy import event
 
+from chorus.caches.reader import SnapshotCache
+from chorus.caches.snapshot import Snapshot
+from chorus.caches.store import SnapshotStore
 from chorus.catalog.protocol import Media, MediaPage
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist, RemoveEntries
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Visibility
+from chorus.events.kafka import KafkaConfig
+from chorus.events.projector import CacheProjector
 from chorus.graphql import ids
 from chorus.graphql.schema import build_schema
+from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resolvers.context import RequestContext, Services
-from chorus.subscriptions.breaker import BreakerState, CircuitBreaker
-from chorus.subscriptions.kafka import KafkaConfig
-from chorus.subscriptions.projector import CacheProjector
-from chorus.subscriptions.snapshots import Snapshot, SnapshotCache, SnapshotStore
 from tests.servers import RedisServer
 
 schema = build_schema()

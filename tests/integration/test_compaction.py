@@ -26,8 +26,8 @@ from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist_entry, playlist_mutation
 from chorus.domain.commands import AddEntries, CreatePlaylist, Placement, RemoveEntries
 from chorus.domain.errors import AnchorNotFound, OperationIdReused
-from chorus.subscriptions.bus import InProcessBus
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
+from chorus.events.relay import OutboxRelay
+from chorus.subscriptions.bus import BusPublisher, InProcessBus
 
 T0 = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 ALICE = "alice"

@@ -48,12 +48,12 @@ from chorus.domain.commands import (
 from chorus.domain.errors import DomainError, ErrorCode, Forbidden, InvalidInput, NotFound
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role, Visibility
+from chorus.events.relay import OutboxRelay
 from chorus.graphql import ids
 from chorus.graphql.schema import build_schema
 from chorus.resolvers.context import RequestContext, Services
-from chorus.subscriptions.bus import InProcessBus
+from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.relay import BusPublisher, OutboxRelay
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
 
 ALICE, BOB, CAROL, DAVE = "alice", "bob", "carol", "dave"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chorus.subscriptions.breaker import BreakerState, CircuitBreaker
+from chorus.resilience.breaker import BreakerState, CircuitBreaker
 
 
 class Clock:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from chorus.subscriptions.tasks import cancel_and_wait
+from chorus.resilience.tasks import cancel_and_wait
 
 
 async def _drops_the_first_cancel(reached: asyncio.Event) -> None:

@@ -7,7 +7,7 @@ sequence order. A claim also takes a transaction-scoped advisory lock per
 playlist (``pg_try_advisory_xact_lock``) and skips playlists another relay
 holds: one playlist's events are never split between two relays in flight,
 so they are published in version order. On SQLite there is one writer; its
-relay reads the backlog without a lock (see :mod:`chorus.subscriptions.relay`).
+relay reads the backlog without a lock (see :mod:`chorus.events.relay`).
 A relay stamps ``published_at`` only after the publisher took the event
 (at-least-once: a crash in between publishes it again).
 """

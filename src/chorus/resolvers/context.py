@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 
 from strawberry.dataloader import DataLoader
 
+from chorus.caches.reader import SnapshotCache
+from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
 from chorus.db import listing
 from chorus.db.engine import Database
@@ -23,7 +25,6 @@ from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.subscriptions.hub import Hub
-from chorus.subscriptions.snapshots import Snapshot, SnapshotCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import CatalogUnavailable, MediaPage
 from chorus.db import listing, repository
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
@@ -30,7 +31,6 @@ from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
 from chorus.subscriptions.replay import ReplayPage, replay
-from chorus.subscriptions.snapshots import Snapshot
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ consumer dedupes by ``(playlist_id, version)`` and repairs gaps from SQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from chorus.domain.changes import PlaylistEvent
@@ -72,3 +72,17 @@ class InProcessBus:
 
     async def aclose(self) -> None:
         self._subscribers.clear()
+
+
+class BusPublisher:
+    """The outbox relay's publisher onto a :class:`Bus` (the embedded profile).
+
+    Satisfies :class:`chorus.events.relay.Publisher`.
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        for event in events:
+            await self._bus.publish(event)

@@ -1,7 +1,7 @@
 """The full profile's bus in an API process: one Redis pub/sub connection, many playlists.
 
 Fanout ``PUBLISH``\\ es each event on its playlist's channel
-(:func:`~chorus.subscriptions.wire.events_channel`); every API process keeps
+(:func:`~chorus.events.wire.events_channel`); every API process keeps
 **one** pub/sub connection, subscribed to the channels of the playlists its
 local streams watch (the :class:`~chorus.subscriptions.hub.Hub` asks for each
 playlist once), and a reader task hands the decoded events to the subscribers.
@@ -36,9 +36,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
+from chorus.events.wire import channel_playlist, decode_event, encode_event, events_channel
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import Deliver, GapHandler
-from chorus.subscriptions.tasks import cancel_and_wait
-from chorus.subscriptions.wire import channel_playlist, decode_event, encode_event, events_channel
 
 log = logging.getLogger("chorus.redis_bus")
 

@@ -34,13 +34,14 @@ from aiokafka.errors import KafkaError
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from chorus.caches.snapshot import Snapshot
+from chorus.caches.store import SnapshotStore
 from chorus.db import listing, repository
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.model import Visibility
+from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic
+from chorus.events.wire import decode_event
 from chorus.metrics import CONSUMER_LAG, PROJECTOR_APPLIED
-from chorus.subscriptions.kafka import KafkaConfig, can_commit, consumer, ensure_topic
-from chorus.subscriptions.snapshots import Snapshot, SnapshotStore
-from chorus.subscriptions.wire import decode_event
 
 log = logging.getLogger("chorus.projector")
 

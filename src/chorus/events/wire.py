@@ -1,8 +1,9 @@
-"""Names and bytes shared by the full profile's processes.
+"""Names and bytes of the event path, shared by the full profile's processes.
 
 Every process (API, relay, fanout, cache projector) agrees on these: the
-Kafka record of an event, the Redis pub/sub channel of a playlist and the
-Redis keys of its snapshot. Changing one is a wire-format change; bump the
+Kafka topic and consumer groups, the Kafka record of an event, and the Redis
+pub/sub channel and dedupe mark of a playlist (the snapshot keys are
+:mod:`chorus.caches.keys`). Changing one is a wire-format change; bump the
 ``v1`` in the name instead of editing in place.
 
 Kafka record: key ``playlist_id`` (UTF-8), value the
@@ -15,10 +16,15 @@ from __future__ import annotations
 import json
 from typing import cast
 
+from chorus.caches.keys import KEY_PREFIX, playlist_key
 from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
 
 DEFAULT_TOPIC = "chorus.playlist-events.v1"
-KEY_PREFIX = "chorus:v1"
+"""The events topic, keyed by playlist id (``CHORUS_KAFKA_TOPIC``)."""
+FANOUT_GROUP = "chorus-fanout"
+"""The fanout's consumer group (``CHORUS_KAFKA_FANOUT_GROUP``)."""
+PROJECTOR_GROUP = "chorus-cache-projector"
+"""The cache projector's consumer group (``CHORUS_KAFKA_PROJECTOR_GROUP``)."""
 
 
 def encode_event(event: PlaylistEvent) -> bytes:
@@ -47,7 +53,7 @@ def decode_event(data: bytes | str) -> PlaylistEvent:
 
 def events_channel(playlist_id: str) -> str:
     """The Redis pub/sub channel carrying a playlist's events."""
-    return f"{KEY_PREFIX}:playlist:{playlist_id}:events"
+    return playlist_key(playlist_id, "events")
 
 
 def channel_playlist(channel: str | bytes) -> str:
@@ -58,14 +64,4 @@ def channel_playlist(channel: str | bytes) -> str:
 
 def fanout_version_key(playlist_id: str) -> str:
     """The last version fanout published for a playlist (its dedupe mark)."""
-    return f"{KEY_PREFIX}:playlist:{playlist_id}:fanout-version"
-
-
-def head_key(playlist_id: str) -> str:
-    """The newest version known committed (bumped by API commits and the projector)."""
-    return f"{KEY_PREFIX}:playlist:{playlist_id}:head"
-
-
-def snapshot_key(playlist_id: str) -> str:
-    """The projected snapshot of a PUBLIC playlist: JSON with its ``version``."""
-    return f"{KEY_PREFIX}:playlist:{playlist_id}:snapshot"
+    return playlist_key(playlist_id, "fanout-version")

@@ -2,7 +2,7 @@
 
 Events go to one topic (default ``chorus.playlist-events.v1``) keyed by
 playlist id, so one playlist's versions stay in one partition, in order
-(record format: :mod:`chorus.subscriptions.wire`). The producer waits for
+(record format: :mod:`chorus.events.wire`). The producer waits for
 ``acks=all``; the idempotent producer is :attr:`KafkaConfig.idempotent`
 (on for Apache Kafka; the Tansu broker used in tests refuses InitProducerId).
 Consumers belong to a group, never auto-commit, and start from the earliest
@@ -21,7 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError, UnknownError
 
 from chorus.domain.changes import PlaylistEvent
-from chorus.subscriptions.wire import DEFAULT_TOPIC, encode_event
+from chorus.events.wire import DEFAULT_TOPIC, encode_event
 
 log = logging.getLogger("chorus.kafka")
 

@@ -2,14 +2,14 @@
 
 ``chorus fanout`` consumes the events topic in its own consumer group
 (DESIGN §1) and publishes every record's value, byte for byte, on
-:func:`~chorus.subscriptions.wire.events_channel` of its playlist, where the
+:func:`~chorus.events.wire.events_channel` of its playlist, where the
 API processes listen (DESIGN §6).
 
 **Delivery rule: at least once from Kafka, at most once to Redis.** The relay
 may produce an event twice and a rebalance re-delivers what was not committed
 yet, so each event goes through one Lua script, atomic in Redis: publish it
 only when its ``version`` is above the playlist's
-:func:`~chorus.subscriptions.wire.fanout_version_key` (missing: -1), and
+:func:`~chorus.events.wire.fanout_version_key` (missing: -1), and
 raise the key to it. A duplicate or an older version is dropped. The key is
 shared, so the rule holds across every fanout consumer of the deployment,
 rebalances included: subscribers see each version at most once, in
@@ -63,9 +63,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
+from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic
+from chorus.events.wire import decode_event, events_channel, fanout_version_key
 from chorus.metrics import CONSUMER_LAG, FANOUT_DUPLICATES, FANOUT_PUBLISHED
-from chorus.subscriptions.kafka import KafkaConfig, can_commit, consumer, ensure_topic
-from chorus.subscriptions.wire import decode_event, events_channel, fanout_version_key
 
 log = logging.getLogger("chorus.fanout")
 

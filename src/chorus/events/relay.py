@@ -28,7 +28,6 @@ from chorus.db import outbox
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
 from chorus.metrics import OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE, RELAY_ERRORS, RELAY_PUBLISHED
-from chorus.subscriptions.bus import Bus
 
 log = logging.getLogger("chorus.relay")
 
@@ -37,6 +36,9 @@ BACKLOG_REPORT_S = 5.0
 
 
 class Publisher(Protocol):
+    """Where the relay sends events: Kafka (:class:`~chorus.events.kafka.KafkaPublisher`)
+    or an in-process bus (:class:`~chorus.subscriptions.bus.BusPublisher`)."""
+
     async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
         """Publish ``events`` in order; return only when all were taken.
 
@@ -44,17 +46,6 @@ class Publisher(Protocol):
             Exception: any failure; the batch stays unpublished and is retried.
         """
         ...
-
-
-class BusPublisher:
-    """Publishes to a :class:`~chorus.subscriptions.bus.Bus` (the embedded profile)."""
-
-    def __init__(self, bus: Bus) -> None:
-        self._bus = bus
-
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
-        for event in events:
-            await self._bus.publish(event)
 
 
 class OutboxRelay:

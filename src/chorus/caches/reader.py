@@ -1,0 +1,220 @@
+"""The API's reader of snapshots, with request coalescing and a circuit breaker.
+
+:class:`SnapshotCache` answers a read with one Redis round trip (concurrent
+reads of one playlist share it), behind a short timeout and a
+:class:`~chorus.resilience.breaker.CircuitBreaker`; it never raises because of
+Redis, so the caller reads SQL instead. It also raises the head version after
+each commit of this process, in the background, until Redis takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+
+from redis.asyncio import Redis
+
+from chorus.caches.snapshot import Snapshot
+from chorus.caches.store import SnapshotStore
+from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_READS
+from chorus.resilience.breaker import BreakerState, CircuitBreaker
+from chorus.resilience.tasks import cancel_and_wait
+
+log = logging.getLogger("chorus.snapshots")
+
+FLUSH_BATCH = 500
+"""Head bumps written per pipeline when several are pending (Redis came back)."""
+FLUSH_RETRY_S = 0.5
+"""How often head raises that Redis refused are tried again (seconds)."""
+
+_Read = tuple[int | None, Snapshot | None]
+
+
+class SnapshotCache:
+    """The API's reader of snapshots, and its best-effort head bumps.
+
+    Args:
+        redis: the client (its own connection pool; shared with nothing slow).
+        breaker: in front of every Redis call; while open, reads go to SQL at once.
+        page_size: the largest first page served from a snapshot (the
+            projector's page size); larger first pages read SQL unless the
+            snapshot holds the whole playlist.
+        timeout_s: how long one Redis call may take before it counts as a failure.
+        max_pending: how many unconfirmed head bumps are remembered (the
+            oldest are forgotten beyond that).
+
+    Attributes:
+        redis_calls: Redis round trips made by reads (coalesced reads count once).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        breaker: CircuitBreaker,
+        page_size: int = 50,
+        timeout_s: float = 0.25,
+        max_pending: int = 100_000,
+    ) -> None:
+        self.page_size = page_size
+        self.redis_calls = 0
+        self._store = SnapshotStore(redis)
+        self._redis = redis
+        self._breaker = breaker
+        self._timeout_s = timeout_s
+        self._max_pending = max_pending
+        self._inflight: dict[str, asyncio.Future[_Read | None]] = {}
+        self._pending: dict[str, int] = {}
+        """Heads this process committed but could not write yet: reads below them miss."""
+        self._flusher: asyncio.Task[None] | None = None
+        REDIS_BREAKER_OPEN.set(0 if breaker.state is BreakerState.CLOSED else 1)
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
+
+    async def get(self, playlist_id: str, min_version: int | None = None) -> Snapshot | None:
+        """The current snapshot of a playlist, or ``None`` (read SQL instead).
+
+        A snapshot is returned only when its version equals the head version
+        and is ``>= min_version``. Concurrent calls for one playlist share one
+        Redis round trip. Never raises because of Redis: a failure, a timeout
+        or an open breaker gives ``None``.
+        """
+        read = self._inflight.get(playlist_id)
+        if read is None:
+            if not self._breaker.allow():
+                SNAPSHOT_READS.labels(result="bypass").inc()
+                return None
+            read = asyncio.ensure_future(self._read(playlist_id))
+            self._inflight[playlist_id] = read
+            read.add_done_callback(lambda done: self._done(playlist_id, done))
+        # Shielded: one caller's cancellation must not cancel the others' read.
+        result = await asyncio.shield(read)
+        if result is None:
+            SNAPSHOT_READS.labels(result="bypass").inc()
+            return None
+        head, snapshot = result
+        if (
+            snapshot is None
+            or snapshot.version != head
+            or snapshot.version < self._pending.get(playlist_id, -1)
+            or (min_version is not None and snapshot.version < min_version)
+        ):
+            SNAPSHOT_READS.labels(result="miss").inc()
+            return None
+        SNAPSHOT_READS.labels(result="hit").inc()
+        return snapshot
+
+    def committed(self, playlist_id: str, version: int) -> None:
+        """A commit of this process (a store's ``on_commit``): raise the head in the background.
+
+        Until the head is written, this process's own reads of the playlist
+        miss any older snapshot. Needs a running event loop.
+        """
+        self._remember(playlist_id, version)
+        self._keep_flushing()
+
+    async def bump_head(self, playlist_id: str, version: int) -> None:
+        """Raise the head after a commit, through the breaker; never raises.
+
+        A bump that cannot be written now is remembered and retried in the
+        background every :data:`FLUSH_RETRY_S` until Redis takes it.
+        """
+        self._remember(playlist_id, version)
+        while self._pending and await self._flush():
+            pass
+        if self._pending:
+            self._keep_flushing()
+
+    @property
+    def pending_heads(self) -> int:
+        """Head raises of this process's commits that Redis has not taken yet."""
+        return len(self._pending)
+
+    async def aclose(self) -> None:
+        """Send what is pending if Redis answers now, then stop retrying.
+
+        The caller closes the Redis client.
+        """
+        if self._flusher is not None:
+            with contextlib.suppress(Exception):  # it logged its own failures
+                await cancel_and_wait(self._flusher)
+        while self._pending and await self._flush():
+            pass
+
+    def _keep_flushing(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_all())
+
+    def _done(self, playlist_id: str, read: asyncio.Future[_Read | None]) -> None:
+        if self._inflight.get(playlist_id) is read:
+            del self._inflight[playlist_id]
+
+    async def _read(self, playlist_id: str) -> _Read | None:
+        self.redis_calls += 1
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                head, doc = await self._store.read_raw(playlist_id)
+        except Exception as exc:
+            self._failed(exc)
+            return None
+        self._succeeded()
+        try:
+            return head, Snapshot.from_json(doc) if doc is not None else None
+        except ValueError:
+            log.warning("unreadable snapshot of playlist %s; reading SQL", playlist_id)
+            return head, None
+
+    def _remember(self, playlist_id: str, version: int) -> None:
+        if version > self._pending.get(playlist_id, -1):
+            self._pending.pop(playlist_id, None)  # re-insert: the dict keeps age order
+            self._pending[playlist_id] = version
+        while len(self._pending) > self._max_pending:
+            del self._pending[next(iter(self._pending))]
+
+    async def _flush_all(self) -> None:
+        """Send remembered heads until none is left, retrying while Redis fails.
+
+        Until then other API processes could serve a snapshot older than a
+        commit of this one — even one that made the playlist PRIVATE — so
+        this does not give up (docs/full-profile.md).
+        """
+        while self._pending:
+            if not await self._flush():
+                await asyncio.sleep(FLUSH_RETRY_S)
+
+    async def _flush(self) -> bool:
+        """Write up to :data:`FLUSH_BATCH` remembered heads; whether that worked."""
+        if not self._pending or not self._breaker.allow():
+            return False
+        sent = dict(itertools.islice(self._pending.items(), FLUSH_BATCH))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._store.bump_heads(sent)
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        self._succeeded()
+        for playlist_id, version in sent.items():
+            if self._pending.get(playlist_id) == version:
+                del self._pending[playlist_id]
+        return True
+
+    def _failed(self, exc: Exception) -> None:
+        was = self._breaker.state
+        self._breaker.record_failure()
+        if self._breaker.state is not was and self._breaker.state is BreakerState.OPEN:
+            log.warning("Redis failing (%r): snapshot reads go to SQL for now", exc)
+        self._track()
+
+    def _succeeded(self) -> None:
+        if self._breaker.state is not BreakerState.CLOSED:
+            log.info("Redis answers again: snapshot reads resume")
+        self._breaker.record_success()
+        self._track()
+
+    def _track(self) -> None:
+        REDIS_BREAKER_OPEN.set(0 if self._breaker.state is BreakerState.CLOSED else 1)

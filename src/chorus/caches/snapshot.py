@@ -1,0 +1,146 @@
+"""The snapshot of a PUBLIC playlist: what it holds and its JSON format.
+
+A snapshot is the playlist header and its first page of live entries, read in
+one SQL transaction at ``version`` (DESIGN §8, docs/full-profile.md). Under
+:func:`~chorus.caches.keys.snapshot_key` it is compact JSON::
+
+    {"v": 1, "version": 7, "playlist": {header fields}, "entries": [entry wire], "has_more": true}
+
+``"v"`` (:data:`SNAPSHOT_FORMAT`) and ``"version"`` always come first: the
+Lua scripts (:mod:`chorus.caches.scripts`) read the stored version with a
+pattern instead of decoding the whole document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Literal, TypedDict, cast
+
+from chorus.domain.changes import EntryWire, entry_from_wire, entry_to_wire
+from chorus.domain.model import Entry, Playlist, Visibility
+
+SNAPSHOT_FORMAT: Final = 1
+"""The ``"v"`` of the snapshot JSON; bump it (and :data:`~chorus.caches.keys.KEY_PREFIX`)
+on any format change. :mod:`chorus.caches.scripts` matches it too."""
+
+
+class PlaylistHeaderWire(TypedDict):
+    """Every field of :class:`~chorus.domain.model.Playlist`; times are ISO 8601."""
+
+    id: str
+    owner_id: str
+    title: str
+    description: str | None
+    visibility: str
+    collaborative: bool
+    version: int
+    membership_epoch: int
+    entry_count: int
+    created_at: str
+    updated_at: str
+    deleted_at: str | None
+
+
+class SnapshotWire(TypedDict):
+    v: Literal[1]  # SNAPSHOT_FORMAT
+    version: int
+    playlist: PlaylistHeaderWire
+    entries: list[EntryWire]
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A playlist's header and its first live entries, as of ``version``.
+
+    Attributes:
+        version: the playlist version everything here was read at.
+        playlist: the header (``playlist.version == version``).
+        entries: the first live entries in list order.
+        has_more: live entries follow the last of ``entries``.
+    """
+
+    version: int
+    playlist: Playlist
+    entries: tuple[Entry, ...]
+    has_more: bool
+
+    @classmethod
+    def read(cls, playlist: Playlist, first_entries: Sequence[Entry], page_size: int) -> Snapshot:
+        """The snapshot of a header and the first ``page_size + 1`` live entries read with it."""
+        return cls(
+            version=playlist.version,
+            playlist=playlist,
+            entries=tuple(first_entries[:page_size]),
+            has_more=len(first_entries) > page_size,
+        )
+
+    def first_page(self, size: int) -> tuple[Sequence[Entry], bool] | None:
+        """The first ``size`` live entries and whether more follow, or ``None``.
+
+        ``None`` when the snapshot does not hold that many entries and more exist.
+        """
+        if size > len(self.entries) and self.has_more:
+            return None
+        return self.entries[:size], len(self.entries) > size or self.has_more
+
+    def to_json(self) -> bytes:
+        p = self.playlist
+        wire: SnapshotWire = {
+            "v": SNAPSHOT_FORMAT,
+            "version": self.version,
+            "playlist": {
+                "id": p.id,
+                "owner_id": p.owner_id,
+                "title": p.title,
+                "description": p.description,
+                "visibility": p.visibility.value,
+                "collaborative": p.collaborative,
+                "version": p.version,
+                "membership_epoch": p.membership_epoch,
+                "entry_count": p.entry_count,
+                "created_at": p.created_at.isoformat(),
+                "updated_at": p.updated_at.isoformat(),
+                "deleted_at": p.deleted_at.isoformat() if p.deleted_at else None,
+            },
+            "entries": [entry_to_wire(e) for e in self.entries],
+            "has_more": self.has_more,
+        }
+        return json.dumps(wire, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Snapshot:
+        """The snapshot :meth:`to_json` wrote.
+
+        Raises:
+            ValueError: not a version-1 snapshot.
+        """
+        try:
+            wire = cast(SnapshotWire, json.loads(data))
+            if wire["v"] != SNAPSHOT_FORMAT:
+                raise ValueError(f"snapshot format {wire['v']!r}")
+            h = wire["playlist"]
+            playlist = Playlist(
+                id=h["id"],
+                owner_id=h["owner_id"],
+                title=h["title"],
+                description=h["description"],
+                visibility=Visibility(h["visibility"]),
+                collaborative=h["collaborative"],
+                version=h["version"],
+                membership_epoch=h["membership_epoch"],
+                entry_count=h["entry_count"],
+                created_at=datetime.fromisoformat(h["created_at"]),
+                updated_at=datetime.fromisoformat(h["updated_at"]),
+                deleted_at=datetime.fromisoformat(h["deleted_at"]) if h["deleted_at"] else None,
+            )
+            entries = tuple(entry_from_wire(e) for e in wire["entries"])
+            snapshot = cls(wire["version"], playlist, entries, bool(wire["has_more"]))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a snapshot: {exc!r}") from None
+        if snapshot.version != playlist.version:
+            raise ValueError("snapshot and header versions differ")
+        return snapshot
