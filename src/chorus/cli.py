@@ -40,6 +40,13 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def _require_full_profile(settings: Settings, what: str) -> None:
+    try:
+        settings.require_full_profile(what)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def _settings() -> Settings:
     try:
         return Settings()
@@ -107,15 +114,16 @@ def _count(value: str) -> int:
 
 
 def _catalog_serve(args: argparse.Namespace) -> int:
+    from chorus import bootstrap
     from chorus.catalog.embedded import EmbeddedCatalog
     from chorus.catalog.service import create_catalog_app
-    from chorus.db.engine import Database
 
     settings = _settings()
     listener = _listen(args.host, args.port)
     _stop_cleanly_on_signals()
     _migrate(settings, wait=True)
-    app = create_catalog_app(EmbeddedCatalog(Database(settings.database_url)))
+    db = bootstrap.database(settings)
+    app = create_catalog_app(EmbeddedCatalog(db), on_shutdown=db.dispose)
     print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
     return _run_server(app, listener, log_level=args.log_level)
 
@@ -127,15 +135,14 @@ def _compact(args: argparse.Namespace) -> int:
 async def _compact_async(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime, timedelta
 
+    from chorus import bootstrap
     from chorus.db.compaction import compact
-    from chorus.db.engine import Database
 
     settings = _settings()
     keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
     if args.keep_versions is None and keep_days is None:
         _fail("give --keep-versions N and/or --keep-days D")
-    db = Database(settings.database_url)
-    try:
+    async with bootstrap.opened_database(settings) as db:
         report = await compact(
             db,
             keep_versions=args.keep_versions,
@@ -143,8 +150,6 @@ async def _compact_async(args: argparse.Namespace) -> int:
             retry_window=timedelta(hours=settings.retry_window_hours),
             now=datetime.now(UTC),
         )
-    finally:
-        await db.dispose()
     print(
         f"compacted {report.playlists} playlists: {report.log_rows_deleted} log rows, "
         f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows deleted"
@@ -216,11 +221,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings()
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
-    if args.with_workers and not settings.full_profile:
-        _fail(
-            "--with-workers needs the full profile: set CHORUS_KAFKA_BOOTSTRAP_SERVERS "
-            "and CHORUS_REDIS_URL"
-        )
+    if args.with_workers:
+        _require_full_profile(settings, "--with-workers")
     listener = _listen(host, port)
     _stop_cleanly_on_signals()
     _migrate(settings, wait=True)
@@ -249,11 +251,7 @@ def _worker(args: argparse.Namespace) -> int:
     from chorus.workers import run_until_stopped
 
     settings = _settings()
-    if not settings.full_profile:
-        _fail(
-            f"chorus {args.command} needs the full profile: set "
-            "CHORUS_KAFKA_BOOTSTRAP_SERVERS and CHORUS_REDIS_URL"
-        )
+    _require_full_profile(settings, f"chorus {args.command}")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -282,10 +280,10 @@ def _port(value: str) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from chorus.app import jwt_secret
+    from chorus import bootstrap
     from chorus.auth import mint_token
 
-    print(mint_token(jwt_secret(_settings()), args.user))
+    print(mint_token(bootstrap.jwt_secret(_settings()), args.user))
     return 0
 
 
@@ -301,29 +299,25 @@ def _import(args: argparse.Namespace) -> int:
 
 
 async def _import_async(args: argparse.Namespace) -> int:
+    from chorus import bootstrap
     from chorus.catalog.embedded import EmbeddedCatalog
-    from chorus.db.engine import Database
     from chorus.db.migrate import upgrade_async
-    from chorus.db.store import PlaylistStore
     from chorus.graphql.ids import to_global_id
     from chorus.importers import ImportFailed, import_chinook, import_mpd
 
     settings = _settings()
     await upgrade_async(settings.database_url)
-    db = Database(settings.database_url)
     try:
-        store = PlaylistStore(db, limits=settings.limits)
-        if args.source == "chinook":
-            imported = await import_chinook(store, args.owner)
-        else:
-            catalog = EmbeddedCatalog(db)
-            imported = await import_mpd(
-                Path(args.file), store, catalog, args.owner, limit=args.limit
-            )
+        async with bootstrap.opened_database(settings) as db:
+            store = bootstrap.store(settings, db)
+            if args.source == "chinook":
+                imported = await import_chinook(store, args.owner)
+            else:
+                imported = await import_mpd(
+                    Path(args.file), store, EmbeddedCatalog(db), args.owner, limit=args.limit
+                )
     except ImportFailed as exc:
         _fail(f"import failed: {exc}")
-    finally:
-        await db.dispose()
     for playlist in imported:
         global_id = to_global_id("Playlist", playlist.playlist_id)
         print(f"{global_id}  {playlist.entries:6d} entries  {playlist.name}")

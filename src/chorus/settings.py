@@ -14,10 +14,15 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from chorus.auth import MIN_SECRET_LENGTH
+from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE
 from chorus.domain.limits import Limits
+from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, PROJECTOR_GROUP
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 
+
+FULL_PROFILE_SETTINGS = "set CHORUS_KAFKA_BOOTSTRAP_SERVERS and CHORUS_REDIS_URL"
+"""What a command that needs the full profile tells a user of the embedded one."""
 
 MAX_KEEP_DAYS = 36_500.0
 """The longest retention ``chorus compact`` accepts (100 years, in days)."""
@@ -45,7 +50,7 @@ class Settings(BaseSettings):
         None, description="host:port[,host:port]; unset: the in-process bus."
     )
     kafka_topic: str = Field(
-        "chorus.playlist-events.v1", min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+        DEFAULT_TOPIC, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
     )
     kafka_topic_partitions: int = Field(
         12, ge=1, le=10_000, description="Partitions of the topic when Chorus creates it."
@@ -54,10 +59,10 @@ class Settings(BaseSettings):
         True,
         description="enable.idempotence on the relay's producer; Tansu (tests) needs false.",
     )
-    kafka_fanout_group: str = Field("chorus-fanout", min_length=1)
-    kafka_projector_group: str = Field("chorus-cache-projector", min_length=1)
+    kafka_fanout_group: str = Field(FANOUT_GROUP, min_length=1)
+    kafka_projector_group: str = Field(PROJECTOR_GROUP, min_length=1)
     snapshot_page_size: int = Field(
-        50, ge=1, description="Entries kept in a PUBLIC playlist's Redis snapshot."
+        SNAPSHOT_PAGE_SIZE, ge=1, description="Entries kept in a PUBLIC playlist's Redis snapshot."
     )
     redis_breaker_failures: int = Field(
         3, ge=1, description="Redis errors in a row that open the circuit breaker."
@@ -150,8 +155,21 @@ class Settings(BaseSettings):
 
     @property
     def full_profile(self) -> bool:
-        """Kafka and Redis carry events and snapshots (DESIGN §1)."""
+        """Kafka and Redis carry events and snapshots (docs/architecture.md)."""
         return self.kafka_bootstrap_servers is not None
+
+    def require_full_profile(self, what: str) -> tuple[str, str]:
+        """``(Kafka bootstrap servers, Redis URL)`` of the full profile.
+
+        Args:
+            what: who needs them, for the message (``"chorus relay"``).
+
+        Raises:
+            ValueError: the embedded profile: "<what> needs the full profile: set …".
+        """
+        if self.kafka_bootstrap_servers is None or self.redis_url is None:
+            raise ValueError(f"{what} needs the full profile: {FULL_PROFILE_SETTINGS}")
+        return self.kafka_bootstrap_servers, self.redis_url
 
     @field_validator("jwt_secret")
     @classmethod

@@ -16,7 +16,7 @@ import logging
 
 from redis.asyncio import Redis
 
-from chorus.caches.snapshot import Snapshot
+from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
 from chorus.caches.store import SnapshotStore
 from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_READS
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
@@ -54,7 +54,7 @@ class SnapshotCache:
         redis: Redis,
         *,
         breaker: CircuitBreaker,
-        page_size: int = 50,
+        page_size: int = SNAPSHOT_PAGE_SIZE,
         timeout_s: float = 0.25,
         max_pending: int = 100_000,
     ) -> None:

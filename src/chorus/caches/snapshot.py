@@ -26,6 +26,10 @@ SNAPSHOT_FORMAT: Final = 1
 """The ``"v"`` of the snapshot JSON; bump it (and :data:`~chorus.caches.keys.KEY_PREFIX`)
 on any format change. :mod:`chorus.caches.scripts` matches it too."""
 
+SNAPSHOT_PAGE_SIZE = 50
+"""Live entries a snapshot holds by default (``CHORUS_SNAPSHOT_PAGE_SIZE``): the
+API's default first page."""
+
 
 class PlaylistHeaderWire(TypedDict):
     """Every field of :class:`~chorus.domain.model.Playlist`; times are ISO 8601."""

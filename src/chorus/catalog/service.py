@@ -17,6 +17,8 @@ closes) the catalog.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -52,13 +54,17 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return int(raw)
 
 
-def create_catalog_app(catalog: Catalog) -> Starlette:
+def create_catalog_app(
+    catalog: Catalog, *, on_shutdown: Callable[[], Awaitable[None]] | None = None
+) -> Starlette:
     """An ASGI app serving ``GET /media`` and ``GET /search`` from ``catalog``.
 
     Args:
         catalog: any :class:`~chorus.catalog.protocol.Catalog`, typically an
             :class:`~chorus.catalog.embedded.EmbeddedCatalog`. The app does
             not close it.
+        on_shutdown: awaited when the server stops (e.g. disposing the
+            database the catalog reads).
 
     Returns:
         A Starlette app; errors never expose internal details (``debug`` off).
@@ -101,9 +107,18 @@ def create_catalog_app(catalog: Catalog) -> Starlette:
         }
         return JSONResponse(body)
 
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if on_shutdown is not None:
+                await on_shutdown()
+
     return Starlette(
         routes=[
             Route("/media", media, methods=["GET"]),
             Route("/search", search, methods=["GET"]),
-        ]
+        ],
+        lifespan=lifespan,
     )

@@ -28,6 +28,7 @@ from chorus.db import outbox
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
 from chorus.metrics import OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE, RELAY_ERRORS, RELAY_PUBLISHED
+from chorus.resilience.backoff import Backoff
 
 log = logging.getLogger("chorus.relay")
 
@@ -124,7 +125,7 @@ class OutboxRelay:
 
     async def run(self) -> None:
         """Drain forever (until cancelled); failures are logged and retried with backoff."""
-        backoff = 0.0
+        backoff = Backoff(0.1, self._retry_max_s)
         reported = -BACKLOG_REPORT_S
         while True:
             if time.monotonic() - reported >= BACKLOG_REPORT_S:
@@ -134,17 +135,17 @@ class OutboxRelay:
             try:
                 while await self.drain_once() == self._batch_size:
                     pass
-                backoff = 0.0
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 RELAY_ERRORS.inc()
-                backoff = min(max(backoff * 2, 0.1), self._retry_max_s)
+                delay = backoff.next()
                 if isinstance(exc, DatabaseUnavailable | KafkaError):
-                    log.warning("outbox relay: %s; retrying in %.1fs", exc, backoff)
+                    log.warning("outbox relay: %s; retrying in %.1fs", exc, delay)
                 else:
-                    log.exception("outbox relay failed; retrying in %.1fs", backoff)
-                await asyncio.sleep(backoff)
+                    log.exception("outbox relay failed; retrying in %.1fs", delay)
+                await asyncio.sleep(delay)
                 continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll_interval_s):  # not wait_for: on 3.11
