@@ -1,0 +1,48 @@
+"""argparse types: each refuses a bad value with a one-line reason (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def user(value: str) -> str:
+    from chorus.auth import check_user_id
+
+    try:
+        return check_user_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
+    return number
+
+
+def days(value: str) -> float:
+    from chorus.settings import MAX_KEEP_DAYS
+
+    try:
+        days = float(value)
+    except ValueError:
+        days = -1.0
+    if not 0 < days <= MAX_KEEP_DAYS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a number of days above 0 and at most {MAX_KEEP_DAYS:g}"
+        )
+    return days
+
+
+def port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 < number < 65536:
+        raise argparse.ArgumentTypeError("must be a TCP port between 1 and 65535")
+    return number

@@ -1,0 +1,177 @@
+"""The commands: each takes the parsed arguments and returns the exit status.
+
+Services are built by the composition root (:mod:`chorus.bootstrap`),
+imported inside each command so that ``chorus --help`` and ``chorus token``
+start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from chorus import __version__
+from chorus.cli.process import (
+    fail,
+    listen,
+    load_settings,
+    migrate,
+    require_full_profile,
+    run_server,
+    stop_cleanly_on_signals,
+)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from chorus.app import create_app
+
+    settings = load_settings()
+    host = args.host or settings.host
+    port = args.port if args.port is not None else settings.port
+    if args.with_workers:
+        require_full_profile(settings, "--with-workers")
+    listener = listen(host, port)
+    stop_cleanly_on_signals()
+    migrate(settings, wait=True)
+    app = create_app(settings, with_workers=args.with_workers)
+    profile = "full" if settings.full_profile else "embedded"
+    if args.with_workers:
+        profile += ", with relay, fanout and cache projector in this process"
+    print(
+        f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
+        f"  profile:  {profile}\n"
+        f"  database: {settings.database_url}\n"
+        f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
+        flush=True,
+    )
+    return run_server(
+        app,
+        listener,
+        log_level=args.log_level,
+        ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
+    )
+
+
+def worker(args: argparse.Namespace) -> int:
+    import logging
+
+    from chorus.workers import run_until_stopped
+
+    settings = load_settings()
+    require_full_profile(settings, f"chorus {args.command}")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    listener = listen(settings.host, args.port) if args.port is not None else None
+    stop_cleanly_on_signals()  # until run_until_stopped takes the signals over
+    if args.command != "fanout":  # the only worker that never touches SQL
+        migrate(settings, wait=True)
+    endpoints = (
+        f" (/healthz, /readyz, /metrics on http://{settings.host}:{args.port})"
+        if args.port is not None
+        else ""
+    )
+    print(f"chorus {args.command} running{endpoints}; Ctrl-C stops it", flush=True)
+    asyncio.run(run_until_stopped(settings, [args.command], listener=listener))
+    return 0
+
+
+def catalog_serve(args: argparse.Namespace) -> int:
+    from chorus import bootstrap
+    from chorus.catalog.embedded import EmbeddedCatalog
+    from chorus.catalog.service import create_catalog_app
+
+    settings = load_settings()
+    listener = listen(args.host, args.port)
+    stop_cleanly_on_signals()
+    migrate(settings, wait=True)
+    db = bootstrap.database(settings)
+    app = create_catalog_app(EmbeddedCatalog(db), on_shutdown=db.dispose)
+    print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
+    return run_server(app, listener, log_level=args.log_level)
+
+
+def compact(args: argparse.Namespace) -> int:
+    return asyncio.run(_compact_async(args))
+
+
+async def _compact_async(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from chorus import bootstrap
+    from chorus.db.compaction import compact
+
+    settings = load_settings()
+    keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
+    if args.keep_versions is None and keep_days is None:
+        fail("give --keep-versions N and/or --keep-days D")
+    async with bootstrap.opened_database(settings) as db:
+        report = await compact(
+            db,
+            keep_versions=args.keep_versions,
+            keep_age=timedelta(days=keep_days) if keep_days is not None else None,
+            retry_window=timedelta(hours=settings.retry_window_hours),
+            now=datetime.now(UTC),
+        )
+    print(
+        f"compacted {report.playlists} playlists: {report.log_rows_deleted} log rows, "
+        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows deleted"
+    )
+    return 0
+
+
+def db_upgrade(_args: argparse.Namespace) -> int:
+    settings = load_settings()
+    migrate(settings, wait=False)
+    print(f"database is at the latest schema: {settings.database_url}")
+    return 0
+
+
+def token(args: argparse.Namespace) -> int:
+    from chorus import bootstrap
+    from chorus.auth import mint_token
+
+    print(mint_token(bootstrap.jwt_secret(load_settings()), args.user))
+    return 0
+
+
+def export_schema(_args: argparse.Namespace) -> int:
+    from chorus.graphql.schema import print_schema
+
+    sys.stdout.write(print_schema())
+    return 0
+
+
+def import_(args: argparse.Namespace) -> int:
+    return asyncio.run(_import_async(args))
+
+
+async def _import_async(args: argparse.Namespace) -> int:
+    from chorus import bootstrap
+    from chorus.catalog.embedded import EmbeddedCatalog
+    from chorus.db.migrate import upgrade_async
+    from chorus.graphql.ids import to_global_id
+    from chorus.importers import ImportFailed, import_chinook, import_mpd
+
+    settings = load_settings()
+    await upgrade_async(settings.database_url)
+    try:
+        async with bootstrap.opened_database(settings) as db:
+            store = bootstrap.store(settings, db)
+            if args.source == "chinook":
+                imported = await import_chinook(store, args.owner)
+            else:
+                imported = await import_mpd(
+                    Path(args.file), store, EmbeddedCatalog(db), args.owner, limit=args.limit
+                )
+    except ImportFailed as exc:
+        fail(f"import failed: {exc}")
+    for playlist in imported:
+        global_id = to_global_id("Playlist", playlist.playlist_id)
+        print(f"{global_id}  {playlist.entries:6d} entries  {playlist.name}")
+        for warning in playlist.warnings:
+            print(f"  warning: {warning}")
+    print(f"{len(imported)} playlists owned by {args.owner}")
+    return 0

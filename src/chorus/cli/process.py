@@ -1,0 +1,114 @@
+"""What every command shares: settings, exit statuses, ports, signals, migrations.
+
+Bad settings or arguments exit with status 2 and a one-line message, never a
+traceback; SIGTERM and SIGINT exit 0 once a command took them over.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import time
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from chorus.settings import Settings
+
+
+def fail(message: str) -> NoReturn:
+    """Exit with status 2 and a one-line message on stderr."""
+    print(f"chorus: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def require_full_profile(settings: Settings, what: str) -> None:
+    try:
+        settings.require_full_profile(what)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            # A check across settings has no location: its message names them.
+            f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors()
+        )
+        fail(f"bad settings: {problems}")
+
+
+def migrate(settings: Settings, *, wait: bool) -> None:
+    """Apply migrations to the configured database.
+
+    While the server is unreachable, ``wait`` retries with backoff, one line
+    per attempt (long-running processes, so start order does not matter);
+    otherwise, and for any other failure (no such database, bad password),
+    exit 2 with the reason.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from chorus.db.engine import is_unavailable
+    from chorus.db.migrate import upgrade
+
+    delay = 0.5
+    while True:
+        try:
+            upgrade(settings.database_url)
+            return
+        except Exception as error:
+            cause = error.orig if isinstance(error, DBAPIError) else error
+            reason = " ".join(str(cause).split()) or type(cause).__name__
+            if not (wait and is_unavailable(error)):
+                fail(f"cannot migrate the database: {reason}")
+            print(
+                f"chorus: database not reachable ({reason}); retrying in {delay:g}s",
+                file=sys.stderr,
+                flush=True,
+            )
+            try:
+                time.sleep(delay)
+            except KeyboardInterrupt:
+                raise SystemExit(130) from None
+            delay = min(delay * 2, 10.0)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket listening on ``host:port``, bound before anything else starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+
+
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+def stop_cleanly_on_signals() -> None:
+    """SIGTERM and SIGINT exit 0 from here on, also while waiting for a database.
+
+    Servers and workers later take both signals over to shut down first;
+    uvicorn then raises the signal again, which lands here and exits 0.
+    """
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    signal.signal(signal.SIGINT, _exit_cleanly)
+
+
+def run_server(app: Any, listener: socket.socket, **options: Any) -> int:
+    """Serve ``app`` with uvicorn on ``listener`` until stopped.
+
+    Returns:
+        0 after a clean shutdown, 3 (uvicorn's code) when the app failed to start.
+    """
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **options))
+    server.run(sockets=[listener])
+    return 0 if server.started else STARTUP_FAILURE
