@@ -78,11 +78,16 @@ async def opened_database(settings: Settings) -> AsyncIterator[Database]:
         await db.dispose()
 
 
+def embedded_catalog(db: Database) -> EmbeddedCatalog:
+    """The catalog kept in ``db`` (``catalog serve`` serves it, ``import mpd`` adds to it)."""
+    return EmbeddedCatalog(db)
+
+
 def catalog(settings: Settings, db: Database) -> Catalog:
     """The catalog service at ``CHORUS_CATALOG_URL``, else the embedded one in ``db``."""
     if settings.catalog_url:
         return HttpCatalog(settings.catalog_url, timeout_s=settings.catalog_timeout_ms / 1000)
-    return EmbeddedCatalog(db)
+    return embedded_catalog(db)
 
 
 def store(

@@ -43,3 +43,53 @@ def test_nothing_connects_at_import_time() -> None:
                 assert name not in {"create_async_engine", "create_engine", "Redis", "from_url"}, (
                     f"{path.relative_to(SRC)} connects at import time"
                 )
+
+
+# Every long-lived part is built by the composition root and nowhere else, so
+# each command gets the same wiring (docs/architecture.md).
+BUILT_BY_THE_ROOT = {
+    "Database",
+    "PlaylistStore",
+    "EmbeddedCatalog",
+    "HttpCatalog",
+    "OutboxRelay",
+    "KafkaPublisher",
+    "Fanout",
+    "CacheProjector",
+    "SnapshotCache",
+    "CircuitBreaker",
+    "RedisBus",
+    "InProcessBus",
+    "Hub",
+    "RateLimiter",
+}
+
+
+def _calls(path: Path) -> set[str]:
+    called: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return called
+
+
+def test_services_and_workers_are_built_only_in_the_composition_root() -> None:
+    offenders = {
+        f"{path.relative_to(SRC)} builds {name}"
+        for path in SRC.rglob("*.py")
+        if path.name != "bootstrap.py"
+        for name in _calls(path) & BUILT_BY_THE_ROOT
+    }
+    assert not offenders
+
+
+def test_every_package_and_top_level_module_is_placed_in_the_architecture_page() -> None:
+    page = (SRC.parents[1] / "docs" / "architecture.md").read_text()
+    parts = {
+        p.name + "/" if p.is_dir() else p.name
+        for p in SRC.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py")
+    } - {"__init__.py"}
+    missing = sorted(part for part in parts if f"`{part}`" not in page)
+    assert not missing, f"docs/architecture.md does not place {missing}"

@@ -80,7 +80,6 @@ def worker(args: argparse.Namespace) -> int:
 
 def catalog_serve(args: argparse.Namespace) -> int:
     from chorus import bootstrap
-    from chorus.catalog.embedded import EmbeddedCatalog
     from chorus.catalog.service import create_catalog_app
 
     settings = load_settings()
@@ -88,7 +87,7 @@ def catalog_serve(args: argparse.Namespace) -> int:
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
     db = bootstrap.database(settings)
-    app = create_catalog_app(EmbeddedCatalog(db), on_shutdown=db.dispose)
+    app = create_catalog_app(bootstrap.embedded_catalog(db), on_shutdown=db.dispose)
     print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
     return run_server(app, listener, log_level=args.log_level)
 
@@ -150,7 +149,6 @@ def import_(args: argparse.Namespace) -> int:
 
 async def _import_async(args: argparse.Namespace) -> int:
     from chorus import bootstrap
-    from chorus.catalog.embedded import EmbeddedCatalog
     from chorus.db.migrate import upgrade_async
     from chorus.graphql.ids import to_global_id
     from chorus.importers import ImportFailed, import_chinook, import_mpd
@@ -164,7 +162,7 @@ async def _import_async(args: argparse.Namespace) -> int:
                 imported = await import_chinook(store, args.owner)
             else:
                 imported = await import_mpd(
-                    Path(args.file), store, EmbeddedCatalog(db), args.owner, limit=args.limit
+                    Path(args.file), store, bootstrap.embedded_catalog(db), args.owner, limit=args.limit
                 )
     except ImportFailed as exc:
         fail(f"import failed: {exc}")
