@@ -8,7 +8,7 @@ in a typed :class:`~chorus.resolvers.context.RequestContext`, and closes them
 on shutdown (uvicorn closes the WebSockets first, which ends
 every stream and runs its cleanup).
 
-Profiles (DESIGN §1): **embedded** — an in-process relay feeds an in-process
+Profiles (docs/architecture.md): **embedded** — an in-process relay feeds an in-process
 bus; **full** (Kafka and Redis set) — this process only listens on Redis
 pub/sub, reads PUBLIC playlists' snapshots from Redis and raises their head
 version after each commit; the relay, fanout and cache projector run as

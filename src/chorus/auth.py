@@ -1,4 +1,4 @@
-"""Bearer tokens: HS256 JWTs whose ``sub`` is the user id (DESIGN §7).
+"""Bearer tokens: HS256 JWTs whose ``sub`` is the user id (docs/semantics.md, Members and roles).
 
 Tokens must carry ``sub`` and ``exp``; expired tokens, a wrong signature and
 any algorithm other than HS256 (``alg: none`` included) are rejected. Any
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import jwt
 
+from chorus.domain.limits import MAX_ID_LENGTH
 from chorus.domain.validation import is_user_id
 
 ALGORITHM = "HS256"
 MIN_SECRET_LENGTH = 32
-MAX_USER_ID_LENGTH = 128
 DEFAULT_TTL = timedelta(days=30)
 
 
@@ -27,13 +27,13 @@ class InvalidToken(Exception):
 
 
 def check_user_id(user_id: str) -> str:
-    """``user_id`` if it is 1–128 printable characters without white space.
+    """``user_id`` if it is 1–``MAX_ID_LENGTH`` printable characters without white space.
 
     Raises:
         ValueError: otherwise.
     """
-    if not is_user_id(user_id, MAX_USER_ID_LENGTH):
-        raise ValueError(f"a user id is 1–{MAX_USER_ID_LENGTH} printable characters without spaces")
+    if not is_user_id(user_id, MAX_ID_LENGTH):
+        raise ValueError(f"a user id is 1–{MAX_ID_LENGTH} printable characters without spaces")
     return user_id
 
 

@@ -1,7 +1,7 @@
 """The snapshot of a PUBLIC playlist: what it holds and its JSON format.
 
 A snapshot is the playlist header and its first page of live entries, read in
-one SQL transaction at ``version`` (DESIGN §8, docs/full-profile.md). Under
+one SQL transaction at ``version`` (docs/full-profile.md, docs/full-profile.md). Under
 :func:`~chorus.caches.keys.snapshot_key` it is compact JSON::
 
     {"v": 1, "version": 7, "playlist": {header fields}, "entries": [entry wire], "has_more": true}

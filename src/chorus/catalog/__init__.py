@@ -1,4 +1,4 @@
-"""The media boundary: Chorus asks a catalog for media metadata (DESIGN §8).
+"""The media boundary: Chorus asks a catalog for media metadata (docs/full-profile.md).
 
 Playlists store media ids; titles, artists, albums and durations come from a
 :class:`Catalog`, a separate service reached through this protocol:

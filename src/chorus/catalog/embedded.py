@@ -27,8 +27,8 @@ from chorus.catalog.matching import check_page, normalise, search_text
 from chorus.catalog.protocol import CatalogUnavailable, Media, MediaPage
 from chorus.db.engine import Database
 from chorus.db.tables import catalog_media
+from chorus.domain.limits import MAX_ID_LENGTH
 
-MAX_MEDIA_ID_LENGTH = 128
 _SQL_BATCH = 1_000
 """Ids per ``IN (…)`` list: far below SQLite's and asyncpg's bound-parameter limits."""
 
@@ -50,8 +50,8 @@ def _media_from_row(row: Row[Any]) -> Media:
 
 
 def _check_importable(media: Media) -> None:
-    if not media.id or len(media.id) > MAX_MEDIA_ID_LENGTH or not media.id.isprintable():
-        raise ValueError(f"media id {media.id!r} is not 1–128 printable characters")
+    if not media.id or len(media.id) > MAX_ID_LENGTH or not media.id.isprintable():
+        raise ValueError(f"media id {media.id!r} is not 1–{MAX_ID_LENGTH} printable characters")
     if media.id.startswith(MEDIA_ID_PREFIX):
         raise ValueError(f"media id {media.id!r} uses the reserved prefix {MEDIA_ID_PREFIX!r}")
 
@@ -157,7 +157,7 @@ class EmbeddedCatalog:
 
         Args:
             media: the media to store; when an id repeats, its last occurrence
-                wins. Ids are 1–128 printable characters and may not start
+                wins. Ids are 1–``MAX_ID_LENGTH`` printable characters and may not start
                 with ``"chinook:"`` (reserved for the packaged catalogue).
 
         Returns:

@@ -18,11 +18,10 @@ import httpx
 from chorus.catalog.matching import check_page
 from chorus.catalog.protocol import CatalogUnavailable, Media, MediaPage
 from chorus.catalog.wire import media_from_wire, page_from_wire
+from chorus.domain.limits import MAX_ID_LENGTH
 
 MAX_IDS_PER_REQUEST = 100
 """The service refuses more ids in one ``GET /media``."""
-MAX_ID_LENGTH = 128
-"""Longer ids are refused by the service (and by the domain's limits)."""
 MAX_QUERY_BYTES = 6_000
 """Keeps one request line well under common server limits (h11: 16 KiB)."""
 

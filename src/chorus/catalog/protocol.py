@@ -1,7 +1,7 @@
 """The catalog boundary: what Chorus asks of the media-metadata service.
 
 A playlist stores media **ids** only; titles, artists and durations belong to
-the catalog, a separate service (DESIGN §8). Everything above this module
+the catalog, a separate service (docs/full-profile.md). Everything above this module
 talks to a :class:`Catalog` and never to a concrete client, so the embedded
 catalogue, the HTTP client and a test double are interchangeable.
 
@@ -24,7 +24,8 @@ class Media:
     """Metadata of one playable item.
 
     Attributes:
-        id: the media id playlists store (≤ 128 characters), e.g.
+        id: the media id playlists store, at most
+            :data:`~chorus.domain.limits.MAX_ID_LENGTH` characters, e.g.
             ``"chinook:track:1"`` or ``"spotify:track:4uLU6hMCjMI75M1A2tKUQC"``.
         title: the track title.
         artists: credited artists, main artist first (may be empty).

@@ -27,9 +27,9 @@ from starlette.routing import Route
 
 from chorus.catalog.protocol import MAX_SEARCH_OFFSET, Catalog, CatalogUnavailable
 from chorus.catalog.wire import ErrorReply, MediaReply, SearchReply, media_to_wire
+from chorus.domain.limits import MAX_ID_LENGTH
 
 MAX_IDS = 100
-MAX_ID_LENGTH = 128
 MAX_QUERY_LENGTH = 200
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 50

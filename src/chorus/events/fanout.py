@@ -1,9 +1,9 @@
 """Fanout: Kafka events → Redis ``PUBLISH`` on each playlist's channel.
 
 ``chorus fanout`` consumes the events topic in its own consumer group
-(DESIGN §1) and publishes every record's value, byte for byte, on
+(docs/architecture.md) and publishes every record's value, byte for byte, on
 :func:`~chorus.events.wire.events_channel` of its playlist, where the
-API processes listen (DESIGN §6).
+API processes listen (docs/api.md, Subscriptions).
 
 **Delivery rule: at least once from Kafka, at most once to Redis.** The relay
 may produce an event twice and a rebalance re-delivers what was not committed
@@ -13,7 +13,7 @@ only when its ``version`` is above the playlist's
 raise the key to it. A duplicate or an older version is dropped. The key is
 shared, so the rule holds across every fanout consumer of the deployment,
 rebalances included: subscribers see each version at most once, in
-increasing order, and repair any gap from SQL (DESIGN §6, §8).
+increasing order, and repair any gap from SQL (docs/api.md, docs/full-profile.md).
 
 Consuming (joining, commits, rebalances, lag, a broker that lost its log) is
 the :class:`~chorus.events.consumer.ConsumerRunner`'s; fanout only publishes.

@@ -5,7 +5,7 @@ It drains in batches until the outbox is empty, then sleeps until a commit
 passes (another process committed). Delivery is at least once: a batch is
 stamped only after the publisher returned (for Kafka: every record
 acknowledged with ``acks=all``), so a crash in between publishes it again,
-and consumers dedupe by ``(playlist_id, version)`` (DESIGN §8).
+and consumers dedupe by ``(playlist_id, version)`` (docs/full-profile.md).
 
 Several relays may run at once: :func:`chorus.db.outbox.claim` gives each
 playlist's unpublished events to one relay at a time, so a playlist's events
