@@ -1,4 +1,4 @@
-"""Fan-out: commit → delivery latency to 1, 100 and 1,000 subscribers, and replay time.
+"""Fan-out: commit → delivery latency to 1, 100 and 1,000 subscribers, and catch-up time.
 
 Everything runs in one process on a temporary SQLite database, wired as
 ``chorus serve`` wires it: a real :class:`PlaylistStore` commits, the
@@ -13,18 +13,18 @@ task (no GraphQL, no sockets).
   run: the bare bus and hub — no SQL, no stream — publishing the same outbox
   events directly to the same number of hub members, timed from just before
   ``bus.publish`` to each member's queue read.
-* **Replay** — a stream from version 0 over a 10,000-version log (each
+* **Catch-up** — a stream from version 0 over a 10,000-version log (each
   version one added entry) until it yields version 10,000. Baseline, same
   run: one ``repository.versions_since`` read of the same 10,000 rows. The
   log is written in bulk with the canonical payloads the store writes
   (``encode_change``), because 10,000 single commits would take minutes;
-  the replay then checks it reads exactly versions 1…10,000.
+  the catch-up then checks it reads exactly versions 1…10,000.
 
 Prints p50/p99 of each, and ratios Chorus / baseline; ``commit p50`` is how
 long ``store.execute`` itself took (the SQLite transaction), which the bare
 baseline does not pay.
 
-    python bench/fanout.py [--sizes 1,100,1000] [--replay-versions 10000]
+    python bench/fanout.py [--sizes 1,100,1000] [--catch-up-versions 10000]
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ from sqlalchemy import insert, select, update
 from chorus.db import repository
 from chorus.db.engine import Database
 from chorus.db.migrate import upgrade_async
-from chorus.db.repository import LoggedVersion
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_mutation
 from chorus.domain.changes import WIRE_VERSION, EntriesAdded, PlaylistEvent, encode_change
 from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.committed import CommittedVersion
 from chorus.domain.model import Entry
 from chorus.domain.positions import allocate
 from chorus.events.relay import OutboxRelay
@@ -132,7 +132,7 @@ async def chorus_latency(
         assert done.outcome.version == version
 
     try:
-        # Version 1 warms up: once every stream has it, all are past replay and live.
+        # Version 1 warms up: once every stream has it, all are past catch-up and live.
         await measure(arrivals, [1], commit)
         samples = await measure(arrivals, list(range(2, commits + 2)), commit)
     finally:
@@ -152,7 +152,7 @@ async def bare_latency(events: list[PlaylistEvent], subscribers: int) -> list[fl
     arrivals = Arrivals(subscribers)
     members = [await hub.join(events[0]["playlist_id"]) for _ in range(subscribers)]
 
-    async def member_reader(queue: asyncio.Queue[LoggedVersion]) -> None:
+    async def member_reader(queue: asyncio.Queue[CommittedVersion]) -> None:
         while True:
             version = await queue.get()
             arrivals.record(version.version)
@@ -234,7 +234,7 @@ async def build_log(db: Database, versions: int) -> str:
     return pid
 
 
-async def replay_times(db: Database, pid: str, versions: int, rounds: int) -> tuple[float, float]:
+async def catch_up_times(db: Database, pid: str, versions: int, rounds: int) -> tuple[float, float]:
     """Best-of-``rounds`` seconds: a stream from 0 to the head, and the bare log read."""
     stream_s, bare_s = [], []
     for _ in range(rounds):
@@ -260,7 +260,7 @@ async def replay_times(db: Database, pid: str, versions: int, rounds: int) -> tu
     return min(stream_s), min(bare_s)
 
 
-async def main(sizes: list[int], replay_versions: int) -> None:
+async def main(sizes: list[int], catch_up_versions: int) -> None:
     with tempfile.TemporaryDirectory(prefix="chorus-fanout-") as tmp:
         url = f"sqlite+aiosqlite:///{Path(tmp) / 'fanout.db'}"
         await upgrade_async(url)
@@ -282,11 +282,11 @@ async def main(sizes: list[int], replay_versions: int) -> None:
                     f"{percentile(commit_ms, 50):>12.2f} | "
                     f"{b50:>8.3f} {b99:>8.3f} | {c50 / b50:>9.0f} {c99 / b99:>7.0f}"
                 )
-            pid = await build_log(db, replay_versions)
-            stream_s, bare_s = await replay_times(db, pid, replay_versions, rounds=3)
+            pid = await build_log(db, catch_up_versions)
+            stream_s, bare_s = await catch_up_times(db, pid, catch_up_versions, rounds=3)
             print(
-                f"\nreplay of {replay_versions:,} missed versions (best of 3): "
-                f"stream {stream_s:.3f} s ({stream_s / replay_versions * 1e6:.0f} µs/version), "
+                f"\ncatch-up of {catch_up_versions:,} missed versions (best of 3): "
+                f"stream {stream_s:.3f} s ({stream_s / catch_up_versions * 1e6:.0f} µs/version), "
                 f"bare versions_since {bare_s:.3f} s, ratio {stream_s / bare_s:.2f}"
             )
         finally:
@@ -296,6 +296,6 @@ async def main(sizes: list[int], replay_versions: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,100,1000", help="subscriber counts, comma-separated")
-    parser.add_argument("--replay-versions", type=int, default=10_000)
+    parser.add_argument("--catch-up-versions", type=int, default=10_000)
     args = parser.parse_args()
-    asyncio.run(main([int(s) for s in args.sizes.split(",")], args.replay_versions))
+    asyncio.run(main([int(s) for s in args.sizes.split(",")], args.catch_up_versions))

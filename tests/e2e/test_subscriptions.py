@@ -391,10 +391,10 @@ async def test_ping_is_answered_with_pong(server: ChorusServer, api: Api) -> Non
     await settled(server)
 
 
-# --- replay, live, errors -------------------------------------------------------------
+# --- catch-up, live, errors -----------------------------------------------------------
 
 
-async def test_both_clients_get_replay_then_live_in_order(server: ChorusServer, api: Api) -> None:
+async def test_both_clients_get_catch_up_then_live_in_order(server: ChorusServer, api: Api) -> None:
     playlist_id = create_playlist(api, collaborative=True)
     base = 0
     for n in range(1, 4):
@@ -404,7 +404,7 @@ async def test_both_clients_get_replay_then_live_in_order(server: ChorusServer, 
         js = await JsSubscriber.start(server, api.token("alice"), playlist_id, 0, count=7)
         python_events = await python.take(3)
         js_events = await js.events(3)
-        # Live: a move, a remove and an add after the replay.
+        # Live: a move, a remove and an add after the catch-up.
         entries = all_entries(api, playlist_id)
         first, last = entries[0]["id"], entries[-1]["id"]
         moved = committed(
@@ -433,11 +433,11 @@ async def test_both_clients_get_replay_then_live_in_order(server: ChorusServer, 
         assert await js.line() == {"done": 7}
         assert await js.exit_code() == 0
         await python.close()
-        # Sync and live never disagree: replaying the same versions from the log
+        # Sync and live never disagree: catching up on the same versions from the log
         # gives exactly what was delivered live.
-        replayed = GqlSubscriber(session, playlist_id, 3)
-        assert await replayed.take(4) == python_events[3:]
-        await replayed.close()
+        caught_up = GqlSubscriber(session, playlist_id, 3)
+        assert await caught_up.take(4) == python_events[3:]
+        await caught_up.close()
     truth = server_order(api, playlist_id)
     assert version(api, playlist_id) == 7
     for events in (python_events, js_events):

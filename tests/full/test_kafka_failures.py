@@ -19,9 +19,9 @@ import redis.asyncio as redis
 from chorus.caches.store import SnapshotStore
 from chorus.db import outbox
 from chorus.db.engine import Database
-from chorus.db.repository import LoggedVersion
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import PlaylistEvent
+from chorus.domain.committed import CommittedVersion
 from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
@@ -45,7 +45,7 @@ class Follower:
 
     async def follow(self, stream: AsyncIterator[object]) -> None:
         async for item in stream:
-            assert isinstance(item, LoggedVersion), item
+            assert isinstance(item, CommittedVersion), item
             self.versions.append(item.version)
 
 

@@ -1,4 +1,4 @@
-"""Helpers of the storage suite: an editor that sends commands, table tallies, log replay.
+"""Helpers of the storage suite: an editor that sends commands, table tallies, the log folded.
 
 They read the tables directly (``chorus.db.tables``), so a test can check what
 a command left behind, not only what the store answered.
@@ -32,9 +32,9 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
+from chorus.domain.fold import PlaylistState
 from chorus.domain.handlers import Outcome
 from chorus.domain.model import Entry, Playlist, Role
-from chorus.domain.replay import PlaylistState
 
 ALICE = "alice"
 BOB = "bob"
@@ -155,7 +155,7 @@ async def tally(database: Database, playlist_id: str | None = None) -> Tally:
         )
 
 
-async def replay_log(database: Database, playlist_id: str) -> PlaylistState:
+async def fold_log(database: Database, playlist_id: str) -> PlaylistState:
     """Fold the mutation log from version 0, checking it against the outbox on the way.
 
     Asserts: versions 0…v each have exactly one log row and one outbox event,

@@ -4,7 +4,7 @@ Every test takes the ``store``/``database`` fixtures, so it runs once per
 backend against a real, freshly migrated database (DESIGN §3–§4). Besides the
 answers of the store, the tests look at the tables themselves: one mutation
 log row and one outbox event per version, nothing for a replayed command, and
-a log that rebuilds the live entries exactly (``store_helpers.replay_log``).
+a log that rebuilds the live entries exactly (``store_helpers.fold_log``).
 More of the suite: ``test_store_failures`` (crashes, cancellation, limits),
 ``test_store_log`` (log, outbox, history) and ``test_store_schema`` (position
 keys, migrations).
@@ -45,11 +45,11 @@ from tests.integration.store_helpers import (
     ALICE,
     BOB,
     Editor,
+    fold_log,
     header,
     live_rows,
     media_order,
     new_playlist,
-    replay_log,
     tally,
 )
 
@@ -134,7 +134,7 @@ async def test_edit_cycle_commits_one_version_per_command(
     ed.version = 14
     with pytest.raises(NotFound):
         await ed.add("m9")
-    state = await replay_log(database, pid)
+    state = await fold_log(database, pid)
     assert state.playlist.deleted
 
 
@@ -165,7 +165,7 @@ async def test_stale_commands_rebase(store: PlaylistStore, database: Database) -
     assert (await header(database, ed.playlist_id)).version == 4
     assert await media_order(database, ed.playlist_id) == ["m1", "m4", "m3"]
     assert (await live_rows(database, ed.playlist_id))[0].entry_id == e1
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 # --- reads ----------------------------------------------------------------------
@@ -255,7 +255,7 @@ async def test_retry_replays_the_stored_result(store: PlaylistStore, database: D
         assert not first.replayed
         assert again.outcome == first.outcome
     assert await tally(database, pid) == before
-    await replay_log(database, pid)
+    await fold_log(database, pid)
 
 
 async def test_reused_operation_id_is_refused(store: PlaylistStore, database: Database) -> None:
@@ -326,7 +326,7 @@ async def test_concurrent_writers_all_commit(store: PlaylistStore, database: Dat
     assert sorted(e.media_id for e in live) == sorted(["m0", "m1", *(f"w{i}" for i in range(16))])
     assert len({e.position_key for e in live}) == len(live) == 18
     assert (await header(database, ed.playlist_id)).version == 18
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 async def test_concurrent_conflicting_edits_rebase(
@@ -350,7 +350,7 @@ async def test_concurrent_conflicting_edits_rebase(
     skipped = [r.outcome.skipped_entry_ids for _, r in in_order]
     assert skipped == [()] * (first_remove + 1) + [(target,)] * (len(in_order) - first_remove - 1)
     assert target not in {e.entry_id for e in await live_rows(database, ed.playlist_id)}
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 async def test_concurrent_duplicates_commit_once(store: PlaylistStore, database: Database) -> None:
@@ -367,7 +367,7 @@ async def test_concurrent_duplicates_commit_once(store: PlaylistStore, database:
     assert after.log == before.log + 1
     assert after.outbox == before.outbox + 1
     assert after.live_entries == before.live_entries + 2
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 async def test_concurrent_duplicate_creates_make_one_playlist(

@@ -41,12 +41,12 @@ from tests.integration.store_helpers import (
     ALICE,
     BOB,
     Tally,
+    fold_log,
     header,
     live_rows,
     media_order,
     new_op,
     new_playlist,
-    replay_log,
     tally,
 )
 
@@ -86,7 +86,7 @@ async def test_crash_after_entry_insert_leaves_nothing(
     after = await tally(database, ed.playlist_id)
     assert (after.version, after.log, after.outbox) == (2, before.log + 1, before.outbox + 1)
     assert await media_order(database, ed.playlist_id) == ["m0", "m1", "m2"]
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 def crash_on_insert_into(monkeypatch: pytest.MonkeyPatch, table: Any) -> None:
@@ -136,7 +136,7 @@ async def test_crash_before_outbox_insert_leaves_nothing(
     assert await media_order(database, ed.playlist_id) == ["m3", "m2", "m0"]
     after = await tally(database, ed.playlist_id)
     assert (after.version, after.playlists) == (4, 2)
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 async def slow_statement(conn: AsyncConnection) -> None:
@@ -195,7 +195,7 @@ async def test_cancelled_command_blocks_no_one(
     after = await tally(database, ed.playlist_id)
     assert (after.version, after.log, after.outbox) == (2, before.log + 1, before.outbox + 1)
     assert await media_order(database, ed.playlist_id) == ["m0", "m1"]
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 # --- limits and other refusals store nothing ---------------------------------------

@@ -1,4 +1,4 @@
-"""The mutation log and the outbox: one row each per version, canonical, replayable.
+"""The mutation log and the outbox: one row each per version, canonical, foldable into the list.
 
 Runs on SQLite and PostgreSQL alike (the ``store``/``database`` fixtures).
 """
@@ -25,11 +25,11 @@ from chorus.domain.errors import InvalidInput
 from chorus.domain.handlers import Decision
 from tests.integration.store_helpers import (
     ALICE,
+    fold_log,
     header,
     live_rows,
     new_playlist,
     random_history,
-    replay_log,
 )
 
 
@@ -68,7 +68,7 @@ async def test_each_version_is_one_log_row_and_one_outbox_event(
         )
         if version:
             assert row.operation_id == ed.ops[version - 1]
-    await replay_log(database, ed.playlist_id)
+    await fold_log(database, ed.playlist_id)
 
 
 async def test_entries_at_every_version(store: PlaylistStore, database: Database) -> None:

@@ -19,7 +19,7 @@ from chorus.db.migrate import upgrade
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import metadata, playlist_entry
 from chorus.domain import positions
-from tests.integration.store_helpers import ALICE, live_rows, new_playlist, replay_log
+from tests.integration.store_helpers import ALICE, fold_log, live_rows, new_playlist
 
 # --- position keys --------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ async def test_keys_stay_short_under_repeated_inserts_after_one_anchor(
             )
         )
     assert longest <= positions.MAX_LENGTH
-    state = await replay_log(database, ed.playlist_id)
+    state = await fold_log(database, ed.playlist_id)
     assert [e.entry_id for e in state.live()] == expected
 
 

@@ -22,7 +22,6 @@ from sqlalchemy import select
 from chorus.db import repository
 from chorus.db.compaction import compact
 from chorus.db.engine import Database
-from chorus.db.repository import LoggedVersion
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox
 from chorus.domain.changes import (
@@ -45,6 +44,7 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
+from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import DomainError, ErrorCode, Forbidden, InvalidInput, NotFound
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role, Visibility
@@ -249,10 +249,10 @@ async def _next(stream: AsyncIterator[StreamItem]) -> StreamItem:
     return await asyncio.wait_for(anext(stream), TIMEOUT_S)
 
 
-# --- replay, live, no gap, no duplicate ---------------------------------------------
+# --- catch-up, live, no gap, no duplicate -----------------------------------------------
 
 
-async def test_replay_then_live_sends_each_version_once_in_order(database: Database) -> None:
+async def test_catch_up_then_live_sends_each_version_once_in_order(database: Database) -> None:
     async with rig(database) as parts:
         pid = await parts.create()
         await parts.add(pid, 5)
@@ -261,8 +261,8 @@ async def test_replay_then_live_sends_each_version_once_in_order(database: Datab
         await parts.run(MoveEntries, pid, entry_ids=(moved,), placement=Placement(before=None))
         await parts.run(RemoveEntries, pid, entry_ids=(first.entries[0].entry_id,))
         sub = Subscriber(parts.stream(ALICE, pid, 0))
-        replayed = await sub.take(8)
-        assert versions(replayed) == list(range(1, 9))
+        caught_up = await sub.take(8)
+        assert versions(caught_up) == list(range(1, 9))
         await parts.add(pid, 3)
         await parts.run(
             MoveEntries,
@@ -274,7 +274,7 @@ async def test_replay_then_live_sends_each_version_once_in_order(database: Datab
         assert versions(live) == [9, 10, 11, 12]
         await sub.quiet()
         replica = Replica({})
-        replica.apply(replayed + live)
+        replica.apply(caught_up + live)
         assert replica.order() == await live_order(database, pid)
         await sub.close()
         assert parts.counts() == (0, 0, 0)
@@ -294,14 +294,14 @@ async def test_a_stream_from_the_middle_starts_right_after_since_version(
         await sub.close()
 
 
-async def test_versions_committed_during_replay_are_sent_once(database: Database) -> None:
+async def test_versions_committed_during_catch_up_are_sent_once(database: Database) -> None:
     async with rig(database) as parts:
         pid = await parts.create()
-        await parts.add(pid, 250)  # three replay pages of 100
+        await parts.add(pid, 250)  # three catch-up pages of 100
         stream = parts.stream(ALICE, pid, 0)
         got = [await _next(stream)]
         # The stream has joined the hub and read its first page; 40 more
-        # versions commit and reach its queue while it has 249 left to replay.
+        # versions commit and reach its queue while it has 249 left to catch up on.
         await parts.add(pid, 40)
         await parts.relay_caught_up()
         while len(got) < 290:
@@ -483,7 +483,7 @@ async def test_losing_access_ends_the_stream_with_forbidden_and_nothing_after(
         await parts.run(RemoveMember, pid, user_id=CAROL)
         got = await bob.take(2)
         assert versions(got) == [head + 1, head + 2]
-        assert isinstance(got[1], LoggedVersion)
+        assert isinstance(got[1], CommittedVersion)
         assert isinstance(got[1].changes[0], MembersChanged)
         assert versions(await dave.take(2)) == [head + 1, head + 2]
         await lose_access(parts, pid)
@@ -491,7 +491,7 @@ async def test_losing_access_ends_the_stream_with_forbidden_and_nothing_after(
         # see the playlist before it), then his stream ends.
         (last,) = await bob.take(1)
         assert versions([last]) == [head + 3]
-        assert isinstance(last, LoggedVersion)
+        assert isinstance(last, CommittedVersion)
         assert [type(c) for c in last.changes] == [expected_change]
         error = await bob.error()
         assert isinstance(error, Forbidden)
@@ -516,7 +516,7 @@ async def test_each_stream_gets_only_its_own_playlist(database: Database) -> Non
             await parts.add(two, 2)
         got = {pid: await sub.take(5 if pid == one else 10) for pid, sub in subs.items()}
         for pid, items in got.items():
-            assert {i.playlist_id for i in items if isinstance(i, LoggedVersion)} == {pid}
+            assert {i.playlist_id for i in items if isinstance(i, CommittedVersion)} == {pid}
         assert versions(got[one]) == list(range(1, 6))
         assert versions(got[two]) == list(range(1, 11))
         for sub in subs.values():
@@ -524,7 +524,7 @@ async def test_each_stream_gets_only_its_own_playlist(database: Database) -> Non
             await sub.close()
 
 
-async def test_access_lost_while_replaying_ends_the_replay_with_forbidden(
+async def test_access_lost_while_catching_up_ends_the_stream_with_forbidden(
     database: Database,
 ) -> None:
     async with rig(database) as parts:
@@ -545,7 +545,7 @@ async def test_access_lost_while_replaying_ends_the_replay_with_forbidden(
 # --- long logs and retention ----------------------------------------------------------
 
 
-async def test_replay_from_zero_of_2000_versions_yields_each_in_order(database: Database) -> None:
+async def test_catch_up_from_zero_of_2000_versions_yields_each_in_order(database: Database) -> None:
     async with rig(database, relay=False) as parts:
         pid = await parts.create()
         assert await parts.add(pid, 2_000) == 2_000
@@ -566,7 +566,7 @@ async def test_after_compaction_a_stream_from_zero_resyncs_then_goes_live(
         pid = await parts.create()
         await parts.add(pid, 30)
         await compact(database, keep_versions=10, now=datetime.now(UTC))
-        # The floor is 21: a stream from 20 still replays, from 19 or 0 it resyncs.
+        # The floor is 21: a stream from 20 still catches up, from 19 or 0 it resyncs.
         kept = Subscriber(parts.stream(ALICE, pid, 20))
         assert versions(await kept.take(10)) == list(range(21, 31))
         for since in (0, 19):

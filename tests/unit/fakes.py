@@ -1,7 +1,7 @@
 """An in-memory playlist store for unit tests of the domain (no server).
 
 It answers the :class:`~chorus.domain.ports.PlaylistView` questions from a
-:class:`~chorus.domain.replay.PlaylistState` and applies decisions the way
+:class:`~chorus.domain.fold.PlaylistState` and applies decisions the way
 storage does: through the canonical changes, after a round trip through the
 wire format. Every commit also checks what storage relies on: the versions
 follow one another, every key written is a valid position key, and no two live
@@ -14,22 +14,26 @@ import bisect
 import itertools
 from collections.abc import Collection, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from chorus.domain import positions
 from chorus.domain.changes import (
     Change,
     ChangeWire,
+    DetailsUpdated,
     EntriesAdded,
     EntriesMoved,
     EntriesRemoved,
+    MembersChanged,
+    PlaylistCreated,
+    PlaylistDeleted,
     decode_change,
     encode_change,
 )
 from chorus.domain.commands import CreatePlaylist, PlaylistCommand, SetMemberRole
+from chorus.domain.fold import PlaylistState
 from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
 from chorus.domain.model import Entry, Role, Visibility
-from chorus.domain.replay import PlaylistState
 
 SortKey = tuple[str, str]
 T = TypeVar("T")
@@ -171,8 +175,10 @@ class MemoryPlaylist:
                 case EntriesRemoved():
                     for e in change.entries:
                         self._delete(e.sort_key)
+                case DetailsUpdated() | MembersChanged() | PlaylistCreated() | PlaylistDeleted():
+                    pass  # no live entry moves
                 case _:
-                    pass
+                    assert_never(change)
         for key, _ in touched:
             assert positions.is_valid(key), key
             assert len(key) <= positions.MAX_LENGTH, key
@@ -219,7 +225,7 @@ class MemoryPlaylist:
     def live(self) -> list[Entry]:
         return [self.state.entries[entry_id] for _, entry_id in self._index]
 
-    def replay(self) -> PlaylistState:
+    def fold_log(self) -> PlaylistState:
         """A fresh state rebuilt from ``log`` alone (wire dicts, decoded)."""
         (v0, first), *rest = self.log
         assert v0 == 0

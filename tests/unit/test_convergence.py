@@ -7,7 +7,7 @@ included. The model is a list of entry ids, updated from the semantics of each
 command (DESIGN §4): new or moved entries go contiguously right after or
 before a live anchor, to the place a removed anchor's tombstone held, or at the
 end; a revert brings back the list of that version. After every step the
-playlist's order equals the model's, and replaying the log (wire dicts, as
+playlist's order equals the model's, and folding the log (wire dicts, as
 JSON text) from version 0 rebuilds exactly the same entries.
 """
 
@@ -56,9 +56,9 @@ from chorus.domain.errors import (
     NotFound,
     VersionConflict,
 )
+from chorus.domain.fold import PlaylistState
 from chorus.domain.handlers import Decision
 from chorus.domain.model import Role
-from chorus.domain.replay import PlaylistState
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
 
 OWNER, EDITORS, VIEWER = "owner", ("ed1", "ed2"), "vi"
@@ -318,7 +318,7 @@ class PlaylistMachine(RuleBasedStateMachine):
         assert all(positions.is_valid(k) for k in self.keys.values())
 
     @invariant()
-    def replaying_the_log_rebuilds_the_list(self) -> None:
+    def folding_the_log_rebuilds_the_list(self) -> None:
         log = self.pl.log
         assert [v for v, _ in log] == list(range(len(log))), "versions are contiguous"
         state: PlaylistState | None = None

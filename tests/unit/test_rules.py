@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from chorus.domain.access import authorize
 from chorus.domain.changes import (
+    WIRE_VERSION,
     Change,
     Details,
     DetailsUpdated,
@@ -23,6 +25,7 @@ from chorus.domain.changes import (
     Move,
     PlaylistCreated,
     PlaylistDeleted,
+    PlaylistEvent,
     decode_change,
     encode_change,
 )
@@ -41,6 +44,7 @@ from chorus.domain.commands import (
     UpdatePlaylist,
     request_hash,
 )
+from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import (
     AnchorNotFound,
     DomainError,
@@ -51,9 +55,9 @@ from chorus.domain.errors import (
     NotFound,
     VersionConflict,
 )
+from chorus.domain.fold import PlaylistState
 from chorus.domain.handlers import Context, Decision, create_playlist
 from chorus.domain.model import Entry, Role, Visibility
-from chorus.domain.replay import PlaylistState
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
 
 OWNER, EDITOR, VIEWER, STRANGER = "owner", "ed", "vi", "zed"
@@ -753,6 +757,27 @@ async def test_a_deleted_playlist_is_not_found(kind: str, actor: str) -> None:
         await pl.execute(RemoveMember(P, pl.op(), pl.version, actor), actor)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ShuffleEntries:
+    """Shaped like a playlist command, but not one :func:`authorize` has a rule for."""
+
+    playlist_id: str
+    operation_id: str
+    base_version: int
+
+
+@pytest.mark.parametrize("actor", [OWNER, EDITOR, VIEWER, STRANGER])
+async def test_a_command_without_an_access_rule_is_refused(actor: str) -> None:
+    """Unknown is refused, not allowed: not even the owner gets past ``authorize``."""
+    pl, _ = await playlist(visibility=Visibility.PUBLIC)
+    unknown = ShuffleEntries(P, pl.op(), pl.version)
+    role = pl.state.members.get(actor)
+    with pytest.raises(Forbidden, match="no access rule for ShuffleEntries"):
+        authorize(unknown, pl.state.playlist, role, actor)  # type: ignore[arg-type]
+    with refused(pl, Forbidden):
+        await pl.execute(unknown, actor)  # type: ignore[arg-type]
+
+
 # --- revert -----------------------------------------------------------------
 
 Snapshot = tuple[tuple[Entry, ...], str, str | None]
@@ -835,9 +860,9 @@ async def test_revert_restores_exactly_the_entries_and_details_of_a_version() ->
     revert_version = pl.version - 3
     await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=revert_version))
     assert snapshot(pl) == snaps[revert_version]
-    replayed = pl.replay()
-    assert replayed.entries == pl.state.entries
-    assert replayed.playlist == pl.state.playlist
+    rebuilt = pl.fold_log()
+    assert rebuilt.entries == pl.state.entries
+    assert rebuilt.playlist == pl.state.playlist
 
 
 async def test_revert_emits_the_ordinary_changes() -> None:
@@ -1033,9 +1058,33 @@ def test_decoding_an_unknown_change_type_fails() -> None:
         decode_change({"type": "EntriesShuffled"})  # type: ignore[arg-type, typeddict-item]
 
 
-def test_replay_refuses_a_version_out_of_order() -> None:
+def test_a_committed_version_is_what_its_event_carries() -> None:
+    changes = every_change()
+    event: PlaylistEvent = {
+        "v": WIRE_VERSION,
+        "type": "PlaylistChanged",
+        "playlist_id": P,
+        "version": 7,
+        "operation_id": "op-7",
+        "actor_id": "u1",
+        "committed_at": T0.isoformat(),
+        "changes": [encode_change(c) for c in changes],
+    }
+    # Through JSON text, as the outbox, Kafka and Redis carry it.
+    version = CommittedVersion.from_event(json.loads(json.dumps(event)))
+    assert version == CommittedVersion(P, 7, "op-7", "u1", T0, tuple(changes))
+    # What the hub counts as undecodable: it reads such a version from SQL instead.
+    with pytest.raises(KeyError):
+        CommittedVersion.from_event({**event, "changes": [{"type": "EntriesAdded"}]})  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unknown change type"):
+        CommittedVersion.from_event({**event, "changes": [{"type": "EntriesShuffled"}]})  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="isoformat"):
+        CommittedVersion.from_event({**event, "committed_at": "yesterday"})
+
+
+def test_folding_refuses_a_version_out_of_order() -> None:
     pl = MemoryPlaylist()
-    state = pl.replay()
+    state = pl.fold_log()
     with pytest.raises(ValueError, match="does not follow"):
         state.apply(2, [], T0)
     with pytest.raises(ValueError, match="does not follow"):

@@ -162,7 +162,11 @@ async def _import_async(args: argparse.Namespace) -> int:
                 imported = await import_chinook(store, args.owner)
             else:
                 imported = await import_mpd(
-                    Path(args.file), store, bootstrap.embedded_catalog(db), args.owner, limit=args.limit
+                    Path(args.file),
+                    store,
+                    bootstrap.embedded_catalog(db),
+                    args.owner,
+                    limit=args.limit,
                 )
     except ImportFailed as exc:
         fail(f"import failed: {exc}")

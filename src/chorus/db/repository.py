@@ -9,8 +9,6 @@ mutation log's primary key for history.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, func, select, tuple_
@@ -18,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import Change, ChangeWire, decode_change
+from chorus.domain.committed import CommittedVersion
 from chorus.domain.model import Entry, Member, Playlist, Role, Visibility
 from chorus.domain.ports import SortKey
 from chorus.domain.revert import undo
@@ -177,18 +176,6 @@ async def get_entries(
     return {r.entry_id: entry_from_row(r) for r in rows}
 
 
-@dataclass(frozen=True, slots=True)
-class LoggedVersion:
-    """One row of the mutation log."""
-
-    playlist_id: str
-    version: int
-    operation_id: str
-    actor_id: str
-    committed_at: datetime
-    changes: tuple[Change, ...]
-
-
 def _decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
     wires: list[ChangeWire] = payload["changes"]
     return tuple(decode_change(w) for w in wires)
@@ -202,7 +189,7 @@ async def log_floor(conn: AsyncConnection, playlist_id: str) -> int | None:
 
 async def versions_since(
     conn: AsyncConnection, playlist_id: str, version: int, *, limit: int | None = None
-) -> list[LoggedVersion] | None:
+) -> list[CommittedVersion] | None:
     """Log rows after ``version``, oldest first, at most ``limit``.
 
     Returns ``None`` when the log no longer holds ``version + 1`` (it was
@@ -223,7 +210,7 @@ async def versions_since(
         query = query.limit(limit)
     rows = await conn.execute(query)
     log = [
-        LoggedVersion(
+        CommittedVersion(
             playlist_id=r.playlist_id,
             version=r.version,
             operation_id=r.operation_id,

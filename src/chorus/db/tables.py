@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from chorus.domain.limits import MAX_ID_LENGTH
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -61,7 +63,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 POSITION_KEY = String(32).with_variant(String(32, collation="C"), "postgresql")
 JSON_DOCUMENT: Any = JSON().with_variant(JSONB(), "postgresql")
-ID = String(128)
+ID = String(MAX_ID_LENGTH)
 
 playlist = Table(
     "playlist",
@@ -156,7 +158,9 @@ catalog_media = Table(
     "catalog_media",
     metadata,
     Column(
-        "id", String(128).with_variant(String(128, collation="C"), "postgresql"), primary_key=True
+        "id",
+        String(MAX_ID_LENGTH).with_variant(String(MAX_ID_LENGTH, collation="C"), "postgresql"),
+        primary_key=True,
     ),
     Column("title", Text, nullable=False),
     Column("artists", JSON_DOCUMENT, nullable=False),

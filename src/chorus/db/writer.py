@@ -8,7 +8,7 @@ Called inside the command's transaction only (:mod:`chorus.db.store`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, assert_never
 
 from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -17,11 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import (
     WIRE_VERSION,
+    DetailsUpdated,
     EntriesAdded,
     EntriesMoved,
     EntriesRemoved,
     MembersChanged,
     PlaylistCreated,
+    PlaylistDeleted,
     PlaylistEvent,
     encode_change,
     entry_from_wire,
@@ -139,8 +141,10 @@ async def write_decision(
                 )
             case MembersChanged():
                 await _write_member(conn, p, change)
+            case DetailsUpdated() | PlaylistDeleted():
+                pass  # they live in the header, written below
             case _:
-                pass  # details and deletion live in the header
+                assert_never(change)
     if decision.outcome.version > 0:
         await conn.execute(update(playlist).where(playlist.c.id == p.id).values(_header_values(p)))
     wires = [encode_change(c) for c in decision.changes]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict, assert_never
 
 from chorus.domain.model import Entry, Role, Visibility
 
@@ -260,6 +260,8 @@ def encode_change(change: Change) -> ChangeWire:
             }
         case PlaylistDeleted():
             return {"type": "PlaylistDeleted", "deleted_at": change.deleted_at.isoformat()}
+        case _:
+            assert_never(change)
 
 
 def decode_change(wire: ChangeWire) -> Change:
@@ -293,4 +295,7 @@ def decode_change(wire: ChangeWire) -> Change:
             )
         case "PlaylistDeleted":
             return PlaylistDeleted(datetime.fromisoformat(wire["deleted_at"]))
-    raise ValueError(f"unknown change type {wire['type']!r}")
+        case unknown:
+            if TYPE_CHECKING:
+                assert_never(unknown)  # every ChangeWire has its case above
+            raise ValueError(f"unknown change type {unknown!r}")

@@ -2,7 +2,7 @@
 
 :func:`advance` moves a playlist header to its next version; :class:`PlaylistState`
 is a whole playlist in memory (header, members, every entry) that
-:meth:`PlaylistState.apply` advances one version at a time. Replaying the log
+:meth:`PlaylistState.apply` advances one version at a time. Folding the log
 from version 0 through :class:`PlaylistState` rebuilds the exact list (DESIGN §3);
 storage applies the very same changes to its rows.
 """
@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import assert_never
 
 from chorus.domain.changes import (
     Change,
@@ -69,6 +70,8 @@ def advance(playlist: Playlist, changes: Iterable[Change], committed_at: datetim
                 p = dataclasses.replace(p, deleted_at=change.deleted_at)
             case EntriesMoved() | PlaylistCreated():
                 pass
+            case _:
+                assert_never(change)
     return p
 
 
@@ -114,5 +117,7 @@ class PlaylistState:
                     else:
                         self.members[change.user_id] = change.role
                 case DetailsUpdated() | PlaylistDeleted() | PlaylistCreated():
-                    pass
+                    pass  # the header's part, folded by advance() below
+                case _:
+                    assert_never(change)
         self.playlist = advance(self.playlist, changes, committed_at)

@@ -25,6 +25,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import assert_never
 
 from chorus.domain import revert
 from chorus.domain.access import authorize, readable
@@ -54,11 +55,11 @@ from chorus.domain.commands import (
     UpdatePlaylist,
 )
 from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound, VersionConflict
+from chorus.domain.fold import advance, created
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.placement import find_anchor, gap, place
 from chorus.domain.ports import PlaylistView
-from chorus.domain.replay import advance, created
 from chorus.domain.validation import (
     anchor_field,
     check_entry_ids,
@@ -194,6 +195,8 @@ async def _handle(
             return await _revert_playlist(command, p, view)
         case DeletePlaylist():
             return [PlaylistDeleted(ctx.now)], [], []
+        case _:
+            assert_never(command)
 
 
 async def _add_entries(cmd: AddEntries, p: Playlist, view: PlaylistView, ctx: Context) -> Handled:

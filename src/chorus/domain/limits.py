@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MAX_ID_LENGTH = 128
+"""Characters in a user, media, entry or playlist id, everywhere: the domain's
+checks, the token's ``sub``, the catalog (embedded, service and client) and the
+width of the id columns (:mod:`chorus.db.tables`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -18,8 +23,8 @@ class Limits:
     """Title length in characters (Unicode code points), after trimming; minimum 1."""
     max_description_length: int = 1_000
     max_operation_id_length: int = 64
-    max_id_length: int = 128
-    """User, media, entry and playlist ids."""
+    max_id_length: int = MAX_ID_LENGTH
+    """User, media, entry and playlist ids; not above :data:`MAX_ID_LENGTH`, the columns' width."""
     page_size_default: int = 50
     page_size_max: int = 100
     max_subscriber_lag: int = 1_000

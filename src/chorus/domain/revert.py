@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 from chorus.domain.changes import (
     Change,
@@ -20,7 +21,10 @@ from chorus.domain.changes import (
     EntriesAdded,
     EntriesMoved,
     EntriesRemoved,
+    MembersChanged,
     Move,
+    PlaylistCreated,
+    PlaylistDeleted,
 )
 from chorus.domain.model import Entry, Playlist
 
@@ -55,8 +59,10 @@ def undo(playlist: Playlist, log: Sequence[tuple[int, Sequence[Change]]]) -> Pas
                         then[m.entry.entry_id] = old
                 case DetailsUpdated():
                     title, description = change.previous.title, change.previous.description
+                case MembersChanged() | PlaylistCreated() | PlaylistDeleted():
+                    pass  # access settings and lifetime are not reverted
                 case _:
-                    pass
+                    assert_never(change)
     return PastState(then, title, description)
 
 

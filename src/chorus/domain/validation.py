@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from chorus.domain.commands import Placement
 from chorus.domain.errors import InvalidInput, LimitExceeded
-from chorus.domain.limits import DEFAULT_LIMITS, Limits
+from chorus.domain.limits import DEFAULT_LIMITS, MAX_ID_LENGTH, Limits
 
 
 def check_id(value: str, field: tuple[str, ...], limits: Limits, what: str = "id") -> None:
@@ -21,8 +21,8 @@ def check_id(value: str, field: tuple[str, ...], limits: Limits, what: str = "id
         )
 
 
-def is_user_id(value: str, max_length: int = DEFAULT_LIMITS.max_id_length) -> bool:
-    """A user id (a token's ``sub``) is 1–128 printable characters without white space."""
+def is_user_id(value: str, max_length: int = MAX_ID_LENGTH) -> bool:
+    """A user id (a token's ``sub``): 1–``max_length`` printable characters, no white space."""
     return (
         0 < len(value) <= max_length
         and value.isprintable()

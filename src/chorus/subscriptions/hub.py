@@ -15,10 +15,9 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from chorus.db.repository import LoggedVersion
 from chorus.domain.changes import PlaylistEvent
+from chorus.domain.committed import CommittedVersion
 from chorus.subscriptions.bus import Bus
-from chorus.subscriptions.replay import from_event
 
 log = logging.getLogger("chorus.hub")
 
@@ -28,11 +27,11 @@ class Membership:
     """One local stream's place in the hub."""
 
     playlist_id: str
-    queue: asyncio.Queue[LoggedVersion]
+    queue: asyncio.Queue[CommittedVersion]
     overflowed: bool = False
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def offer(self, version: LoggedVersion) -> None:
+    def offer(self, version: CommittedVersion) -> None:
         try:
             self.queue.put_nowait(version)
         except asyncio.QueueFull:
@@ -69,7 +68,7 @@ class Hub:
     def _deliver(self, event: PlaylistEvent) -> None:
         members = list(self._members.get(event["playlist_id"], ()))
         try:
-            version = from_event(event)  # once for every local stream
+            version = CommittedVersion.from_event(event)  # once for every local stream
         except (KeyError, TypeError, ValueError):
             log.exception("undecodable event for playlist %s", event.get("playlist_id"))
             for member in members:

@@ -1,10 +1,10 @@
-"""One subscriber's stream: replay from a version, then live, never a gap or a repeat.
+"""One subscriber's stream: catch up from a version, then live, never a gap or a repeat.
 
 For ``playlist_stream(…, since_version=v)`` the subscriber receives versions
 ``v+1, v+2, …`` strictly in order, each once (DESIGN §6):
 
 1. join the hub first, so live events buffer while we read history;
-2. replay versions after ``v`` from the mutation log, in pages;
+2. catch up on the versions after ``v`` from the mutation log, in pages;
 3. then take live events, dropping any version already sent; an event that
    skips ahead makes us read the missing versions from SQL first.
 
@@ -25,16 +25,16 @@ from dataclasses import dataclass
 
 from chorus.db import repository
 from chorus.db.engine import Database
-from chorus.db.repository import LoggedVersion
 from chorus.domain.changes import (
     DetailsUpdated,
     MembersChanged,
     PlaylistDeleted,
 )
+from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
 from chorus.domain.model import role_can_read
+from chorus.subscriptions.catchup import read_since
 from chorus.subscriptions.hub import Hub, Membership
-from chorus.subscriptions.replay import replay
 
 PAGE_SIZE = 100
 
@@ -48,10 +48,10 @@ class Resync:
     reason: str
 
 
-StreamItem = LoggedVersion | Resync
+StreamItem = CommittedVersion | Resync
 
 
-def _changes_access(version: LoggedVersion) -> bool:
+def _changes_access(version: CommittedVersion) -> bool:
     return any(
         isinstance(c, MembersChanged | DetailsUpdated | PlaylistDeleted) for c in version.changes
     )
@@ -83,11 +83,11 @@ class _Stream:
             role = await repository.get_role(conn, self.playlist_id, self.viewer)
         return header.version if header and role_can_read(role, header) else -1
 
-    def send(self, version: LoggedVersion) -> LoggedVersion:
+    def send(self, version: CommittedVersion) -> CommittedVersion:
         self.last = version.version
         return version
 
-    async def keep_access(self, version: LoggedVersion) -> None:
+    async def keep_access(self, version: CommittedVersion) -> None:
         """After a version that changes access: end the stream if the viewer lost it."""
         if any(isinstance(c, PlaylistDeleted) for c in version.changes):
             raise Forbidden("the playlist was deleted")
@@ -98,7 +98,7 @@ class _Stream:
         """Everything after ``last`` from SQL, page by page, until the head."""
         while True:
             async with self.db.read() as conn:
-                page = await replay(conn, self.playlist_id, self.last, limit=PAGE_SIZE)
+                page = await read_since(conn, self.playlist_id, self.last, limit=PAGE_SIZE)
             if page is None:
                 raise Forbidden("you no longer have access to this playlist")
             behind = page.current_version - self.last
