@@ -54,8 +54,9 @@ def migrate(settings: Settings, *, wait: bool) -> None:
 
     from chorus.db.engine import is_unavailable
     from chorus.db.migrate import upgrade
+    from chorus.resilience.backoff import Backoff
 
-    delay = 0.5
+    backoff = Backoff(0.5, 10.0)
     while True:
         try:
             upgrade(settings.database_url)
@@ -65,6 +66,7 @@ def migrate(settings: Settings, *, wait: bool) -> None:
             reason = " ".join(str(cause).split()) or type(cause).__name__
             if not (wait and is_unavailable(error)):
                 fail(f"cannot migrate the database: {reason}")
+            delay = backoff.next()
             print(
                 f"chorus: database not reachable ({reason}); retrying in {delay:g}s",
                 file=sys.stderr,
@@ -74,7 +76,6 @@ def migrate(settings: Settings, *, wait: bool) -> None:
                 time.sleep(delay)
             except KeyboardInterrupt:
                 raise SystemExit(130) from None
-            delay = min(delay * 2, 10.0)
 
 
 def listen(host: str, port: int) -> socket.socket:

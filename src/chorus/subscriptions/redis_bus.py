@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.wire import channel_playlist, decode_event, encode_event, events_channel
+from chorus.resilience.backoff import Backoff
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import Deliver, GapHandler
 
@@ -197,7 +198,8 @@ class RedisBus:
 
     async def _run(self) -> None:
         """Connect, read until the connection is lost, wait, again; until cancelled."""
-        backoff = 0.0
+        backoff = Backoff(RECONNECT_MIN_S, self._reconnect_max_s)
+        failed_before = False
         first = True
         while True:
             conn = self._connection_class(**self._options)
@@ -209,7 +211,8 @@ class RedisBus:
                 else:
                     self.reconnects += 1
                     log.info("redis pub/sub reconnected: %d channels", len(self._delivers))
-                backoff = 0.0
+                backoff.reset()
+                failed_before = False
                 # Only now: every wanted channel is subscribed again.
                 self._report_gap()
                 await self._sync_unwanted(conn)
@@ -217,7 +220,12 @@ class RedisBus:
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as error:
-                level = logging.WARNING if self._live is not None or backoff == 0 else logging.DEBUG
+                # One warning per outage; the retries after it log at debug level.
+                level = (
+                    logging.WARNING
+                    if self._live is not None or not failed_before
+                    else logging.DEBUG
+                )
                 log.log(level, "redis pub/sub connection lost or refused: %s", error)
             except Exception:
                 log.exception("redis pub/sub reader failed")
@@ -227,8 +235,8 @@ class RedisBus:
                 for channel in list(self._confirmations):
                     self._resolve(channel)
                 await conn.disconnect(nowait=True)
-            backoff = min(max(backoff * 2, RECONNECT_MIN_S), self._reconnect_max_s)
-            await asyncio.sleep(backoff)
+            failed_before = True
+            await backoff.sleep()
 
     async def _connect(self, conn: AbstractConnection) -> None:
         """Open ``conn`` and subscribe every wanted channel, confirmed by Redis.
