@@ -40,8 +40,13 @@ Failures:
     ensures the topic and refreshes its metadata: a topic re-created by
     another client may also have another partition count, which the group
     leader only notices on a refresh.
-  - Starting (joining the group) is bounded by :data:`START_TIMEOUT_S`; a
-    consumer that has not started by then is closed and made afresh.
+  - Tansu numbers a group's first generation 0, and aiokafka leaves a group
+    on ``stop()`` only above generation 0: a stopped consumer stayed the
+    group's leader until its session timed out, and the next consumer's
+    ``start()`` waited for it (the cause of a consumer "stuck" after a
+    restart). :class:`~chorus.events.kafka.GroupConsumer` always leaves; and a
+    refused commit (the member was forgotten) never closes the consumer,
+    which aiokafka is already rejoining.
 """
 
 from __future__ import annotations
@@ -67,9 +72,6 @@ log = logging.getLogger("chorus.consumer")
 COMMIT_TIMEOUT_S = 5.0
 """How long a commit may take; aiokafka retries some broker errors without end
 (a restarted Tansu may answer UNKNOWN_TOPIC_OR_PARTITION for a while)."""
-
-START_TIMEOUT_S = 10.0
-"""How long a consumer may take to start (join its group) before it is made afresh."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,8 +180,7 @@ class ConsumerRunner:
             self._forget_partitions()
             try:
                 await ensure_topic(self._config)
-                async with asyncio.timeout(START_TIMEOUT_S):
-                    await kafka.start()
+                await kafka.start()
                 log.info("consuming %s in group %s", self._config.topic, self.group_id)
                 await self._consume(kafka, backoff)
             except Exception as exc:

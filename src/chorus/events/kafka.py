@@ -5,8 +5,9 @@ playlist id, so one playlist's versions stay in one partition, in order
 (record format: :mod:`chorus.events.wire`). The producer waits for
 ``acks=all``; the idempotent producer is :attr:`KafkaConfig.idempotent`
 (on for Apache Kafka; the Tansu broker used in tests refuses InitProducerId).
-Consumers belong to a group, never auto-commit, and start from the earliest
-offset when the group is new.
+Consumers belong to a group, never auto-commit, start from the earliest
+offset when the group is new, and leave their group when stopped (see
+:class:`GroupConsumer`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError, UnknownError
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+from aiokafka.protocol.metadata import MetadataRequest
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.wire import DEFAULT_TOPIC, encode_event
@@ -117,13 +127,21 @@ class KafkaPublisher:
     async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
         """Produce ``events`` in order and wait until the broker acknowledged all.
 
+        The topic must exist before and after: a broker that restarted empty
+        (Tansu keeps its log in memory) acknowledges records produced to the
+        topic it lost and drops them when the topic is created again, so a
+        producer that rode through a short outage on its cached metadata
+        would lose them. Such a batch fails and is produced again once the
+        topic exists (consumers dedupe a copy that got through).
+
         Raises:
-            aiokafka.errors.KafkaError: a record was not acknowledged, or no
-                broker answers (none of the batch counts as published; the
-                relay produces it again later).
+            aiokafka.errors.KafkaError: a record was not acknowledged, the
+                topic is missing, or no broker answers (none of the batch
+                counts as published; the relay produces it again later).
         """
         producer = await self._connected()
         try:
+            await self._check_topic(producer)
             sent = [
                 await producer.send(
                     self._config.topic,
@@ -133,6 +151,7 @@ class KafkaPublisher:
                 for event in events
             ]
             await asyncio.gather(*sent)
+            await self._check_topic(producer)
         except BaseException as exc:
             await self.aclose()  # reconnect, and ensure the topic, next time
             if self._config.idempotent and isinstance(exc, UnknownError):
@@ -143,15 +162,63 @@ class KafkaPublisher:
                 )
             raise
 
+    async def _check_topic(self, producer: AIOKafkaProducer) -> None:
+        """Raise unless the broker holds the topic now (asked without auto-creating it)."""
+        client = producer.client
+        node = client.get_random_node()
+        if node is None:
+            raise KafkaConnectionError("no broker is known")
+        request = MetadataRequest([self._config.topic], allow_auto_topic_creation=False)
+        response = await client.send(node, request)
+        if not any(t[0] == 0 and t[1] == self._config.topic for t in response.topics):
+            raise UnknownTopicOrPartitionError(f"the broker has no topic {self._config.topic}")
+
     async def aclose(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
 
 
+class GroupConsumer(AIOKafkaConsumer):  # type: ignore[misc]  # aiokafka is untyped
+    """An :class:`AIOKafkaConsumer` whose :meth:`stop` leaves the group on every broker.
+
+    aiokafka (0.14, ``GroupCoordinator._maybe_leave_group``) sends LeaveGroup
+    only ``if self.generation > 0``: Apache Kafka numbers a group's first
+    generation 1, but Tansu numbers it 0. So on Tansu a consumer stopped while
+    in a group's first generation stays a member until its session times out
+    (``session_timeout_ms``), usually as the group's leader; a consumer that
+    joins meanwhile becomes a follower whose SyncGroup waits for an
+    assignment the dead leader never sends, and its ``start()`` hangs until
+    the broker evicts the dead member. A broker restart makes every group
+    new again, and is when consumers get stopped and made afresh.
+    """
+
+    async def stop(self) -> None:
+        coordinator = getattr(self, "_coordinator", None)
+        if isinstance(coordinator, GroupCoordinator):
+            # Replaces the check of generation > 0 for this instance (private API).
+            coordinator._maybe_leave_group = lambda: _leave_group(coordinator)
+        await super().stop()
+
+
+async def _leave_group(coordinator: GroupCoordinator) -> None:
+    """``GroupCoordinator._maybe_leave_group`` for any member id the broker gave.
+
+    Also a member still joining (generation -1 with a member id) leaves, so a
+    consumer cancelled during its JoinGroup does not linger either.
+    """
+    member_id = coordinator.member_id
+    if member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID and coordinator._group_instance_id is None:
+        try:
+            await coordinator._send_req(LeaveGroupRequest(coordinator.group_id, member_id))
+        except KafkaError as exc:  # best effort, as aiokafka's: the session times out anyway
+            log.info("LeaveGroup of %s failed (%s)", coordinator.group_id, exc)
+    coordinator.reset_generation()
+
+
 def consumer(config: KafkaConfig, group_id: str, *, client_id: str) -> AIOKafkaConsumer:
     """A consumer of the events topic in ``group_id``: manual commits, earliest offset first."""
-    return AIOKafkaConsumer(
+    return GroupConsumer(
         config.topic,
         bootstrap_servers=config.bootstrap_servers,
         group_id=group_id,
