@@ -12,11 +12,11 @@ from typing import Annotated
 
 import strawberry
 
-from chorus.db.repository import LoggedVersion
 from chorus.domain import changes as domain
+from chorus.domain.committed import CommittedVersion
 from chorus.graphql import ids
 from chorus.graphql.types import PlaylistEntry, Role, User, Visibility
-from chorus.subscriptions.replay import ReplayPage
+from chorus.subscriptions.catchup import CatchUpPage
 
 
 @strawberry.type(description="Entries added at this version, in list order, as committed.")
@@ -74,9 +74,10 @@ class PlaylistChanged:
     changes: list[PlaylistChange]
 
     @classmethod
-    def from_version(cls, v: LoggedVersion) -> PlaylistChanged:
+    def from_version(cls, v: CommittedVersion) -> PlaylistChanged:
+        """The GraphQL form of a committed version (its creation change left out)."""
         return cls(
-            playlist_id=strawberry.ID(ids.to_global_id("Playlist", v.playlist_id)),
+            playlist_id=strawberry.ID(ids.playlist_global_id(v.playlist_id)),
             version=v.version,
             operation_id=strawberry.ID(v.operation_id),
             actor=User(id=strawberry.ID(v.actor_id)),
@@ -99,7 +100,7 @@ def change_type(playlist_id: str, change: domain.Change) -> PlaylistChange | Non
         case domain.EntriesRemoved():
             return EntriesRemoved(
                 entry_ids=[
-                    strawberry.ID(ids.to_global_id("PlaylistEntry", playlist_id, e.entry_id))
+                    strawberry.ID(ids.entry_global_id(playlist_id, e.entry_id))
                     for e in change.entries
                 ]
             )
@@ -135,7 +136,8 @@ class PlaylistChangeBatch:
     )
 
     @classmethod
-    def from_batch(cls, batch: ReplayPage) -> PlaylistChangeBatch:
+    def from_batch(cls, batch: CatchUpPage) -> PlaylistChangeBatch:
+        """The GraphQL form of a page of the catch-up path."""
         return cls(
             since_version=batch.since_version,
             current_version=batch.current_version,

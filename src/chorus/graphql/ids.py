@@ -5,22 +5,37 @@ opaque strings while the server can decode them without a lookup:
 
 * a global ID is ``"<TypeName>:<key>"`` — ``Playlist:<playlist id>``,
   ``PlaylistEntry:<playlist id>:<entry id>``;
-* an entry cursor is ``"k:<position key>:<entry id>"`` — the keyset
-  ``(position_key, entry_id)`` of the entry, which stays meaningful after the
-  entry moves away or is removed (it pages from where the entry stood);
-* other connections use ``"<prefix>:<value>"`` of their own keyset.
+* a cursor is ``"<prefix>:<keyset>"``, one prefix per connection:
 
-Decoding never raises anything but :class:`MalformedId`.
+  - ``Playlist.entries``: ``"k:<position key>:<entry id>"`` — the keyset
+    ``(position_key, entry_id)`` of the entry, which stays meaningful after
+    the entry moves away or is removed (it pages from where the entry stood);
+  - ``Playlist.members``: ``"m:<user id>"``;
+  - ``Viewer.playlists``: ``"p:<created_at, ISO 8601>|<playlist id>"``;
+  - ``searchMedia``: ``"s:<position>"``, the 0-based position in the results.
+
+Decoding never raises anything but :class:`MalformedId`; what a malformed
+argument becomes for the client is :mod:`chorus.graphql.arguments`' business.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 
 from chorus.domain import positions
 
 MAX_ENCODED_LENGTH = 512
+
+# Type names in global IDs: those of the GraphQL types.
+PLAYLIST = "Playlist"
+PLAYLIST_ENTRY = "PlaylistEntry"
+
+_ENTRY = "k"
+_MEMBER = "m"
+_PLAYLIST = "p"
+_SEARCH = "s"
 
 
 class MalformedId(ValueError):
@@ -51,6 +66,16 @@ def to_global_id(type_name: str, *key: str) -> str:
     return _encode(":".join((type_name, *key)))
 
 
+def playlist_global_id(playlist_id_: str) -> str:
+    """The global ID of a playlist."""
+    return to_global_id(PLAYLIST, playlist_id_)
+
+
+def entry_global_id(playlist_id_: str, entry_id_: str) -> str:
+    """The global ID of an entry of a playlist."""
+    return to_global_id(PLAYLIST_ENTRY, playlist_id_, entry_id_)
+
+
 def from_global_id(value: str) -> tuple[str, list[str]]:
     """``(type_name, key parts)`` of a global ID.
 
@@ -70,7 +95,7 @@ def playlist_id(value: str) -> str:
         MalformedId: not a playlist's global ID.
     """
     type_name, key = from_global_id(value)
-    if type_name != "Playlist" or len(key) != 1 or not key[0]:
+    if type_name != PLAYLIST or len(key) != 1 or not key[0]:
         raise MalformedId("not a Playlist ID")
     return key[0]
 
@@ -86,7 +111,7 @@ def entry_id(value: str, in_playlist: str | None = None) -> str:
         MalformedId: not an entry's global ID (of that playlist).
     """
     type_name, key = from_global_id(value)
-    if type_name != "PlaylistEntry" or len(key) != 2 or not all(key):
+    if type_name != PLAYLIST_ENTRY or len(key) != 2 or not all(key):
         raise MalformedId("not a PlaylistEntry ID")
     if in_playlist is not None and key[0] != in_playlist:
         raise MalformedId("an entry of another playlist")
@@ -95,7 +120,7 @@ def entry_id(value: str, in_playlist: str | None = None) -> str:
 
 def entry_cursor(position_key: str, entry_id_: str) -> str:
     """The cursor of an entry at ``(position_key, entry_id)``."""
-    return _encode(f"k:{position_key}:{entry_id_}")
+    return _encode(f"{_ENTRY}:{position_key}:{entry_id_}")
 
 
 def decode_entry_cursor(cursor: str) -> tuple[str, str]:
@@ -105,7 +130,7 @@ def decode_entry_cursor(cursor: str) -> tuple[str, str]:
         MalformedId: not an entry cursor.
     """
     prefix, key, entry = [*_decode(cursor).split(":", 2), "", ""][:3]
-    if prefix != "k" or not positions.is_valid(key) or not entry or ":" in entry:
+    if prefix != _ENTRY or not positions.is_valid(key) or not entry or ":" in entry:
         raise MalformedId("malformed cursor")
     return key, entry
 
@@ -125,3 +150,55 @@ def decode_cursor(prefix: str, value: str) -> str:
     if found != prefix or not sep or not rest:
         raise MalformedId("malformed cursor")
     return rest
+
+
+def member_cursor(user_id: str) -> str:
+    """The cursor of a member of ``Playlist.members``."""
+    return cursor(_MEMBER, user_id)
+
+
+def decode_member_cursor(value: str) -> str:
+    """The user id of a member cursor.
+
+    Raises:
+        MalformedId: not a member cursor.
+    """
+    return decode_cursor(_MEMBER, value)
+
+
+def playlist_cursor(created_at: datetime, playlist_id_: str) -> str:
+    """The cursor of a playlist of ``Viewer.playlists``: its keyset ``(created_at, id)``."""
+    return cursor(_PLAYLIST, f"{created_at.isoformat()}|{playlist_id_}")
+
+
+def decode_playlist_cursor(value: str) -> tuple[datetime, str]:
+    """The keyset ``(created_at, playlist id)`` of a playlist cursor.
+
+    Raises:
+        MalformedId: not a playlist cursor.
+    """
+    created, _, playlist_id_ = decode_cursor(_PLAYLIST, value).partition("|")
+    try:
+        return datetime.fromisoformat(created), playlist_id_
+    except ValueError:
+        raise MalformedId("malformed cursor") from None
+
+
+def search_cursor(position: int) -> str:
+    """The cursor of the search result at 0-based ``position``."""
+    return cursor(_SEARCH, str(position))
+
+
+def decode_search_cursor(value: str) -> int:
+    """The 0-based position of a search cursor.
+
+    Only what :func:`search_cursor` hands out: up to 9 ASCII digits (``int()``
+    alone would also take ``" 5"``, ``"1_000"`` and other scripts' digits).
+
+    Raises:
+        MalformedId: not a search cursor.
+    """
+    position = decode_cursor(_SEARCH, value)
+    if not (position.isascii() and position.isdigit() and len(position) <= 9):
+        raise MalformedId("malformed cursor")
+    return int(position)

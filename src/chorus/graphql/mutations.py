@@ -1,7 +1,8 @@
 """The Mutation root: each field maps its input to one domain command.
 
 Inputs are in :mod:`chorus.graphql.inputs`, payloads in
-:mod:`chorus.graphql.payloads`; the command runs in
+:mod:`chorus.graphql.payloads`; IDs and nulls of an input are checked in
+:mod:`chorus.graphql.arguments`; the command runs in
 :mod:`chorus.resolvers.mutations`.
 """
 
@@ -13,8 +14,8 @@ from typing import Any
 import strawberry
 
 from chorus.domain import commands as cmd
-from chorus.domain.errors import AnchorNotFound, DomainError, InvalidInput, NotFound
-from chorus.graphql import ids
+from chorus.domain.errors import DomainError
+from chorus.graphql import arguments
 from chorus.graphql.inputs import (
     AddEntriesInput,
     CreatePlaylistInput,
@@ -45,47 +46,12 @@ from chorus.resolvers import mutations
 from chorus.resolvers.mutations import MutationResult
 
 
-def _playlist_id(value: str) -> str:
-    try:
-        return ids.playlist_id(value)
-    except ids.MalformedId:
-        raise NotFound("playlist not found", field=("playlistId",)) from None
-
-
-def _entry_ids(value: list[strawberry.ID], playlist_id: str) -> tuple[str, ...]:
-    out = []
-    for i, global_id in enumerate(value):
-        try:
-            out.append(ids.entry_id(global_id, playlist_id))
-        except ids.MalformedId:
-            raise NotFound(
-                f"entry {global_id!r} is not in this playlist", field=("entryIds", str(i))
-            ) from None
-    return tuple(out)
-
-
-def _placement(after: str | None, before: str | None, playlist_id: str) -> cmd.Placement:
-    def anchor(value: str | None, name: str) -> str | None:
-        if value is None:
-            return None
-        try:
-            return ids.entry_id(value, playlist_id)
-        except ids.MalformedId:
-            raise AnchorNotFound(
-                f"{name} is not an entry of this playlist", field=(name,)
-            ) from None
-
-    return cmd.Placement(after=anchor(after, "after"), before=anchor(before, "before"))
-
-
 def _unset(value: Any) -> Any:
     return cmd.UNSET if value is strawberry.UNSET else value
 
 
 def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
-    for name in ("title", "visibility", "collaborative"):
-        if getattr(i, name) is None:
-            raise InvalidInput(f"{name} cannot be null", field=(name,))
+    arguments.not_null(i, "title", "visibility", "collaborative")
     return cmd.UpdatePlaylist(
         pid,
         i.operation_id,
@@ -101,7 +67,7 @@ def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
 async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> MutationResult:
     """Decode ``input.playlist_id``, build the command with it and run it."""
     try:
-        command = build(_playlist_id(input.playlist_id))
+        command = build(arguments.input_playlist_id(input.playlist_id))
     except DomainError as error:
         return MutationResult(input.operation_id, error=error)
     return await mutations.execute(info.context, command)
@@ -133,7 +99,7 @@ class Mutation:
                 input.operation_id,
                 input.base_version,
                 tuple(input.media_ids),
-                _placement(input.after, input.before, pid),
+                arguments.placement(input.after, input.before, pid),
                 input.strict,
             ),
         )
@@ -148,8 +114,8 @@ class Mutation:
                 pid,
                 input.operation_id,
                 input.base_version,
-                _entry_ids(input.entry_ids, pid),
-                _placement(input.after, input.before, pid),
+                arguments.input_entry_ids(input.entry_ids, pid),
+                arguments.placement(input.after, input.before, pid),
                 input.strict,
             ),
         )
@@ -170,7 +136,7 @@ class Mutation:
                 pid,
                 input.operation_id,
                 input.base_version,
-                _entry_ids(input.entry_ids, pid),
+                arguments.input_entry_ids(input.entry_ids, pid),
                 input.strict,
             ),
         )

@@ -15,7 +15,8 @@ import strawberry
 from chorus.domain.errors import DomainError, VersionConflict
 from chorus.domain.errors import ErrorCode as ErrorCodeEnum
 from chorus.graphql import ids
-from chorus.graphql.types import ChorusInfo, Playlist, PlaylistEntry
+from chorus.graphql.playlist import Playlist
+from chorus.graphql.types import ChorusInfo, PlaylistEntry
 from chorus.resolvers import queries
 from chorus.resolvers.mutations import MutationResult
 
@@ -61,6 +62,7 @@ class MutationPayload:
 
 
 def common_fields(result: MutationResult) -> dict[str, Any]:
+    """The :class:`MutationPayload` fields of a result, as keyword arguments of any payload."""
     committed = result.committed
     return {
         "operation_id": strawberry.ID(result.operation_id),
@@ -73,6 +75,7 @@ def common_fields(result: MutationResult) -> dict[str, Any]:
 
 
 def placed_entries(result: MutationResult) -> list[PlaylistEntry]:
+    """The entries a committed add or move placed, in list order; none on an error."""
     if result.committed is None:
         return []
     outcome = result.committed.outcome
@@ -80,11 +83,12 @@ def placed_entries(result: MutationResult) -> list[PlaylistEntry]:
 
 
 def skipped_ids(result: MutationResult) -> list[strawberry.ID]:
+    """Global IDs of the targets a committed move or remove skipped; none on an error."""
     if result.committed is None:
         return []
     outcome = result.committed.outcome
     return [
-        strawberry.ID(ids.to_global_id("PlaylistEntry", outcome.playlist_id, e))
+        strawberry.ID(ids.entry_global_id(outcome.playlist_id, e))
         for e in outcome.skipped_entry_ids
     ]
 

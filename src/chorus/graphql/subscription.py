@@ -8,8 +8,7 @@ from typing import Annotated
 
 import strawberry
 
-from chorus.domain.errors import NotFound
-from chorus.graphql import ids
+from chorus.graphql import arguments
 from chorus.graphql.history import PlaylistChanged
 from chorus.graphql.types import ChorusInfo
 from chorus.resolvers import subscriptions
@@ -40,10 +39,7 @@ class Subscription:
     async def playlist_events(
         self, info: ChorusInfo, playlist_id: strawberry.ID, since_version: int
     ) -> AsyncGenerator[PlaylistEvent, None]:
-        try:
-            pid = ids.playlist_id(playlist_id)
-        except ids.MalformedId:
-            raise NotFound("playlist not found", field=("playlistId",)) from None
+        pid = arguments.input_playlist_id(playlist_id)
         # When strawberry closes this generator (the client completed or left),
         # the stream must leave the hub then, in the operation's task: an
         # abandoned `async for` would leave that to the garbage collector.

@@ -45,7 +45,19 @@ from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
 
 MAX_OPERATION_ID = 128
-"""Longest ``id`` of a ``subscribe`` message (characters)."""
+"""Longest ``id`` of a ``subscribe`` message (characters).
+
+The client's name for an operation on its socket, bounded because every
+result echoes it; not one of the ids of
+:data:`~chorus.domain.limits.MAX_ID_LENGTH`, though as long."""
+
+TOO_MANY_CONNECTIONS = "too many connections"
+"""The reason a socket over the per-user limit is closed with (4429)."""
+
+
+def _authorization(params: dict[str, object]) -> object:
+    """The token of a ``connection_init`` payload: its ``Authorization`` (or ``authorization``)."""
+    return params.get("Authorization") or params.get("authorization")
 
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
@@ -63,12 +75,10 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         view = self.view
         payload = message.get("payload")
         if isinstance(view, ChorusGraphQL) and isinstance(payload, dict):
-            identity, _ = view.identify(
-                payload.get("Authorization") or payload.get("authorization")
-            )
+            identity, _ = view.identify(_authorization(payload))
             if identity is not None and view.at_connection_limit(identity.user_id):
                 # Not 4403: a client must not take this for a bad token and sign out.
-                await self.websocket.close(code=4429, reason="too many connections")
+                await self.websocket.close(code=4429, reason=TOO_MANY_CONNECTIONS)
                 return
         await self._init_and_watch_expiry(message)
 
@@ -191,12 +201,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}
-        identity, error = self.identify(params.get("Authorization") or params.get("authorization"))
+        identity, error = self.identify(_authorization(params))
         if identity is None:
             raise ConnectionRejectionError({"reason": error or "send a bearer token"})
         viewer = identity.user_id
         if self.at_connection_limit(viewer):
-            raise ConnectionRejectionError({"reason": "too many connections"})
+            raise ConnectionRejectionError({"reason": TOO_MANY_CONNECTIONS})
         self.connections[viewer] += 1
         context.viewer_id, context.auth_error = viewer, None
         context.expires_at = identity.expires_at

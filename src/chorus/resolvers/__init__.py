@@ -1,6 +1,8 @@
 """Thin functions between the GraphQL types and the domain.
 
-Each takes plain arguments (ids already decoded by :mod:`chorus.graphql`),
-runs one domain command or one read, and returns domain values or small
-result records. Nothing here knows strawberry's types.
+Each takes arguments :mod:`chorus.graphql.arguments` has already checked and
+decoded, runs one domain command or one read, and returns domain values or
+small result records; none refuses an argument. SQL reads go through
+:mod:`chorus.db.pages`; :mod:`chorus.resolvers.snapshots` decides when a
+Redis snapshot answers instead. Nothing here knows strawberry's types.
 """

@@ -17,7 +17,7 @@ from strawberry.dataloader import DataLoader
 from chorus.caches.reader import SnapshotCache
 from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
-from chorus.db import listing
+from chorus.db import pages
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.limits import Limits
@@ -72,15 +72,13 @@ class Loaders:
         self.served.pop(playlist_id, None)
 
     async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
-        async with self._services.db.read() as conn:
-            found = await listing.get_playlists(conn, ids)
+        found = await pages.playlists_by_id(self._services.db, ids)
         return [found.get(i) for i in ids]
 
     async def _load_roles(self, playlist_ids: list[str]) -> list[Role | None]:
         if self._viewer_id is None:
             return [None] * len(playlist_ids)
-        async with self._services.db.read() as conn:
-            found = await listing.get_roles(conn, self._viewer_id, playlist_ids)
+        found = await pages.roles_of(self._services.db, self._viewer_id, playlist_ids)
         return [found.get(i) for i in playlist_ids]
 
     async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:

@@ -26,6 +26,10 @@ class BadUserInput(RequestError):
     code = "BAD_USER_INPUT"
 
 
+CATALOG_UNAVAILABLE = "the media catalog is not available; try again"
+"""The message of :class:`ServiceUnavailable` when the catalog does not answer."""
+
+
 class ServiceUnavailable(RequestError):
     """A dependency (the catalog, the database) cannot answer now; retrying later may work.
 

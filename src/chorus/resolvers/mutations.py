@@ -15,7 +15,7 @@ from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound, RateL
 from chorus.domain.limits import Limits
 from chorus.domain.validation import check_id
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable
+from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
     try:
         known = await ctx.services.catalog.get_many(wanted)
     except CatalogUnavailable:
-        raise ServiceUnavailable("the media catalog is not available; try again") from None
+        raise ServiceUnavailable(CATALOG_UNAVAILABLE) from None
     for i, media_id in enumerate(media_ids):
         if media_id in wanted and media_id not in known:
             raise MediaNotFound(
@@ -62,6 +62,11 @@ def _rate_limited(ctx: RequestContext, actor: str) -> RateLimited | None:
 
 
 async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
+    """Create a playlist owned by the viewer.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
     actor = ctx.viewer()
     if limited := _rate_limited(ctx, actor):
         return MutationResult(command.operation_id, error=limited)

@@ -1,73 +1,38 @@
 """Reads: a visible playlist, pages of its entries and members, its history, search.
 
-Page arguments follow the Relay connection spec: ``first``/``after`` page
-forward, ``last``/``before`` backward, and both bounds together page inside a
-window. A page size above the maximum is an error, never a silent clamp.
-
-In the full profile a PUBLIC playlist may be answered from its Redis snapshot
-(DESIGN §8): :func:`visible_playlist` takes the header from a snapshot at the
-head version (and ``>= minVersion``) without touching SQL, and records it in
-the request's loaders; :func:`entries_page` then serves the *first* page of
-that same playlist object from the snapshot, with its count and version.
-Every other read (later pages, ``last``, members, the viewer's role, …) is
-SQL. A snapshot holds exactly what SQL returns at its version, so the answer
-is the same either way.
+Each function takes the request context and arguments :mod:`chorus.graphql`
+has already checked and decoded (:mod:`chorus.graphql.arguments`): page
+sizes, keyset positions, offsets. It makes one read and returns domain values
+or a page; none refuses an argument. SQL reads go through
+:mod:`chorus.db.pages`, each in its own read transaction; a PUBLIC playlist's
+header and first page may come from its Redis snapshot instead, as
+:mod:`chorus.resolvers.snapshots` decides.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
 
-from chorus.caches.snapshot import Snapshot
-from chorus.catalog.protocol import CatalogUnavailable, MediaPage
-from chorus.db import listing, repository
-from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
+from chorus.catalog.protocol import CatalogUnavailable, Media
+from chorus.db import pages
+from chorus.db.pages import EntriesPage, Page
+from chorus.domain.model import Entry, Member, Playlist, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
-from chorus.subscriptions.replay import ReplayPage, replay
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    """One page of a connection, in list order."""
-
-    items: Sequence[T]
-    has_next: bool
-    has_previous: bool
-    total: int
+from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
+from chorus.resolvers.snapshots import snapshot_first_page, snapshot_header
+from chorus.subscriptions.catchup import CatchUpPage, read_since
 
 
 @dataclass(frozen=True, slots=True)
-class EntriesPage(Page[Entry]):
-    version: int = 0
-    """The playlist version the page was read at."""
+class SearchHit:
+    """One search result and where it stands in the whole result list."""
 
-
-def page_size(ctx: RequestContext, first: int | None, last: int | None) -> tuple[int, bool]:
-    """``(size, from_end)`` of a page request.
-
-    Raises:
-        BadUserInput: both ``first`` and ``last``, a negative size, or one
-            above the maximum.
-    """
-    limits = ctx.services.limits
-    if first is not None and last is not None:
-        raise BadUserInput("give first or last, not both")
-    size = first if first is not None else last
-    if size is None:
-        return limits.page_size_default, False
-    if size < 0 or size > limits.page_size_max:
-        name = "first" if first is not None else "last"
-        raise BadUserInput(f"{name} must be between 0 and {limits.page_size_max}")
-    return size, last is not None
+    position: int
+    """0-based, across pages: the keyset of its cursor."""
+    media: Media
 
 
 async def visible_playlist(
@@ -75,175 +40,113 @@ async def visible_playlist(
 ) -> Playlist | None:
     """The playlist if the viewer may see it, else ``None`` (no existence leak).
 
-    A PUBLIC playlist's current snapshot answers without SQL when there is one.
+    Args:
+        playlist_id: the playlist.
+        min_version: only a snapshot at least this new may answer; an older
+            playlist read from SQL is returned all the same, and the caller
+            refuses it (:func:`chorus.graphql.arguments.check_min_version`).
 
     Raises:
         Unauthenticated: no valid token.
-        BadUserInput: ``min_version`` is newer than the playlist's version.
     """
     ctx.viewer()
-    snapshot = await _current_snapshot(ctx, playlist_id, min_version)
+    snapshot = await snapshot_header(ctx, playlist_id, min_version)
     if snapshot is not None:
-        ctx.loaders.served[playlist_id] = snapshot
         return snapshot.playlist
     playlist = await ctx.loaders.playlist.load(playlist_id)
     if playlist is None:
         return None
     role = await ctx.loaders.role.load(playlist_id)
-    if not role_can_read(role, playlist):
-        return None
-    if min_version is not None and playlist.version < min_version:
-        raise BadUserInput(
-            f"version {min_version} does not exist yet; the playlist is at {playlist.version}"
-        )
-    return playlist
-
-
-async def _current_snapshot(
-    ctx: RequestContext, playlist_id: str, min_version: int | None
-) -> Snapshot | None:
-    """The snapshot to answer with, or ``None`` for SQL.
-
-    Only a PUBLIC playlist's: every viewer may read it, so no role query is
-    needed to decide visibility (``viewerRole`` still loads the role). Once a
-    request reads a playlist from SQL it keeps doing so, so its later reads
-    of that playlist agree with the first.
-    """
-    if ctx.services.snapshots is None or playlist_id in ctx.loaders.sql_only:
-        return None
-    snapshot = await ctx.loaders.snapshot.load((playlist_id, min_version))
-    if (
-        snapshot is None
-        or snapshot.playlist.visibility is not Visibility.PUBLIC
-        or snapshot.playlist.deleted
-    ):
-        ctx.loaders.sql_only.add(playlist_id)
-        return None
-    return snapshot
-
-
-def _snapshot_page(
-    ctx: RequestContext, playlist: Playlist, size: int, *, first_page: bool
-) -> EntriesPage | None:
-    """The first page from the snapshot ``playlist`` was served from, if it holds it."""
-    snapshot = ctx.loaders.served.get(playlist.id)
-    cache = ctx.services.snapshots
-    if not first_page or snapshot is None or cache is None or snapshot.playlist != playlist:
-        return None
-    if size > cache.page_size and snapshot.has_more:
-        return None
-    page = snapshot.first_page(size)
-    if page is None:
-        return None
-    items, has_next = page
-    return EntriesPage(items, has_next, False, playlist.entry_count, snapshot.version)
+    return playlist if role_can_read(role, playlist) else None
 
 
 async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
     """A live entry of a visible playlist, or ``None``."""
-    async with ctx.services.db.read() as conn:
-        found = await repository.get_entries(conn, playlist.id, [entry_id])
-    entry = found.get(entry_id)
-    return entry if entry is not None and entry.live else None
+    return await pages.live_entry(ctx.services.db, playlist.id, entry_id)
 
 
 async def entries_page(
     ctx: RequestContext,
     playlist: Playlist,
     *,
-    first: int | None,
+    size: int,
+    from_end: bool,
     after: SortKey | None,
-    last: int | None,
     before: SortKey | None,
 ) -> EntriesPage:
-    """A keyset page of live entries, read with the version and count it belongs to."""
-    size, from_end = page_size(ctx, first, last)
-    first_page = after is None and before is None and not from_end
-    cached = _snapshot_page(ctx, playlist, size, first_page=first_page)
-    if cached is not None:
-        return cached
-    async with ctx.services.db.read() as conn:
-        header = await repository.get_playlist(conn, playlist.id)
-        if header is None:
-            return EntriesPage((), False, False, 0, playlist.version)
-        rows = await repository.entries_page(
-            conn, playlist.id, after=after, before=before, limit=size + 1, from_end=from_end
-        )
-        more = len(rows) > size
-        rows = (rows[1:] if from_end else rows[:-1]) if more else rows
-        # The far side: is anything at or beyond the cursor we came from?
-        if from_end:
-            beyond = before is not None and await repository.any_live(
-                conn, playlist.id, at_or_after=before
-            )
-            has_next, has_previous = beyond, more
-        else:
-            beyond = after is not None and await repository.any_live(
-                conn, playlist.id, at_or_before=after
-            )
-            has_next, has_previous = more, beyond
-    return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
+    """A keyset page of live entries, with the version and count it was read at.
+
+    Args:
+        size, from_end: the checked page size; ``from_end`` for Relay ``last``.
+        after, before: exclusive keyset bounds decoded from cursors.
+    """
+    if after is None and before is None and not from_end:
+        cached = snapshot_first_page(ctx, playlist, size)
+        if cached is not None:
+            return cached
+    page = await pages.entries_page(
+        ctx.services.db, playlist.id, size=size, after=after, before=before, from_end=from_end
+    )
+    return page if page is not None else EntriesPage((), False, False, 0, playlist.version)
 
 
 async def members_page(
-    ctx: RequestContext, playlist: Playlist, *, first: int | None, after: str | None
+    ctx: RequestContext, playlist: Playlist, *, size: int, after: str | None
 ) -> Page[Member]:
-    size, _ = page_size(ctx, first, None)
-    async with ctx.services.db.read() as conn:
-        rows = await listing.members_page(conn, playlist.id, after_user=after, limit=size + 1)
-        total = await listing.count_members(conn, playlist.id)
-    return Page(rows[:size], len(rows) > size, after is not None, total)
+    """Members of a visible playlist by user id, after the user id ``after``."""
+    return await pages.members_page(ctx.services.db, playlist.id, size=size, after_user=after)
 
 
 async def viewer_playlists(
-    ctx: RequestContext, *, first: int | None, after: tuple[datetime, str] | None
+    ctx: RequestContext, *, size: int, after: tuple[datetime, str] | None
 ) -> Page[Playlist]:
+    """The viewer's playlists, newest first, after the keyset ``(created_at, id)``.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
     viewer = ctx.viewer()
-    size, _ = page_size(ctx, first, None)
-    async with ctx.services.db.read() as conn:
-        rows = await listing.playlists_of(conn, viewer, after=after, limit=size + 1)
-        total = await listing.count_playlists_of(conn, viewer)
-    return Page(rows[:size], len(rows) > size, after is not None, total)
+    return await pages.playlists_page(ctx.services.db, viewer, size=size, after=after)
 
 
 async def changes(
-    ctx: RequestContext, playlist: Playlist, *, since_version: int, first: int | None
-) -> ReplayPage:
-    """The log after ``since_version`` (the subscriptions' replay path), or a resync.
+    ctx: RequestContext, playlist: Playlist, *, since_version: int, size: int
+) -> CatchUpPage | None:
+    """Up to ``size`` versions after ``since_version`` (the subscriptions' catch-up path).
 
-    Raises:
-        BadUserInput: ``since_version`` is negative or in the future.
+    Returns:
+        The page, or a resync when the log no longer reaches that far; ``None``
+        when the playlist is gone. ``since_version`` is not checked against the
+        current version here (:func:`chorus.graphql.arguments.check_since_version`).
     """
-    size, _ = page_size(ctx, first, None)
+    # The one read transaction opened above db/: read_since, which the streams
+    # share, takes a connection; it goes once read_since opens its own.
     async with ctx.services.db.read() as conn:
-        page = await replay(conn, playlist.id, since_version, limit=max(size, 1))
-    if page is None or not 0 <= since_version <= page.current_version:
-        current = page.current_version if page else playlist.version
-        raise BadUserInput(f"sinceVersion must be between 0 and {current}")
-    if size == 0:
+        page = await read_since(conn, playlist.id, since_version, limit=max(size, 1))
+    if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
     return page
 
 
 async def search_media(
-    ctx: RequestContext, query: str, *, first: int | None, offset: int
-) -> MediaPage:
-    """A page of catalog search results.
+    ctx: RequestContext, query: str, *, size: int, offset: int
+) -> Page[SearchHit]:
+    """A page of catalog search results from ``offset`` on.
 
     Raises:
-        BadUserInput: a query longer than 200 characters, or holding a control
-            character or a lone surrogate (no catalog can match those).
+        Unauthenticated: no valid token.
         ServiceUnavailable: the catalog does not answer.
     """
     ctx.viewer()
-    size, _ = page_size(ctx, first, None)
-    if len(query) > 200:
-        raise BadUserInput("query must be at most 200 characters")
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
-        raise BadUserInput("query must not contain control characters")
     try:
         # The catalog pages at least one item; ``first: 0`` still wants the total.
-        page = await ctx.services.catalog.search(query, offset=offset, limit=max(size, 1))
+        found = await ctx.services.catalog.search(query, offset=offset, limit=max(size, 1))
     except CatalogUnavailable:
-        raise ServiceUnavailable("the media catalog is not available; try again") from None
-    return MediaPage(page.items[:size], page.total, page.offset)
+        raise ServiceUnavailable(CATALOG_UNAVAILABLE) from None
+    items = found.items[:size]
+    return Page(
+        [SearchHit(found.offset + i, m) for i, m in enumerate(items)],
+        has_next=found.offset + len(items) < found.total,
+        has_previous=found.offset > 0,
+        total=found.total,
+    )

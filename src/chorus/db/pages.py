@@ -1,0 +1,147 @@
+"""The API's reads, each in a read transaction of its own.
+
+Every function here takes the :class:`~chorus.db.engine.Database`, opens one
+:meth:`~chorus.db.engine.Database.read` transaction (one consistent snapshot,
+so a page, its count and its version always agree) and returns domain values
+or a :class:`Page`. The resolvers call these and open no transaction themselves.
+
+Pages are keyset pages in list order (:mod:`chorus.db.listing`,
+:func:`chorus.db.repository.entries_page`): ``size`` items after or before an
+exclusive keyset position, whether items lie beyond them on either side, and
+the count of the whole connection. Sizes and positions come already checked
+(:mod:`chorus.graphql.arguments`).
+
+Raises (every function):
+    DatabaseUnavailable: the database cannot be reached or lost the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from chorus.db import listing, repository
+from chorus.db.engine import Database
+from chorus.domain.model import Entry, Member, Playlist, Role
+from chorus.domain.ports import SortKey
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a connection.
+
+    Attributes:
+        items: the page, in list order.
+        has_next: items follow the last of ``items``.
+        has_previous: items precede the first of ``items``.
+        total: items in the whole connection, not only this page.
+    """
+
+    items: Sequence[T]
+    has_next: bool
+    has_previous: bool
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesPage(Page[Entry]):
+    version: int = 0
+    """The playlist version the page (and ``total``) was read at."""
+
+
+async def playlists_by_id(db: Database, playlist_ids: Collection[str]) -> dict[str, Playlist]:
+    """Playlist headers by id, deleted ones included; unknown ids are absent."""
+    async with db.read() as conn:
+        return await listing.get_playlists(conn, playlist_ids)
+
+
+async def roles_of(db: Database, user_id: str, playlist_ids: Collection[str]) -> dict[str, Role]:
+    """The roles ``user_id`` holds in these playlists; playlists they are not in are absent."""
+    async with db.read() as conn:
+        return await listing.get_roles(conn, user_id, playlist_ids)
+
+
+async def live_entry(db: Database, playlist_id: str, entry_id: str) -> Entry | None:
+    """The entry if it is live in the playlist, else ``None`` (a tombstone too)."""
+    async with db.read() as conn:
+        found = await repository.get_entries(conn, playlist_id, [entry_id])
+    entry = found.get(entry_id)
+    return entry if entry is not None and entry.live else None
+
+
+async def entries_page(
+    db: Database,
+    playlist_id: str,
+    *,
+    size: int,
+    after: SortKey | None,
+    before: SortKey | None,
+    from_end: bool,
+) -> EntriesPage | None:
+    """A page of live entries strictly between two keyset positions.
+
+    Args:
+        size: entries wanted (``>= 0``).
+        after, before: exclusive ``(position_key, entry_id)`` bounds, or ``None``;
+            the position of an entry removed since still pages from where it stood.
+        from_end: the ``size`` entries nearest ``before`` (Relay ``last``)
+            rather than nearest ``after`` (``first``).
+
+    Returns:
+        The page with the playlist's live entry count and version it was read
+        at; ``None`` when there is no such playlist.
+    """
+    async with db.read() as conn:
+        header = await repository.get_playlist(conn, playlist_id)
+        if header is None:
+            return None
+        rows = await repository.entries_page(
+            conn, playlist_id, after=after, before=before, limit=size + 1, from_end=from_end
+        )
+        more = len(rows) > size
+        rows = (rows[1:] if from_end else rows[:-1]) if more else rows
+        # The far side: is anything at or beyond the cursor we came from?
+        if from_end:
+            beyond = before is not None and await repository.any_live(
+                conn, playlist_id, at_or_after=before
+            )
+            has_next, has_previous = beyond, more
+        else:
+            beyond = after is not None and await repository.any_live(
+                conn, playlist_id, at_or_before=after
+            )
+            has_next, has_previous = more, beyond
+    return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
+
+
+async def members_page(
+    db: Database, playlist_id: str, *, size: int, after_user: str | None
+) -> Page[Member]:
+    """Members ordered by user id, the first ``size`` strictly after ``after_user``.
+
+    ``has_previous`` is whether a position was given (members before it may be gone).
+    """
+    async with db.read() as conn:
+        rows = await listing.members_page(conn, playlist_id, after_user=after_user, limit=size + 1)
+        total = await listing.count_members(conn, playlist_id)
+    return Page(rows[:size], len(rows) > size, after_user is not None, total)
+
+
+async def playlists_page(
+    db: Database, user_id: str, *, size: int, after: tuple[datetime, str] | None
+) -> Page[Playlist]:
+    """Playlists the user owns or is a member of, newest first.
+
+    Args:
+        size: playlists wanted (``>= 0``).
+        after: exclusive keyset ``(created_at, playlist id)`` of the previous
+            page's last playlist, or ``None`` for the first page.
+    """
+    async with db.read() as conn:
+        rows = await listing.playlists_of(conn, user_id, after=after, limit=size + 1)
+        total = await listing.count_playlists_of(conn, user_id)
+    return Page(rows[:size], len(rows) > size, after is not None, total)

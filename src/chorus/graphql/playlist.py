@@ -1,0 +1,137 @@
+"""The ``Playlist`` type: its header, and its entries, members and history as it pages them.
+
+Each paging field checks its arguments (:mod:`chorus.graphql.arguments`),
+makes one read (:mod:`chorus.resolvers.queries`) and renders the page
+(:mod:`chorus.graphql.connections`, :mod:`chorus.graphql.history`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+
+from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.model import Entry, Member
+from chorus.domain.model import Playlist as PlaylistRecord
+from chorus.graphql import arguments, ids
+from chorus.graphql.connections import (
+    Connection,
+    PlaylistEntryConnection,
+    connection,
+    edges_and_page_info,
+)
+from chorus.graphql.history import PlaylistChangeBatch
+from chorus.graphql.types import (
+    ChorusInfo,
+    Node,
+    PlaylistEntry,
+    PlaylistMember,
+    Role,
+    User,
+    Visibility,
+)
+from chorus.resolvers import queries
+
+
+def _entry_cursor(e: Entry) -> str:
+    return ids.entry_cursor(e.position_key, e.entry_id)
+
+
+def _member_cursor(m: Member) -> str:
+    return ids.member_cursor(m.user_id)
+
+
+@strawberry.type(description="An ordered list of media that several people edit at once.")
+class Playlist(Node):
+    id: strawberry.ID
+    record: strawberry.Private[PlaylistRecord]
+    title: str
+    description: str | None
+    visibility: Visibility  # type: ignore[valid-type]
+    collaborative: bool = strawberry.field(description="False: only the owner edits.")
+    version: int = strawberry.field(
+        description="Starts at 0, +1 per accepted mutation; the version this object was read at."
+    )
+    entry_count: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, p: PlaylistRecord) -> Playlist:
+        return cls(
+            id=strawberry.ID(ids.playlist_global_id(p.id)),
+            record=p,
+            title=p.title,
+            description=p.description,
+            visibility=p.visibility,
+            collaborative=p.collaborative,
+            version=p.version,
+            entry_count=p.entry_count,
+            created_at=p.created_at,
+            updated_at=p.updated_at,
+        )
+
+    @strawberry.field
+    def owner(self) -> User:
+        return User(id=strawberry.ID(self.record.owner_id))
+
+    @strawberry.field(description="The viewer's role; null when not a member.")
+    async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
+        return await info.context.loaders.role.load(self.record.id)
+
+    @strawberry.field(
+        description="Entries in list order, as a Relay connection over the "
+        "keyset (positionKey, id). A cursor stays valid while the list changes: "
+        "the cursor of an entry removed since pages from where it stood."
+    )
+    async def entries(
+        self,
+        info: ChorusInfo,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> PlaylistEntryConnection:
+        after_key = arguments.entry_position(after, "after")
+        before_key = arguments.entry_position(before, "before")
+        size, from_end = arguments.page_size(info.context.services.limits, first, last)
+        page = await queries.entries_page(
+            info.context,
+            self.record,
+            size=size,
+            from_end=from_end,
+            after=after_key,
+            before=before_key,
+        )
+        playlist_id = self.record.id
+        edges, page_info = edges_and_page_info(
+            page, lambda e: PlaylistEntry.from_record(playlist_id, e), _entry_cursor
+        )
+        return PlaylistEntryConnection(
+            edges=edges, page_info=page_info, total_count=page.total, version=page.version
+        )
+
+    @strawberry.field(description="Members ordered by user id.")
+    async def members(
+        self, info: ChorusInfo, first: int | None = None, after: str | None = None
+    ) -> Connection[PlaylistMember]:
+        after_user = arguments.member_position(after)
+        size, _ = arguments.page_size(info.context.services.limits, first)
+        page = await queries.members_page(info.context, self.record, size=size, after=after_user)
+        return connection(page, PlaylistMember.from_record, _member_cursor)
+
+    @strawberry.field(
+        description="Sync: what happened after sinceVersion, oldest first (at most `first` "
+        f"versions, default {DEFAULT_LIMITS.page_size_default}, "
+        f"max {DEFAULT_LIMITS.page_size_max})."
+    )
+    async def changes(
+        self, info: ChorusInfo, since_version: int, first: int | None = None
+    ) -> PlaylistChangeBatch:
+        size, _ = arguments.page_size(info.context.services.limits, first)
+        batch = await queries.changes(
+            info.context, self.record, since_version=since_version, size=size
+        )
+        batch = arguments.check_since_version(since_version, batch, self.record)
+        return PlaylistChangeBatch.from_batch(batch)
