@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+MAX_SEARCH_QUERY_LENGTH = 200
+"""The longest search query (characters) any catalog is asked."""
 MAX_SEARCH_OFFSET = 999_999_999
 """The largest search offset any catalog accepts (its HTTP service answers 400 above)."""
 

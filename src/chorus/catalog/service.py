@@ -25,12 +25,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from chorus.catalog.protocol import MAX_SEARCH_OFFSET, Catalog, CatalogUnavailable
+from chorus.catalog.protocol import (
+    MAX_SEARCH_OFFSET,
+    MAX_SEARCH_QUERY_LENGTH,
+    Catalog,
+    CatalogUnavailable,
+)
 from chorus.catalog.wire import ErrorReply, MediaReply, SearchReply, media_to_wire
 from chorus.domain.limits import MAX_ID_LENGTH
 
 MAX_IDS = 100
-MAX_QUERY_LENGTH = 200
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 50
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -89,8 +93,8 @@ def create_catalog_app(
         query = request.query_params.get("q")
         if query is None:
             return _error(400, "q is required (it may be empty)")
-        if len(query) > MAX_QUERY_LENGTH:
-            return _error(400, f"q must be at most {MAX_QUERY_LENGTH} characters")
+        if len(query) > MAX_SEARCH_QUERY_LENGTH:
+            return _error(400, f"q must be at most {MAX_SEARCH_QUERY_LENGTH} characters")
         try:
             offset = _int_param(request, "offset", 0, 0, MAX_SEARCH_OFFSET)
             limit = _int_param(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)

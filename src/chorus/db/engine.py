@@ -37,17 +37,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-
-Connection: TypeAlias = AsyncConnection
-"""One transaction, as :meth:`Database.read` and :meth:`Database.write` hand it out.
-
-Code above ``db/`` only passes it back to ``db/`` functions, so it names the
-type from here and never imports SQLAlchemy itself."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_QUEUE_TIMEOUT_S = 60.0

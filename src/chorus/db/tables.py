@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from chorus.domain.limits import MAX_ID_LENGTH
+from chorus.domain.positions import MAX_LENGTH
 
 metadata = MetaData(
     naming_convention={
@@ -61,7 +62,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
-POSITION_KEY = String(32).with_variant(String(32, collation="C"), "postgresql")
+POSITION_KEY = String(MAX_LENGTH).with_variant(String(MAX_LENGTH, collation="C"), "postgresql")
 JSON_DOCUMENT: Any = JSON().with_variant(JSONB(), "postgresql")
 ID = String(MAX_ID_LENGTH)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import strawberry
 
-from chorus.catalog.protocol import MAX_SEARCH_OFFSET
+from chorus.catalog.protocol import MAX_SEARCH_OFFSET, MAX_SEARCH_QUERY_LENGTH
 from chorus.domain.commands import Placement
 from chorus.domain.errors import AnchorNotFound, InvalidInput, NotFound
 from chorus.domain.limits import Limits
@@ -43,7 +43,6 @@ from chorus.graphql import ids
 from chorus.resolvers.errors import BadUserInput
 from chorus.subscriptions.catchup import CatchUpPage
 
-MAX_SEARCH_QUERY_LENGTH = 200
 """Characters in a ``searchMedia`` query (the catalog service's ``q`` has the same bound)."""
 
 NOT_A_CURSOR = "{} is not a cursor of this connection"

@@ -119,10 +119,7 @@ async def changes(
         when the playlist is gone. ``since_version`` is not checked against the
         current version here (:func:`chorus.graphql.arguments.check_since_version`).
     """
-    # The one read transaction opened above db/: read_since, which the streams
-    # share, takes a connection; it goes once read_since opens its own.
-    async with ctx.services.db.read() as conn:
-        page = await read_since(conn, playlist.id, since_version, limit=max(size, 1))
+    page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))
     if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
     return page

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chorus.db import repository
-from chorus.db.engine import Connection
+from chorus.db.engine import Database
 from chorus.domain.committed import CommittedVersion
 
 
@@ -29,13 +29,18 @@ class CatchUpPage:
 
 
 async def read_since(
-    conn: Connection, playlist_id: str, since_version: int, *, limit: int
+    db: Database, playlist_id: str, since_version: int, *, limit: int
 ) -> CatchUpPage | None:
-    """Up to ``limit`` versions after ``since_version``; ``None`` when no such playlist."""
-    header = await repository.get_playlist(conn, playlist_id)
-    if header is None:
-        return None
-    log = await repository.versions_since(conn, playlist_id, since_version, limit=limit + 1)
+    """Up to ``limit`` versions after ``since_version``, read in one transaction.
+
+    Returns:
+        ``None`` when no such playlist.
+    """
+    async with db.read() as conn:
+        header = await repository.get_playlist(conn, playlist_id)
+        if header is None:
+            return None
+        log = await repository.versions_since(conn, playlist_id, since_version, limit=limit + 1)
     if log is None:
         return CatchUpPage(since_version, header.version, [], False, True)
     return CatchUpPage(since_version, header.version, log[:limit], len(log) > limit, False)

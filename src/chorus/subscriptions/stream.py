@@ -97,8 +97,7 @@ class _Stream:
     async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
         """Everything after ``last`` from SQL, page by page, until the head."""
         while True:
-            async with self.db.read() as conn:
-                page = await read_since(conn, self.playlist_id, self.last, limit=PAGE_SIZE)
+            page = await read_since(self.db, self.playlist_id, self.last, limit=PAGE_SIZE)
             if page is None:
                 raise Forbidden("you no longer have access to this playlist")
             behind = page.current_version - self.last
