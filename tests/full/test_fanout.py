@@ -197,11 +197,11 @@ async def test_publishes_each_version_once_in_order(
             await producer.send_events(playlist, [0, 1, 1, 0, 2])
             await producer.send(playlist, b"\x00 not an event")
             await listener.receive_until(lambda: len(listener.received) >= 3, "3 versions")
-            await wait_until(lambda: worker.skipped == 1, "the garbage record")
+            await wait_until(lambda: worker.consumer.skipped == 1, "the garbage record")
             await listener.drain()
 
     assert listener.versions(playlist) == [0, 1, 2]
-    assert (worker.published, worker.duplicates, worker.skipped) == (3, 2, 1)
+    assert (worker.published, worker.duplicates, worker.consumer.skipped) == (3, 2, 1)
     assert await redis_client.get(fanout_version_key(playlist)) == b"2"
 
 
@@ -229,7 +229,7 @@ async def test_a_third_consumer_joining_mid_stream_loses_and_repeats_nothing(
             await wait_until(lambda: first.started.is_set() and second.started.is_set(), "a group")
             await produce_while(producer, lambda: rounds < 20)
             async with running(third):
-                await produce_while(producer, lambda: not third.assignment)
+                await produce_while(producer, lambda: not third.consumer.assignment)
                 joined_at = rounds
                 await produce_while(producer, lambda: rounds < joined_at + 20)
                 ours = set(playlists)
@@ -243,7 +243,7 @@ async def test_a_third_consumer_joining_mid_stream_loses_and_repeats_nothing(
 
     for playlist in playlists:
         assert listener.versions(playlist) == list(range(rounds)), playlist
-    assert third.assignment
+    assert third.consumer.assignment
     assert first.published + second.published + third.published == rounds * len(playlists)
 
 
@@ -305,7 +305,7 @@ async def test_events_produced_while_redis_is_down_are_published_when_it_returns
 
             private_redis.stop()
             await producer.send_events(playlist, [3, 4, 5, 6, 7])
-            await wait_until(lambda: worker.redis_failures >= 1, "the fanout to fail")
+            await wait_until(lambda: worker.consumer.handler_failures >= 1, "the fanout to fail")
             # The stuck events are lag, not "caught up" (the gauge read 0 here).
             await wait_until(lambda: _lag(group) >= 1, "the lag gauge to count them")
             # Pub/sub keeps nothing for late subscribers: start Redis and

@@ -158,7 +158,7 @@ async def test_replayed_older_and_garbage_records_change_nothing(
     latest = done.outcome.version
     await eventually(lambda: pipeline.snapshot_at(pid, latest), "the snapshot is at version 2")
     stored = await pipeline.read(pid)
-    applied, records = pipeline.projector.applied, pipeline.projector.records
+    applied, records = pipeline.projector.applied, pipeline.projector.consumer.records
 
     async with pg_database.read() as conn:
         rows = await conn.execute(
@@ -181,7 +181,7 @@ async def test_replayed_older_and_garbage_records_change_nothing(
         await producer.stop()
 
     async def consumed() -> bool:
-        return pipeline.projector.records >= records + 7
+        return pipeline.projector.consumer.records >= records + 7
 
     await eventually(consumed, "the projector consumed the replays and the garbage")
     assert await pipeline.read(pid) == stored
@@ -243,5 +243,5 @@ async def test_records_stuck_behind_a_redis_outage_count_as_lag_then_are_project
 
 
 def _lag(projector: CacheProjector) -> float:
-    labels = {"group": projector.group_id}
+    labels = {"group": projector.consumer.group_id}
     return REGISTRY.get_sample_value("chorus_consumer_lag_records", labels) or 0.0

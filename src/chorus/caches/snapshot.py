@@ -1,7 +1,7 @@
 """The snapshot of a PUBLIC playlist: what it holds and its JSON format.
 
 A snapshot is the playlist header and its first page of live entries, read in
-one SQL transaction at ``version`` (docs/full-profile.md, docs/full-profile.md). Under
+one SQL transaction at ``version`` (docs/full-profile.md). Under
 :func:`~chorus.caches.keys.snapshot_key` it is compact JSON::
 
     {"v": 1, "version": 7, "playlist": {header fields}, "entries": [entry wire], "has_more": true}
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Final, Literal, TypedDict, cast
+from typing import Any, Final, Literal, TypedDict, cast
 
 from chorus.domain.changes import EntryWire, entry_from_wire, entry_to_wire
 from chorus.domain.model import Entry, Playlist, Visibility
@@ -92,24 +92,10 @@ class Snapshot:
         return self.entries[:size], len(self.entries) > size or self.has_more
 
     def to_json(self) -> bytes:
-        p = self.playlist
         wire: SnapshotWire = {
             "v": SNAPSHOT_FORMAT,
             "version": self.version,
-            "playlist": {
-                "id": p.id,
-                "owner_id": p.owner_id,
-                "title": p.title,
-                "description": p.description,
-                "visibility": p.visibility.value,
-                "collaborative": p.collaborative,
-                "version": p.version,
-                "membership_epoch": p.membership_epoch,
-                "entry_count": p.entry_count,
-                "created_at": p.created_at.isoformat(),
-                "updated_at": p.updated_at.isoformat(),
-                "deleted_at": p.deleted_at.isoformat() if p.deleted_at else None,
-            },
+            "playlist": _header_to_wire(self.playlist),
             "entries": [entry_to_wire(e) for e in self.entries],
             "has_more": self.has_more,
         }
@@ -126,21 +112,7 @@ class Snapshot:
             wire = cast(SnapshotWire, json.loads(data))
             if wire["v"] != SNAPSHOT_FORMAT:
                 raise ValueError(f"snapshot format {wire['v']!r}")
-            h = wire["playlist"]
-            playlist = Playlist(
-                id=h["id"],
-                owner_id=h["owner_id"],
-                title=h["title"],
-                description=h["description"],
-                visibility=Visibility(h["visibility"]),
-                collaborative=h["collaborative"],
-                version=h["version"],
-                membership_epoch=h["membership_epoch"],
-                entry_count=h["entry_count"],
-                created_at=datetime.fromisoformat(h["created_at"]),
-                updated_at=datetime.fromisoformat(h["updated_at"]),
-                deleted_at=datetime.fromisoformat(h["deleted_at"]) if h["deleted_at"] else None,
-            )
+            playlist = _header_from_wire(wire["playlist"])
             entries = tuple(entry_from_wire(e) for e in wire["entries"])
             snapshot = cls(wire["version"], playlist, entries, bool(wire["has_more"]))
         except (KeyError, TypeError, AttributeError) as exc:
@@ -148,3 +120,28 @@ class Snapshot:
         if snapshot.version != playlist.version:
             raise ValueError("snapshot and header versions differ")
         return snapshot
+
+
+_TIMES = ("created_at", "updated_at", "deleted_at")
+
+
+def _header_to_wire(playlist: Playlist) -> PlaylistHeaderWire:
+    """Every field of the header, in field order; times as ISO 8601."""
+    wire: dict[str, Any] = {f.name: getattr(playlist, f.name) for f in fields(playlist)}
+    wire["visibility"] = playlist.visibility.value
+    for name in _TIMES:
+        wire[name] = wire[name].isoformat() if wire[name] is not None else None
+    return cast(PlaylistHeaderWire, wire)
+
+
+def _header_from_wire(wire: PlaylistHeaderWire) -> Playlist:
+    """The header :func:`_header_to_wire` wrote.
+
+    Raises:
+        KeyError, TypeError, ValueError: a field is missing or malformed.
+    """
+    values: dict[str, Any] = {f.name: wire[f.name] for f in fields(Playlist)}  # type: ignore[literal-required]
+    values["visibility"] = Visibility(values["visibility"])
+    for name in _TIMES:
+        values[name] = datetime.fromisoformat(values[name]) if values[name] is not None else None
+    return Playlist(**values)

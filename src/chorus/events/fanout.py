@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from aiokafka import TopicPartition
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -67,8 +66,9 @@ class Fanout:
         ValueError: ``dedupe_ttl_s`` below 1.
 
     Attributes:
-        consumer: the runner consuming for this fanout (``started``,
-            ``assignment``, ``skipped``, ``lost_logs``, ``restarts``).
+        consumer: the runner consuming for this fanout (``assignment``,
+            ``skipped``, ``handler_failures`` — Redis failures retried —,
+            ``lost_logs``, ``restarts``).
         published: events this instance published.
         duplicates: events dropped as already published (same or older version).
     """
@@ -97,21 +97,6 @@ class Fanout:
     def started(self) -> asyncio.Event:
         """Set when the consumer first joined the group and got its partitions."""
         return self.consumer.started
-
-    @property
-    def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions this instance consumes now."""
-        return self.consumer.assignment
-
-    @property
-    def skipped(self) -> int:
-        """Records that were not events (logged, committed, never retried)."""
-        return self.consumer.skipped
-
-    @property
-    def redis_failures(self) -> int:
-        """Batches whose publication failed and was retried."""
-        return self.consumer.handler_failures
 
     async def run(self) -> None:
         """Consume and publish until cancelled (:meth:`ConsumerRunner.run`)."""

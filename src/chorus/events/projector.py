@@ -51,7 +51,8 @@ class CacheProjector:
         retry_max_s: the longest wait between retries (backoff doubles up to it).
 
     Attributes:
-        records: Kafka records consumed and committed since start (garbage included).
+        consumer: the runner consuming for the projector (``group_id``, and
+            ``records``: records consumed and committed, garbage included).
         applied: snapshots written or removed since start.
     """
 
@@ -78,16 +79,6 @@ class CacheProjector:
             retry_max_s=retry_max_s,
         )
         self.applied = 0
-
-    @property
-    def group_id(self) -> str:
-        """The consumer group (and the ``group`` label of its lag gauge)."""
-        return self.consumer.group_id
-
-    @property
-    def records(self) -> int:
-        """Kafka records consumed and committed since start (garbage included)."""
-        return self.consumer.records
 
     @property
     def started(self) -> asyncio.Event:

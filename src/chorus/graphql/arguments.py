@@ -28,8 +28,9 @@ which the stream checks against the version it joined the hub at
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import strawberry
 
@@ -43,9 +44,9 @@ from chorus.graphql import ids
 from chorus.resolvers.errors import BadUserInput
 from chorus.subscriptions.catchup import CatchUpPage
 
-"""Characters in a ``searchMedia`` query (the catalog service's ``q`` has the same bound)."""
-
 NOT_A_CURSOR = "{} is not a cursor of this connection"
+
+T = TypeVar("T")
 
 
 # -- pages: first/last and cursors --------------------------------------------
@@ -96,12 +97,7 @@ def member_position(after: str | None) -> str | None:
     Raises:
         BadUserInput: not a cursor of that connection.
     """
-    if after is None:
-        return None
-    try:
-        return ids.decode_member_cursor(after)
-    except ids.MalformedId:
-        raise BadUserInput(NOT_A_CURSOR.format("after")) from None
+    return _decoded_after(after, ids.decode_member_cursor)
 
 
 def playlist_position(after: str | None) -> tuple[datetime, str] | None:
@@ -110,10 +106,15 @@ def playlist_position(after: str | None) -> tuple[datetime, str] | None:
     Raises:
         BadUserInput: not a cursor of that connection.
     """
+    return _decoded_after(after, ids.decode_playlist_cursor)
+
+
+def _decoded_after(after: str | None, decode: Callable[[str], T]) -> T | None:
+    """``decode(after)``, or ``None`` for no cursor; a malformed one is ``BAD_USER_INPUT``."""
     if after is None:
         return None
     try:
-        return ids.decode_playlist_cursor(after)
+        return decode(after)
     except ids.MalformedId:
         raise BadUserInput(NOT_A_CURSOR.format("after")) from None
 
