@@ -16,20 +16,9 @@ from collections.abc import Collection, Coroutine, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, assert_never
 
+from chorus.domain import changes as ch
 from chorus.domain import positions
-from chorus.domain.changes import (
-    Change,
-    ChangeWire,
-    DetailsUpdated,
-    EntriesAdded,
-    EntriesMoved,
-    EntriesRemoved,
-    MembersChanged,
-    PlaylistCreated,
-    PlaylistDeleted,
-    decode_change,
-    encode_change,
-)
+from chorus.domain.changes import ChangeWire, decode_change, encode_change
 from chorus.domain.commands import CreatePlaylist, PlaylistCommand, SetMemberRole
 from chorus.domain.fold import PlaylistState
 from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
@@ -130,7 +119,7 @@ class MemoryPlaylist:
     async def role_of(self, user_id: str) -> Role | None:
         return self.state.members.get(user_id)
 
-    async def changes_since(self, version: int) -> Sequence[tuple[int, Sequence[Change]]] | None:
+    async def changes_since(self, version: int) -> Sequence[tuple[int, Sequence[ch.Change]]] | None:
         if version + 1 < self.floor:
             return None
         return [(v, [decode_change(c) for c in changes]) for v, changes in self.log if v > version]
@@ -160,22 +149,27 @@ class MemoryPlaylist:
         touched: list[SortKey] = []
         for change in changes:
             match change:
-                case EntriesAdded():
+                case ch.EntriesAdded():
                     for e in change.entries:
                         assert e.entry_id not in self.state.entries or not (
                             self.state.entries[e.entry_id].live
                         ), f"{e.entry_id} added while live"
                         self._insert(e.sort_key)
                         touched.append(e.sort_key)
-                case EntriesMoved():
+                case ch.EntriesMoved():
                     for m in change.moves:
                         self._delete((m.previous_position_key, m.entry.entry_id))
                         self._insert(m.entry.sort_key)
                         touched.append(m.entry.sort_key)
-                case EntriesRemoved():
+                case ch.EntriesRemoved():
                     for e in change.entries:
                         self._delete(e.sort_key)
-                case DetailsUpdated() | MembersChanged() | PlaylistCreated() | PlaylistDeleted():
+                case (
+                    ch.DetailsUpdated()
+                    | ch.MembersChanged()
+                    | ch.PlaylistCreated()
+                    | ch.PlaylistDeleted()
+                ):
                     pass  # no live entry moves
                 case _:
                     assert_never(change)

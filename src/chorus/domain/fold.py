@@ -15,20 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import assert_never
 
-from chorus.domain.changes import (
-    Change,
-    DetailsUpdated,
-    EntriesAdded,
-    EntriesMoved,
-    EntriesRemoved,
-    MembersChanged,
-    PlaylistCreated,
-    PlaylistDeleted,
-)
+from chorus.domain import changes as ch
 from chorus.domain.model import Entry, Playlist, Role
 
 
-def created(playlist_id: str, change: PlaylistCreated) -> Playlist:
+def created(playlist_id: str, change: ch.PlaylistCreated) -> Playlist:
     """The header of a playlist at version 0."""
     details = change.details
     return Playlist(
@@ -46,16 +37,16 @@ def created(playlist_id: str, change: PlaylistCreated) -> Playlist:
     )
 
 
-def advance(playlist: Playlist, changes: Iterable[Change], committed_at: datetime) -> Playlist:
+def advance(playlist: Playlist, changes: Iterable[ch.Change], committed_at: datetime) -> Playlist:
     """The header after one more version made of ``changes``."""
     p = dataclasses.replace(playlist, version=playlist.version + 1, updated_at=committed_at)
     for change in changes:
         match change:
-            case EntriesAdded():
+            case ch.EntriesAdded():
                 p = dataclasses.replace(p, entry_count=p.entry_count + len(change.entries))
-            case EntriesRemoved():
+            case ch.EntriesRemoved():
                 p = dataclasses.replace(p, entry_count=p.entry_count - len(change.entries))
-            case DetailsUpdated():
+            case ch.DetailsUpdated():
                 d = change.details
                 p = dataclasses.replace(
                     p,
@@ -64,11 +55,11 @@ def advance(playlist: Playlist, changes: Iterable[Change], committed_at: datetim
                     visibility=d.visibility,
                     collaborative=d.collaborative,
                 )
-            case MembersChanged():
+            case ch.MembersChanged():
                 p = dataclasses.replace(p, membership_epoch=p.membership_epoch + 1)
-            case PlaylistDeleted():
+            case ch.PlaylistDeleted():
                 p = dataclasses.replace(p, deleted_at=change.deleted_at)
-            case EntriesMoved() | PlaylistCreated():
+            case ch.EntriesMoved() | ch.PlaylistCreated():
                 pass
             case _:
                 assert_never(change)
@@ -84,14 +75,14 @@ class PlaylistState:
     entries: dict[str, Entry] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, playlist_id: str, change: PlaylistCreated) -> PlaylistState:
+    def create(cls, playlist_id: str, change: ch.PlaylistCreated) -> PlaylistState:
         return cls(created(playlist_id, change), {change.owner_id: Role.OWNER})
 
     def live(self) -> list[Entry]:
         """Live entries in list order."""
         return sorted((e for e in self.entries.values() if e.live), key=lambda e: e.sort_key)
 
-    def apply(self, version: int, changes: Iterable[Change], committed_at: datetime) -> None:
+    def apply(self, version: int, changes: Iterable[ch.Change], committed_at: datetime) -> None:
         """Advance to ``version``.
 
         Raises:
@@ -102,21 +93,21 @@ class PlaylistState:
         changes = list(changes)
         for change in changes:
             match change:
-                case EntriesAdded():
+                case ch.EntriesAdded():
                     for e in change.entries:
                         self.entries[e.entry_id] = e
-                case EntriesMoved():
+                case ch.EntriesMoved():
                     for m in change.moves:
                         self.entries[m.entry.entry_id] = m.entry
-                case EntriesRemoved():
+                case ch.EntriesRemoved():
                     for e in change.entries:
                         self.entries[e.entry_id] = dataclasses.replace(e, removed_at=committed_at)
-                case MembersChanged():
+                case ch.MembersChanged():
                     if change.role is None:
                         self.members.pop(change.user_id, None)
                     else:
                         self.members[change.user_id] = change.role
-                case DetailsUpdated() | PlaylistDeleted() | PlaylistCreated():
+                case ch.DetailsUpdated() | ch.PlaylistDeleted() | ch.PlaylistCreated():
                     pass  # the header's part, folded by advance() below
                 case _:
                     assert_never(change)
