@@ -1,14 +1,17 @@
 """The GraphQL endpoint: strawberry's ASGI view with Chorus's context and transports.
 
 HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
-cannot read get a GraphQL-shaped ``BAD_REQUEST``.
+cannot read (not UTF-8, not a JSON object, nested deeper than
+:data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`) get a GraphQL-shaped
+``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
 ``connection_init`` payload (``{"Authorization": "Bearer …"}``); a missing or
 invalid one closes the socket with 4403. Each user may hold a bounded number
 of connections per process, each a bounded number of operations. A stream
 that fails after it started (access lost) ends with the protocol's ``error``
-message, whose error carries ``extensions.code``.
+message, whose error carries ``extensions.code``. A frame nested too deep
+closes the socket with 4400 like any frame that is not JSON.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
+from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONTooDeep, decode_json
 from chorus.graphql.schema import build_schema
 from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
@@ -236,6 +240,14 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             response = error_response(error.status_code, error.reason, "BAD_REQUEST")
         await response(scope, receive, send)
 
+    def decode_json(self, data: str | bytes) -> object:
+        """A body or frame as JSON, nested at most :data:`MAX_JSON_DEPTH` deep.
+
+        Raises:
+            JSONTooDeep: nested deeper (a :class:`json.JSONDecodeError`).
+        """
+        return decode_json(data, MAX_JSON_DEPTH)
+
     def parse_json(self, data: str | bytes) -> object:
         """An HTTP request body: a JSON object (or a list, a batch strawberry refuses).
 
@@ -244,6 +256,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         """
         try:
             body = super().parse_json(data)
+        except HTTPException as error:
+            cause = error.__cause__
+            if isinstance(cause, JSONTooDeep):
+                message = f"the request body nests arrays and objects deeper than {cause.limit}"
+                raise HTTPException(400, message) from None
+            raise
         except UnicodeDecodeError:
             raise HTTPException(400, "the request body is not UTF-8") from None
         if not isinstance(body, dict | list):

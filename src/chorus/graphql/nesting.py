@@ -1,0 +1,81 @@
+"""A bound on how deeply a request body or a WebSocket frame may nest its JSON.
+
+Python's :func:`json.loads` recurses once per ``[`` or ``{``: a body of a few
+thousand brackets raises :class:`RecursionError`, which strawberry lets
+through (a plain-text 500 and a traceback per request). Nothing in the
+schema nests anywhere near :data:`MAX_JSON_DEPTH`, so the view measures the
+nesting first (strings skipped, one regular-expression pass, then a walk over
+the brackets alone) and refuses a deeper document before the decoder sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+MAX_JSON_DEPTH = 64
+"""Deepest nesting of arrays and objects in a request body or WebSocket frame.
+
+A GraphQL request is an object holding ``variables`` (an object) whose
+inputs nest a few levels; 64 leaves room for any client while staying far
+below the decoder's recursion limit (about 1,000)."""
+
+# A whole JSON string, or a run of characters that are neither brackets nor
+# quotes: removing both leaves the brackets outside strings, in order.
+_NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+', re.DOTALL)
+_NOT_BRACKETS_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+', re.DOTALL)
+
+
+class JSONTooDeep(json.JSONDecodeError):
+    """A document nests deeper than allowed.
+
+    A :class:`json.JSONDecodeError`, so that every caller already treating a
+    body or frame as "not valid JSON" (strawberry's WebSocket loop closes with
+    4400) refuses it the same way.
+    """
+
+    def __init__(self, limit: int) -> None:
+        message = f"JSON nested deeper than {limit} levels"
+        ValueError.__init__(self, message)
+        self.limit = limit
+        self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
+
+
+def nests_deeper_than(document: str | bytes, limit: int) -> bool:
+    """Whether ``document`` has arrays or objects nested more than ``limit`` deep.
+
+    Brackets inside strings do not count. An unbalanced or otherwise invalid
+    document is measured as far as its brackets go; the decoder refuses it.
+    """
+    brackets = (
+        _NOT_BRACKETS_BYTES.sub(b"", document)
+        if isinstance(document, bytes)
+        else _NOT_BRACKETS.sub("", document)
+    )
+    if len(brackets) <= limit:
+        return False
+    opening, closing = (b"[{", b"]}") if isinstance(brackets, bytes) else ("[{", "]}")
+    depth = 0
+    for bracket in brackets:  # a lone quote (an unterminated string) is neither
+        if bracket in opening:
+            depth += 1
+            if depth > limit:
+                return True
+        elif bracket in closing:
+            depth -= 1
+    return False
+
+
+def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
+    """``json.loads(document)``, refusing nesting deeper than ``limit``.
+
+    Raises:
+        JSONTooDeep: nested deeper than ``limit``.
+        json.JSONDecodeError: not JSON.
+    """
+    if nests_deeper_than(document, limit):
+        raise JSONTooDeep(limit)
+    try:
+        return json.loads(document)
+    except RecursionError:  # not reached below the limit; kept as a backstop
+        raise JSONTooDeep(limit) from None
