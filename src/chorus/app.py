@@ -17,6 +17,9 @@ their own processes, or here with ``with_workers``.
 Routes: ``/graphql`` (POST queries and mutations; GET opens GraphiQL;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus).
+
+Middleware, outermost first: the request id (every response carries it),
+CORS (``CHORUS_CORS_ORIGINS``), the body size limit.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from starlette.types import ASGIApp
 
 from chorus import bootstrap, health
 from chorus.graphql.view import ChorusGraphQL
-from chorus.middleware import BodySizeLimit
+from chorus.middleware import BodySizeLimit, RequestId
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 
@@ -102,4 +105,4 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             allow_headers=["Authorization", "Content-Type"],
             max_age=600,
         )
-    return asgi
+    return RequestId(asgi)

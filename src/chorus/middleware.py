@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from chorus.logs import REQUEST_ID, REQUEST_ID_HEADER, request_id_from
 
 
 def error_response(status_code: int, message: str, code: str) -> JSONResponse:
@@ -56,3 +59,33 @@ class BodySizeLimit:
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"request body over {self.max_bytes} bytes"
         await error_response(413, message, "PAYLOAD_TOO_LARGE")(scope, receive, send)
+
+
+class RequestId:
+    """Gives every HTTP request and WebSocket connection its request id (:mod:`chorus.logs`).
+
+    Sets :data:`~chorus.logs.REQUEST_ID` while the app serves the request (so
+    every log line of it carries the id) and adds ``X-Request-Id`` to the
+    HTTP response, and to the WebSocket handshake's answer.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_from(Headers(scope=scope).get(REQUEST_ID_HEADER))
+        header = (REQUEST_ID_HEADER.lower().encode(), request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] in ("http.response.start", "websocket.accept"):
+                message = {**message, "headers": [*message.get("headers", ()), header]}
+            await send(message)
+
+        token = REQUEST_ID.set(request_id)
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            REQUEST_ID.reset(token)

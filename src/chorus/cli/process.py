@@ -101,8 +101,11 @@ def stop_cleanly_on_signals() -> None:
     signal.signal(signal.SIGINT, _exit_cleanly)
 
 
-def run_server(app: Any, listener: socket.socket, **options: Any) -> int:
+def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: Any) -> int:
     """Serve ``app`` with uvicorn on ``listener`` until stopped.
+
+    Logs go to stderr in :data:`chorus.logs.LOG_FORMAT` (with the request id)
+    at ``log_level`` and above.
 
     Returns:
         0 after a clean shutdown, 3 (uvicorn's code) when the app failed to start.
@@ -110,6 +113,11 @@ def run_server(app: Any, listener: socket.socket, **options: Any) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", **options))
+    from chorus.logs import log_config
+
+    config = uvicorn.Config(
+        app, lifespan="on", log_level=log_level, log_config=log_config(log_level), **options
+    )
+    server = uvicorn.Server(config)
     server.run(sockets=[listener])
     return 0 if server.started else STARTUP_FAILURE

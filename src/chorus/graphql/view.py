@@ -12,6 +12,11 @@ of connections per process, each a bounded number of operations. A stream
 that fails after it started (access lost) ends with the protocol's ``error``
 message, whose error carries ``extensions.code``. A frame nested too deep
 closes the socket with 4400 like any frame that is not JSON.
+
+Both: the request id (:mod:`chorus.logs`) is the HTTP response's
+``X-Request-Id`` and the ``connection_ack`` payload's ``requestId``; a page
+on another origin may open a socket only from an origin of
+``CHORUS_CORS_ORIGINS``, the list HTTP's CORS answers from too.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from strawberry.types.unset import UnsetType
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONTooDeep, decode_json
 from chorus.graphql.schema import build_schema
+from chorus.logs import current_request_id
 from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
 
@@ -215,7 +221,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         context.viewer_id, context.auth_error = viewer, None
         context.expires_at = identity.expires_at
         context.renew_loaders()
-        return await super().on_ws_connect(context)
+        return {"requestId": current_request_id()}
 
     def at_connection_limit(self, user_id: str) -> bool:
         return self.connections[user_id] >= self._max_connections_per_user
