@@ -88,6 +88,29 @@ class Settings(BaseSettings):
         description="Comma-separated browser origins allowed to call the API "
         "(e.g. http://localhost:5173); unset: no CORS headers.",
     )
+    max_header_bytes: int = Field(
+        32_768,
+        ge=1_024,
+        description="Largest HTTP request head: request line and headers (bytes); over it: 431.",
+    )
+    max_headers: int = Field(
+        100, ge=1, description="Most header fields in one HTTP request; over it: 431."
+    )
+    head_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds a connection has to send a whole request head, counted from "
+        "connecting or from the previous response; then 408 and closed.",
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, description="Seconds an idle keep-alive HTTP connection stays open."
+    )
+    max_connections: int = Field(
+        1_000,
+        ge=1,
+        description="HTTP and WebSocket connections open at once, per process; a request "
+        "on one more gets 503.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
 

@@ -21,6 +21,7 @@ from chorus.cli.process import (
     require_full_profile,
     run_server,
     stop_cleanly_on_signals,
+    transport_options,
 )
 
 
@@ -51,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
         listener,
         log_level=args.log_level,
         ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
+        **transport_options(settings),
     )
 
 

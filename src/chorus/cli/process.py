@@ -101,6 +101,23 @@ def stop_cleanly_on_signals() -> None:
     signal.signal(signal.SIGINT, _exit_cleanly)
 
 
+def transport_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn options bounding the HTTP transport (:mod:`chorus.transport`).
+
+    The request head's size, header count and arrival time, the open
+    connections, and how long an idle keep-alive connection stays open.
+    """
+    from chorus.transport import HeadLimits, protocol_class
+
+    limits = HeadLimits(
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+        head_timeout_s=settings.head_timeout_s,
+        max_connections=settings.max_connections,
+    )
+    return {"http": protocol_class(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
+
+
 def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: Any) -> int:
     """Serve ``app`` with uvicorn on ``listener`` until stopped.
 

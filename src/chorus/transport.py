@@ -1,0 +1,240 @@
+"""HTTP/1.1 transport limits: uvicorn's httptools protocol with a bounded request head.
+
+uvicorn bounds neither the request head nor the wait for it: a 64 MiB header
+or 20,000 headers are parsed and handed on, and a client that sends one
+header line every few seconds (slowloris) holds its connection forever. This
+is a fast path in front of uvicorn, not a fork: :class:`BoundedHttpToolsProtocol`
+subclasses uvicorn's :class:`~uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`
+and only watches the head go by:
+
+* at most :attr:`HeadLimits.max_header_bytes` of request line and headers
+  are fed to the parser; one more byte answers **431**;
+* more than :attr:`HeadLimits.max_headers` header fields answer **431**;
+* the whole head must arrive within :attr:`HeadLimits.head_timeout_s` of
+  connecting or of the previous response; then **408** (or a plain close
+  when not a byte came) — a timer armed then and cancelled once the headers
+  are complete, so a slow body or a long response is not cut;
+* a request on a connection beyond :attr:`HeadLimits.max_connections` open
+  ones (HTTP and WebSocket) answers **503**.
+
+Refusals are GraphQL-shaped JSON (``extensions.code``), carry a fresh
+``X-Request-Id``, log one warning line and close the connection (after
+:data:`LINGER_S` of draining at most). Idle keep-alive connections are
+closed by uvicorn itself (``timeout_keep_alive``); WebSocket handshakes go
+through the same head limits before uvicorn upgrades them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from chorus.logs import REQUEST_ID_HEADER, new_request_id
+
+log = logging.getLogger("chorus.transport")
+
+LINGER_S = 2.0
+"""Seconds a refused connection still reads (and drops) what the client sends.
+
+Closing a socket with unread bytes makes the kernel send a reset, which can
+destroy the refusal before the client reads it (a client still sending a
+huge header); so the server stops writing, drains, then closes, as nginx's
+``lingering_close`` does."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeadLimits:
+    """The bounds of one server (``CHORUS_MAX_HEADER_BYTES`` and friends)."""
+
+    max_header_bytes: int
+    max_headers: int
+    head_timeout_s: float
+    max_connections: int
+
+
+class _Refused(Exception):
+    """Raised inside a parser callback to stop the parser; the refusal is already set."""
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with :class:`HeadLimits`; see the module docstring.
+
+    Use :func:`protocol_class` to get one bound to a server's limits (uvicorn
+    builds its protocols from a class).
+    """
+
+    limits: ClassVar[HeadLimits]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._reading_head = True
+        self._head_bytes = 0
+        self._header_count = 0
+        self._refusal: tuple[HTTPStatus, str, str] | None = None
+        self._refused = False
+
+    # The head: its bytes, its header count, its deadline.
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # lingering: drop it
+        self._unset_keepalive_if_required()
+        while data:
+            if self._reading_head:
+                room = self.limits.max_header_bytes - self._head_bytes
+                if room <= 0:
+                    self._refuse(
+                        HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                        f"the request head is over {self.limits.max_header_bytes} bytes",
+                        "HEADERS_TOO_LARGE",
+                    )
+                    return
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+            else:
+                piece, data = data, b""
+            if not self._feed(piece):
+                return
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_count = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.limits.max_headers:
+            self._refusal = (
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                f"a request has at most {self.limits.max_headers} header fields",
+                "HEADERS_TOO_LARGE",
+            )
+            raise _Refused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_timer()
+        self._reading_head = False
+        if len(self.connections) > self.limits.max_connections:
+            self._refusal = (
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"the server holds {self.limits.max_connections} connections; try again shortly",
+                "SERVICE_UNAVAILABLE",
+            )
+            raise _Refused
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        # The next bytes are the next request's head (timed once this response is out).
+        self._reading_head, self._head_bytes = True, 0
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._await_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._head_bytes == 0:
+            self.transport.close()  # not a byte of a request: nothing to answer
+            return
+        self._refuse(
+            HTTPStatus.REQUEST_TIMEOUT,
+            f"the request head did not arrive within {self.limits.head_timeout_s:g} s",
+            "REQUEST_TIMEOUT",
+        )
+
+    # Parsing, and refusing.
+
+    def _feed(self, data: bytes) -> bool:
+        """Parse ``data``; whether to go on (not refused, failed or upgraded)."""
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return False
+        except httptools.HttpParserError:
+            if self._refusal is not None:
+                self._refuse(*self._refusal)
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return False
+        return True
+
+    def _refuse(self, status: HTTPStatus, message: str, code: str) -> None:
+        """Answer ``status`` with a GraphQL-shaped error and close the connection."""
+        self._cancel_head_timer()
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head went wrong while a response is being written:
+            # another answer would garble it.
+            self.transport.close()
+            return
+        request_id = new_request_id()
+        log.warning(
+            "%s %s: %s (client %s)",
+            status.value,
+            status.phrase,
+            message,
+            f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+            extra={"request_id": request_id},
+        )
+        body = json.dumps({"errors": [{"message": message, "extensions": {"code": code}}]})
+        head = [STATUS_LINE[status.value]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            REQUEST_ID_HEADER.lower().encode() + b": " + request_id.encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+            body.encode(),
+        ]
+        self.transport.write(b"".join(head))
+        self._refused = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
+
+
+def protocol_class(limits: HeadLimits) -> type[BoundedHttpToolsProtocol]:
+    """A :class:`BoundedHttpToolsProtocol` bound to ``limits``, for ``uvicorn.Config(http=…)``."""
+
+    class Bounded(BoundedHttpToolsProtocol):
+        pass
+
+    Bounded.limits = limits
+    return Bounded
