@@ -19,7 +19,8 @@ WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus).
 
 Middleware, outermost first: the request id (every response carries it),
-CORS (``CHORUS_CORS_ORIGINS``), the body size limit.
+CORS (``CHORUS_CORS_ORIGINS``, the same list the WebSocket handshake checks),
+the body size limit.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from starlette.types import ASGIApp
 
 from chorus import bootstrap, health
 from chorus.graphql.view import ChorusGraphQL
+from chorus.logs import REQUEST_ID_HEADER
 from chorus.middleware import BodySizeLimit, RequestId
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
@@ -77,12 +79,14 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             app.state.readiness = api.checks
             yield
 
+    origins = settings.cors_origin_list
     graphql_app = ChorusGraphQL(
         secret,
         graphql_ide="graphiql",
         allow_queries_via_get=False,
         max_subscriptions_per_connection=settings.max_ws_operations,
         max_connections_per_user=settings.max_ws_connections_per_user,
+        allowed_origins=origins,
     )
     app = Starlette(
         routes=[
@@ -96,13 +100,13 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
     )
     app.state.graphql = graphql_app
     asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
-    if settings.cors_origins:
-        origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:
         asgi = CORSMiddleware(
             asgi,
             allow_origins=origins,
             allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"],
-            max_age=600,
+            allow_headers=settings.cors_allow_header_list,
+            expose_headers=[REQUEST_ID_HEADER],
+            max_age=settings.cors_max_age_s,
         )
     return RequestId(asgi)

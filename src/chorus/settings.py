@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+from strawberry.http.websocket_origin import normalize_allowed_origins
 
 from chorus.auth import MIN_SECRET_LENGTH
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE
@@ -26,6 +27,21 @@ FULL_PROFILE_SETTINGS = "set CHORUS_KAFKA_BOOTSTRAP_SERVERS and CHORUS_REDIS_URL
 
 MAX_KEEP_DAYS = 36_500.0
 """The longest retention ``chorus compact`` accepts (100 years, in days)."""
+
+DEFAULT_CORS_ALLOW_HEADERS = (
+    "Authorization,Content-Type,Accept,X-Request-Id,"
+    "apollographql-client-name,apollographql-client-version,apollo-require-preflight,"
+    "X-Apollo-Operation-Name,graphql-client-name,graphql-client-version"
+)
+"""Request headers a browser app may send: the ones GraphQL clients send.
+
+Apollo Client names itself in ``apollographql-client-*`` and Apollo's CSRF
+prevention asks for ``apollo-require-preflight`` or
+``X-Apollo-Operation-Name``; urql and others send ``graphql-client-*``."""
+
+
+def _comma_list(value: str | None) -> tuple[str, ...]:
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
 class Settings(BaseSettings):
@@ -85,8 +101,17 @@ class Settings(BaseSettings):
     )
     cors_origins: str | None = Field(
         None,
-        description="Comma-separated browser origins allowed to call the API "
-        "(e.g. http://localhost:5173); unset: no CORS headers.",
+        description="Comma-separated browser origins allowed to call the API over HTTP "
+        "and open WebSockets (e.g. http://localhost:5173; * for any); unset: no CORS "
+        "headers, and WebSockets only from the API's own origin or without an Origin.",
+    )
+    cors_allow_headers: str = Field(
+        DEFAULT_CORS_ALLOW_HEADERS,
+        min_length=1,
+        description="Comma-separated request headers a browser app on a CORS origin may send.",
+    )
+    cors_max_age_s: int = Field(
+        600, ge=0, le=86_400, description="Seconds a browser may cache a CORS preflight answer."
     )
     max_header_bytes: int = Field(
         32_768,
@@ -193,6 +218,28 @@ class Settings(BaseSettings):
         if self.kafka_bootstrap_servers is None or self.redis_url is None:
             raise ValueError(f"{what} needs the full profile: {FULL_PROFILE_SETTINGS}")
         return self.kafka_bootstrap_servers, self.redis_url
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: str | None) -> str | None:
+        try:
+            normalize_allowed_origins(_comma_list(value))
+        except ValueError as error:
+            raise ValueError(str(error).replace("allowed_origins", "the list")) from None
+        return value
+
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """The CORS origins as browsers send them (lowercase, no default port).
+
+        The one origin policy: HTTP's CORS answers and the WebSocket handshake's
+        origin check both read it.
+        """
+        return tuple(sorted(normalize_allowed_origins(_comma_list(self.cors_origins))))
+
+    @property
+    def cors_allow_header_list(self) -> tuple[str, ...]:
+        return _comma_list(self.cors_allow_headers)
 
     @field_validator("jwt_secret")
     @classmethod
