@@ -86,9 +86,11 @@ class ChorusServer:
         database_url: str,
         data_dir: Path,
         command: tuple[str, ...] = ("serve",),
+        log_level: str = "warning",
         **env: str,
     ) -> None:
         self.command = command
+        self.log_level = log_level
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base_url}/graphql"
@@ -109,7 +111,15 @@ class ChorusServer:
         self._log_file = self.log.open("ab")
         port = () if self.command[0] == "serve" else ("--port", str(self.port))
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chorus.cli", *self.command, *port, "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "chorus.cli",
+                *self.command,
+                *port,
+                "--log-level",
+                self.log_level,
+            ],
             env=self.env,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,

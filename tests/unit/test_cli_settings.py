@@ -40,6 +40,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_KAFKA_IDEMPOTENT_PRODUCER": "perhaps"}, "CHORUS_KAFKA_IDEMPOTENT_PRODUCER"),
         ({"CHORUS_SNAPSHOT_PAGE_SIZE": "-1"}, "CHORUS_SNAPSHOT_PAGE_SIZE"),
         ({"CHORUS_REDIS_BREAKER_RESET_S": "0"}, "CHORUS_REDIS_BREAKER_RESET_S"),
+        ({"CHORUS_CORS_ORIGINS": "localhost:5173"}, "CHORUS_CORS_ORIGINS"),
+        ({"CHORUS_CORS_ORIGINS": "http://a.example/path"}, "CHORUS_CORS_ORIGINS"),
+        ({"CHORUS_HEAD_TIMEOUT_S": "0"}, "CHORUS_HEAD_TIMEOUT_S"),
+        ({"CHORUS_MAX_HEADER_BYTES": "10"}, "CHORUS_MAX_HEADER_BYTES"),
+        ({"CHORUS_MAX_HEADERS": "0"}, "CHORUS_MAX_HEADERS"),
+        ({"CHORUS_MAX_CONNECTIONS": "0"}, "CHORUS_MAX_CONNECTIONS"),
+        ({"CHORUS_KEEP_ALIVE_TIMEOUT_S": "-1"}, "CHORUS_KEEP_ALIVE_TIMEOUT_S"),
+        ({"CHORUS_CORS_MAX_AGE_S": "-1"}, "CHORUS_CORS_MAX_AGE_S"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache"])

@@ -1,0 +1,478 @@
+"""Hostile requests against a running ``chorus serve``: none stalls or crashes it, none slips by.
+
+Deeply nested JSON, oversized and endless request heads, idle connections,
+too many connections, browser origins and request ids, over real sockets:
+HTTP with httpx, the transport's limits with raw sockets, WebSockets with
+the websockets library. Every wait is bounded; nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from websockets.asyncio.client import ClientConnection
+
+from chorus.auth import mint_token
+from chorus.graphql.nesting import MAX_JSON_DEPTH
+from tests.servers import TEST_SECRET, ChorusServer
+
+APP_ORIGIN = "http://localhost:5173"
+OTHER_ORIGIN = "http://evil.example"
+HEAD_TIMEOUT_S = 2
+KEEP_ALIVE_TIMEOUT_S = 1
+GENERATED_ID = re.compile(r"[0-9a-f]{32}")
+APOLLO_HEADERS = "apollographql-client-name,apollographql-client-version,authorization,content-type"
+
+
+def _server(data_dir: Path, log_level: str = "warning", **env: str) -> ChorusServer:
+    return ChorusServer(
+        f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}", data_dir, log_level=log_level, **env
+    )
+
+
+@pytest.fixture(scope="module")
+def chorus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
+    """One server with short transport bounds, two CORS origins and the access log on."""
+    server = _server(
+        tmp_path_factory.mktemp("hostile"),
+        log_level="info",
+        CHORUS_HEAD_TIMEOUT_S=str(HEAD_TIMEOUT_S),
+        CHORUS_KEEP_ALIVE_TIMEOUT_S=str(KEEP_ALIVE_TIMEOUT_S),
+        CHORUS_CORS_ORIGINS=f"{APP_ORIGIN}, https://App.Example.com:443",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
+    """A server without CORS origins, keeping idle connections 1 s (the head bound: 10 s)."""
+    server = _server(
+        tmp_path_factory.mktemp("plain"), CHORUS_KEEP_ALIVE_TIMEOUT_S=str(KEEP_ALIVE_TIMEOUT_S)
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def _auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {mint_token(TEST_SECRET, 'alice')}"}
+
+
+def _ws_url(server: ChorusServer) -> str:
+    return server.url.replace("http://", "ws://")
+
+
+def _log_lines(server: ChorusServer) -> list[str]:
+    return server.log.read_text(errors="replace").splitlines()
+
+
+def _wait_for_log(server: ChorusServer, needle: str) -> list[str]:
+    """The log's lines once one contains ``needle`` (at most ~10 s of polling)."""
+    for _ in range(100):
+        lines = _log_lines(server)
+        if any(needle in line for line in lines):
+            return lines
+        time.sleep(0.1)
+    raise AssertionError(f"no log line contains {needle!r}: {lines[-10:]}")
+
+
+# Raw HTTP/1.1 over a socket.
+
+
+def _connect(server: ChorusServer, timeout_s: float = 10.0) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=timeout_s)
+    sock.settimeout(timeout_s)
+    return sock
+
+
+def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One response: ``(status, headers, body)``; the body by its Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before a response head: {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (EOF or reset) within its timeout."""
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    return True
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    """Send what the server reads before it refuses; a refusal may reset the rest."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.sendall(data)
+
+
+def _request(path: str = "/healthz", extra: bytes = b"") -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode() + extra + b"\r\n"
+
+
+def _healthy(server: ChorusServer) -> None:
+    response = httpx.get(f"{server.base_url}/healthz", timeout=10)
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+
+
+# 1. Deeply nested JSON.
+
+
+def _graphql_error(response: httpx.Response, code: str) -> str:
+    body = response.json()
+    assert list(body) == ["errors"], body
+    [error] = body["errors"]
+    assert error["extensions"] == {"code": code}
+    message: str = error["message"]
+    return message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "[" * 5000,
+        "[" * 5000 + "]" * 5000,
+        '{"query": "{ __typename }", "variables": {"x": ' + "[" * 5000 + "]" * 5000 + "}}",
+        '{"query": "{ __typename }", "variables": {"x": '
+        + '{"a":' * 3000
+        + "1"
+        + "}" * 3000
+        + "}}",
+        '{"query": "{ __typename }", "variables": ' + "[" * 100_000,
+    ],
+    ids=["open", "balanced", "variables-arrays", "variables-objects", "100k-open"],
+)
+def test_deeply_nested_json_is_a_400_bad_request_and_at_most_one_log_line(
+    chorus: ChorusServer, body: str
+) -> None:
+    before = len(_log_lines(chorus))
+    request_id = f"deep-{len(body)}-{body[-1] == ']'}"
+    response = httpx.post(
+        chorus.url,
+        content=body,
+        headers={**_auth(), "Content-Type": "application/json", "X-Request-Id": request_id},
+        timeout=10,
+    )
+    assert response.status_code == 400, response.text
+    assert f"deeper than {MAX_JSON_DEPTH}" in _graphql_error(response, "BAD_REQUEST")
+    new = _wait_for_log(chorus, request_id)[before:]
+    assert len(new) <= 1, new  # the access line, no traceback
+    _healthy(chorus)
+
+
+def test_nesting_up_to_the_limit_and_brackets_in_strings_are_answered(chorus: ChorusServer) -> None:
+    depth = MAX_JSON_DEPTH - 2  # the body object and "variables" are two levels
+    body = {
+        "query": "{ __typename }",
+        "variables": {"x": "[" * 10_000, "nested": json.loads("[" * depth + "]" * depth)},
+    }
+    response = httpx.post(chorus.url, json=body, headers=_auth(), timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json()["data"] == {"__typename": "Query"}, response.text[:500]
+
+
+async def _init(ws: ClientConnection) -> dict[str, object]:
+    await ws.send(json.dumps({"type": "connection_init", "payload": _auth()}))
+    ack: dict[str, object] = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert ack["type"] == "connection_ack", ack
+    return ack
+
+
+@pytest.mark.parametrize(
+    "frame", ["[" * 5000, '{"type": "ping", "payload": ' + "[" * 5000 + "]" * 5000 + "}"]
+)
+async def test_a_deeply_nested_websocket_frame_closes_with_4400(
+    chorus: ChorusServer, frame: str
+) -> None:
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws)
+        await ws.send(frame)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400
+    _healthy(chorus)
+
+
+# 2. HTTP transport limits.
+
+
+def _refused_with(sock: socket.socket, status: int, code: str) -> dict[str, str]:
+    got, headers, body = _read_response(sock)
+    assert got == status, body
+    assert json.loads(body)["errors"][0]["extensions"]["code"] == code
+    assert headers["connection"] == "close"
+    assert GENERATED_ID.fullmatch(headers["x-request-id"])
+    assert _closed_by_server(sock)
+    return headers
+
+
+@pytest.mark.parametrize("size", [40_000, 4_000_000], ids=["40k", "4M"])
+def test_a_huge_header_is_refused_with_431(chorus: ChorusServer, size: int) -> None:
+    with _connect(chorus) as sock:
+        sender = threading.Thread(
+            target=_send_quietly, args=(sock, _request(extra=b"X-Big: " + b"a" * size + b"\r\n"))
+        )
+        sender.start()
+        _refused_with(sock, 431, "HEADERS_TOO_LARGE")
+        sender.join(10)
+        assert not sender.is_alive()
+    _healthy(chorus)
+
+
+@pytest.mark.parametrize("count", [101, 20_000])
+def test_too_many_headers_are_refused_with_431(chorus: ChorusServer, count: int) -> None:
+    headers = b"".join(b"X-H-%d: v\r\n" % i for i in range(count))
+    with _connect(chorus) as sock:
+        sender = threading.Thread(target=_send_quietly, args=(sock, _request(extra=headers)))
+        sender.start()
+        _refused_with(sock, 431, "HEADERS_TOO_LARGE")
+        sender.join(10)
+    _healthy(chorus)
+
+
+def test_a_head_at_the_limits_is_answered(chorus: ChorusServer) -> None:
+    headers = b"".join(b"X-H-%d: v\r\n" % i for i in range(98))  # with Host and X-Big: 100
+    with _connect(chorus) as sock:
+        sock.sendall(_request(extra=headers + b"X-Big: " + b"a" * 20_000 + b"\r\n"))
+        status, _, _ = _read_response(sock)
+    assert status == 200
+
+
+def test_a_slow_head_is_answered_408_within_the_bound_and_others_are_served(
+    chorus: ChorusServer,
+) -> None:
+    lines_sent = 0
+    with _connect(chorus, timeout_s=1.0) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        reply = b""
+        for lines_sent in range(1, 31):  # 30 lines, one a second: far past the 2 s bound
+            try:
+                reply = sock.recv(65536)
+                break
+            except TimeoutError:
+                pass
+            # Meanwhile every other client is served.
+            _healthy(chorus)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b"X-Slow-%d: still here\r\n" % lines_sent)
+    assert reply.startswith(b"HTTP/1.1 408 "), reply
+    assert b'"REQUEST_TIMEOUT"' in reply
+    assert lines_sent < 30
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_head_bound(
+    chorus: ChorusServer,
+) -> None:
+    with _connect(chorus, timeout_s=HEAD_TIMEOUT_S * 5) as sock:
+        assert sock.recv(65536) == b""  # closed without a word: no request began
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_bound(plain: ChorusServer) -> None:
+    # Waiting 8 s at most: before the 10 s head bound, only the keep-alive bound closes it.
+    with _connect(plain, timeout_s=8) as sock:
+        for _ in range(2):  # the connection is kept alive between requests
+            sock.sendall(_request())
+            status, headers, _ = _read_response(sock)
+            assert status == 200
+            assert headers.get("connection") != "close"
+        assert _closed_by_server(sock)
+
+
+def test_a_head_in_pieces_within_the_bound_is_answered(chorus: ChorusServer) -> None:
+    with _connect(chorus) as sock:
+        for piece in (b"GET /hea", b"lthz HTTP/1.1\r\nHo", b"st: 127.0.0.1\r\n", b"\r\n"):
+            sock.sendall(piece)
+        status, _, body = _read_response(sock)
+    assert status == 200
+    assert json.loads(body)["status"] == "ok"
+
+
+def test_connections_over_the_limit_get_503_until_some_close(tmp_path: Path) -> None:
+    server = _server(tmp_path, CHORUS_MAX_CONNECTIONS="3", CHORUS_HEAD_TIMEOUT_S="60")
+    server.start()
+    try:
+        idle = [_connect(server) for _ in range(3)]
+        with _connect(server) as sock:
+            sock.sendall(_request())
+            status, headers, body = _read_response(sock)
+        assert status == 503
+        assert json.loads(body)["errors"][0]["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+        assert GENERATED_ID.fullmatch(headers["x-request-id"])
+        for sock in idle:
+            sock.close()
+        for _ in range(50):  # the server hears the closes at once; allow it a moment
+            with httpx.Client(timeout=10) as client:
+                if client.get(f"{server.base_url}/healthz").status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("still refused after the idle connections closed")
+    finally:
+        server.stop()
+
+
+# 3. Browser apps on another origin.
+
+
+def _preflight(server: ChorusServer, origin: str) -> httpx.Response:
+    return httpx.options(
+        server.url,
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": APOLLO_HEADERS
+            + ",x-request-id,apollo-require-preflight",
+        },
+        timeout=10,
+    )
+
+
+@pytest.mark.parametrize("origin", [APP_ORIGIN, "https://app.example.com"])
+def test_a_listed_origin_may_preflight_with_apollo_headers_and_cache_it(
+    chorus: ChorusServer, origin: str
+) -> None:
+    response = _preflight(chorus, origin)
+    assert response.status_code == 200, response.text
+    assert response.headers["access-control-allow-origin"] == origin
+    allowed = {
+        h.strip().lower() for h in response.headers["access-control-allow-headers"].split(",")
+    }
+    assert set(APOLLO_HEADERS.split(",")) | {"x-request-id", "apollo-require-preflight"} <= allowed
+    assert response.headers["access-control-max-age"] == "600"
+    query = httpx.post(
+        chorus.url, json={"query": "{ __typename }"}, headers={"Origin": origin}, timeout=10
+    )
+    assert query.headers["access-control-allow-origin"] == origin
+    assert "x-request-id" in query.headers["access-control-expose-headers"].lower()
+
+
+def test_an_unlisted_origin_gets_no_cors(chorus: ChorusServer) -> None:
+    response = _preflight(chorus, OTHER_ORIGIN)
+    assert response.status_code == 400
+    assert "access-control-allow-origin" not in response.headers
+    query = httpx.post(
+        chorus.url, json={"query": "{ __typename }"}, headers={"Origin": OTHER_ORIGIN}, timeout=10
+    )
+    assert "access-control-allow-origin" not in query.headers
+
+
+async def _ws_status(server: ChorusServer, origin: str | None) -> int:
+    """101 when the handshake is accepted (and the socket acknowledged), else its HTTP status."""
+    headers = {"Origin": origin} if origin else {}
+    try:
+        async with websockets.connect(
+            _ws_url(server),
+            subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+            origin=None,
+            additional_headers=headers,
+        ) as ws:
+            await _init(ws)
+            return 101
+    except websockets.InvalidStatus as refused:
+        return int(refused.response.status_code)
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [(APP_ORIGIN, 101), ("https://app.example.com", 101), (OTHER_ORIGIN, 403), (None, 101)],
+)
+async def test_websockets_follow_the_same_origin_list(
+    chorus: ChorusServer, origin: str | None, status: int
+) -> None:
+    assert await _ws_status(chorus, origin) == status
+
+
+async def test_without_cors_origins_only_the_own_origin_may_open_a_websocket(
+    plain: ChorusServer,
+) -> None:
+    assert await _ws_status(plain, APP_ORIGIN) == 403
+    assert await _ws_status(plain, plain.base_url) == 101
+    assert await _ws_status(plain, None) == 101
+    preflight = _preflight(plain, APP_ORIGIN)
+    assert "access-control-allow-origin" not in preflight.headers
+
+
+# 4. Request ids.
+
+
+@pytest.mark.parametrize("given", ["abc-123", "a.b_c:d-E", "x" * 128])
+def test_a_well_formed_request_id_is_echoed_and_logged(chorus: ChorusServer, given: str) -> None:
+    response = httpx.post(
+        chorus.url,
+        json={"query": "{ __typename }"},
+        headers={**_auth(), "X-Request-Id": given},
+        timeout=10,
+    )
+    assert response.headers["x-request-id"] == given
+    [line] = [line for line in _wait_for_log(chorus, f"[{given}]") if f"[{given}]" in line]
+    assert "POST /graphql" in line  # uvicorn's access line
+
+
+@pytest.mark.parametrize("given", [None, "", "has space", "x" * 129, "semi;colon", "ünï".encode()])
+def test_a_missing_or_malformed_request_id_is_replaced(
+    chorus: ChorusServer, given: str | None
+) -> None:
+    headers = {"X-Request-Id": given} if given is not None else {}
+    first = httpx.get(f"{chorus.base_url}/healthz", headers=headers, timeout=10)
+    second = httpx.get(f"{chorus.base_url}/healthz", headers=headers, timeout=10)
+    assert GENERATED_ID.fullmatch(first.headers["x-request-id"])
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+
+
+def test_refusals_carry_a_request_id_too(chorus: ChorusServer) -> None:
+    too_large = httpx.post(chorus.url, content=b"x" * 2_000_000, headers={"X-Request-Id": "big-1"})
+    assert (too_large.status_code, too_large.headers["x-request-id"]) == (413, "big-1")
+    not_json = httpx.post(chorus.url, content=b"{", headers={"X-Request-Id": "bad-1"})
+    assert (not_json.status_code, not_json.headers["x-request-id"]) == (400, "bad-1")
+    preflight = _preflight(chorus, OTHER_ORIGIN)
+    assert GENERATED_ID.fullmatch(preflight.headers["x-request-id"])
+
+
+async def test_connection_ack_carries_the_request_id(chorus: ChorusServer) -> None:
+    async with websockets.connect(
+        _ws_url(chorus),
+        subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+        additional_headers={"X-Request-Id": "ws-given-1"},
+    ) as ws:
+        assert ws.response is not None
+        assert ws.response.headers["X-Request-Id"] == "ws-given-1"
+        assert await _init(ws) == {"type": "connection_ack", "payload": {"requestId": "ws-given-1"}}
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        payload = (await _init(ws))["payload"]
+        assert isinstance(payload, dict)
+        assert GENERATED_ID.fullmatch(payload["requestId"])
