@@ -1,0 +1,439 @@
+"""Hostile input against a running server, while ``/healthz`` is probed every 10 ms.
+
+Starts ``chorus serve`` (embedded profile, a fresh SQLite database in a
+temporary folder, as a user runs it) and a prober process that sends
+``GET /healthz`` every 10 ms on its own connection and records each latency.
+Then, for each class of hostile input of issue 10, it measures a quiet second
+(the baseline) and an attack of ``--seconds`` with ``--concurrency``
+attackers, and prints per class the worst ``/healthz`` latency during the
+attack against the worst in the quiet second before it, and what the server
+answered the attacker.
+
+    python bench/hostile.py [--seconds 3] [--concurrency 8] [--port 8795]
+
+Targets 127.0.0.1 only; every attack is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import jwt
+
+SECRET = "bench-hostile-" + "x" * 40
+ORIGIN_OK = "http://localhost:5173"
+VIEWER = "{ viewer { playlists(first: 1) { totalCount } } }"
+
+
+def probe(port: int, out: str, stop_at: float) -> None:
+    """Prober process: ``GET /healthz`` every 10 ms until ``stop_at``; writes ``t latency_ms``."""
+    with (
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client,
+        open(out, "w") as sink,
+    ):
+        while time.time() < stop_at:
+            started = time.time()
+            try:
+                client.get("/healthz")
+                latency = (time.time() - started) * 1000
+            except httpx.HTTPError:
+                latency = (time.time() - started) * 1000
+            sink.write(f"{started:.4f} {latency:.2f}\n")
+            sink.flush()
+            time.sleep(max(0.0, 0.01 - (time.time() - started)))
+
+
+def worst(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    # A probe that started before the window but ended inside counts too.
+    inside = [lat for t, lat in samples if start <= t + lat / 1000 and t <= end]
+    return max(inside, default=float("nan"))
+
+
+def token(sub: object = "alice", **claims: object) -> str:
+    payload: dict[str, object] = {"sub": sub, "exp": int(time.time()) + 3600, **claims}
+    return jwt.encode(payload, SECRET, algorithm="HS256")
+
+
+def fragment_bomb(fragments: int) -> str:
+    parts = ["query Q { ...F0 }"]
+    for i in range(fragments):
+        parts.append(f"fragment F{i} on Query {{ ...F{i + 1} ...F{i + 1} }}")
+    parts.append(f"fragment F{fragments} on Query {{ __typename }}")
+    return "\n".join(parts)
+
+
+async def raw_request(port: int, head: bytes, wait_s: float = 10.0) -> str:
+    """Send ``head`` on a fresh socket; the status line the server answered (or how it ended)."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        return f"connect {type(exc).__name__}"
+    try:
+        writer.write(head)
+        await writer.drain()
+        async with asyncio.timeout(wait_s):
+            line = await reader.readline()
+        return line.decode(errors="replace").split(" ", 2)[1] if line else "closed"
+    except (OSError, TimeoutError) as exc:
+        return type(exc).__name__
+    finally:
+        writer.close()
+
+
+class Attacks:
+    """One coroutine per class; each returns what the server answered (status → count)."""
+
+    def __init__(self, port: int, env: dict[str, str], playlist_id: str, bomb: int) -> None:
+        self.bomb = bomb
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/graphql"
+        self.env = env
+        self.playlist_id = playlist_id
+        self.client = httpx.AsyncClient(timeout=30)
+        self.auth = {"Authorization": f"Bearer {token()}"}
+        self.seen: collections.Counter[str] = collections.Counter()
+
+    def note(self, response: httpx.Response) -> None:
+        try:
+            body = response.json()
+            codes = {e.get("extensions", {}).get("code") for e in body.get("errors") or []}
+            # userErrors of a mutation payload, and whether it was a replay
+            for payload in (body.get("data") or {}).values():
+                if isinstance(payload, dict):
+                    codes |= {e.get("code") for e in payload.get("userErrors") or []}
+                    if payload.get("replayed"):
+                        codes.add("replayed")
+        except (ValueError, AttributeError):
+            codes = {"not JSON"}
+        shown = ",".join(sorted(c for c in codes if c)) or "ok"
+        self.seen[f"{response.status_code} {shown}"] += 1
+
+    async def post(
+        self, body: bytes | dict[str, object], headers: dict[str, str] | None = None
+    ) -> None:
+        h = {"Content-Type": "application/json", **self.auth, **(headers or {})}
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        try:
+            self.note(await self.client.post(self.url, content=content, headers=h))
+        except httpx.HTTPError as exc:
+            self.seen[type(exc).__name__] += 1
+
+    # 1
+    async def validation_cost(self) -> None:
+        await self.post({"query": fragment_bomb(self.bomb)})
+
+    # 2
+    async def nested_json(self) -> None:
+        await self.post(
+            b'{"query": "{ viewer { id } }", "variables": {"a": '
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}}"
+        )
+
+    # 3
+    async def subscription_over_http(self) -> None:
+        await self.post(
+            {
+                "query": "subscription($p: ID!) { playlistEvents(playlistId: $p, sinceVersion: 0)"
+                " { __typename } }",
+                "variables": {"p": self.playlist_id},
+            }
+        )
+
+    # 4
+    async def token_claims(self) -> None:
+        for claims in ({"exp": "soon"}, {"nbf": [1]}, {"iat": {"a": 1}}, {"exp": 10**30}):
+            bad = jwt.encode({"sub": "alice", **claims}, SECRET, algorithm="HS256")
+            await self.post({"query": VIEWER}, {"Authorization": f"Bearer {bad}"})
+        bad_sub = jwt.encode({"sub": 42, "exp": int(time.time()) + 60}, SECRET, algorithm="HS256")
+        await self.post({"query": VIEWER}, {"Authorization": f"Bearer {bad_sub}"})
+
+    # 5
+    async def transport(self) -> None:
+        big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (1 << 20) + b"\r\n\r\n"
+        many = (
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(f"X-H{i}: v\r\n".encode() for i in range(20_000))
+            + b"\r\n"
+        )
+        for head in (big, many):
+            self.seen[f"raw {await raw_request(self.port, head)}"] += 1
+
+    async def slowloris(self, seconds: float) -> None:
+        """Connections that send one header line every 0.5 s; how each ended."""
+        end = time.monotonic() + seconds
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        except OSError:
+            self.seen["slowloris refused"] += 1
+            return
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        outcome = "held open"
+        try:
+            while time.monotonic() < end:
+                writer.write(b"X-Slow: 1\r\n")
+                await writer.drain()
+                try:
+                    async with asyncio.timeout(0.5):
+                        line = await reader.readline()
+                    outcome = line.decode().split(" ", 2)[1] if line else "closed"
+                    break
+                except TimeoutError:
+                    continue
+        except OSError:
+            outcome = "closed"
+        finally:
+            writer.close()
+        self.seen[f"slowloris {outcome}"] += 1
+
+    # 6
+    async def replays(self) -> None:
+        await self.post(self.add("hostile-replay-1"))
+
+    def add(self, op: str) -> dict[str, object]:
+        return {
+            "query": "mutation($i: AddEntriesInput!) { addEntries(input: $i)"
+            " { version replayed userErrors { code } } }",
+            "variables": {
+                "i": {
+                    "playlistId": self.playlist_id,
+                    "operationId": op,
+                    "baseVersion": 0,
+                    "mediaIds": ["chinook:track:1"],
+                }
+            },
+        }
+
+    # 7
+    async def read_cost(self) -> None:
+        fields = " ".join(
+            f"a{i}: changes(sinceVersion: 0, first: 100)"
+            " { versions { version changes { __typename } } }"
+            for i in range(30)
+        )
+        await self.post({"query": f'{{ playlist(id: "{self.playlist_id}") {{ {fields} }} }}'})
+
+    # 8
+    async def cors(self) -> None:
+        try:
+            r = await self.client.options(
+                self.url,
+                headers={
+                    "Origin": "http://evil.example",
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization,content-type",
+                },
+            )
+            self.seen[f"preflight {r.status_code}"] += 1
+        except httpx.HTTPError as exc:
+            self.seen[type(exc).__name__] += 1
+
+    # 9
+    async def metrics_flood(self) -> None:
+        name = "Made" + uuid.uuid4().hex[:10]
+        try:
+            r = await self.client.post(
+                self.url, json={"query": f"query {name} {{ __typename }}", "operationName": name}
+            )
+            self.note(r)
+        except httpx.HTTPError as exc:
+            self.seen[type(exc).__name__] += 1
+
+    # 11
+    async def request_ids(self) -> None:
+        for rid in ("x" * 10_000, "a\tb", "a b;c", "../../etc"):
+            try:
+                r = await self.client.get(
+                    f"http://127.0.0.1:{self.port}/healthz", headers={"X-Request-Id": rid}
+                )
+                echoed = r.headers.get("x-request-id", "")
+                kept = "echoed" if echoed == rid else "replaced" if echoed else "none"
+                self.seen[f"{r.status_code} {kept}"] += 1
+            except (httpx.HTTPError, UnicodeEncodeError) as exc:
+                self.seen[type(exc).__name__] += 1
+
+    # 10
+    def second_serve(self, seconds: float) -> None:
+        env = dict(self.env, CHORUS_PORT=str(free_port()))
+        second = subprocess.Popen(
+            [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            code = second.wait(timeout=max(seconds, 10))
+            self.seen[f"second serve exit {code}"] += 1
+        except subprocess.TimeoutExpired:
+            self.seen["second serve kept running"] += 1
+            second.terminate()
+            second.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def attack(seconds: float, concurrency: int, one: Callable[[], Awaitable[None]]) -> int:
+    stop = time.monotonic() + seconds
+    sent = 0
+
+    async def worker() -> None:
+        nonlocal sent
+        while time.monotonic() < stop:
+            await one()
+            sent += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sent
+
+
+def start_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``chorus serve`` as a user runs it, once ``/healthz`` answers."""
+    with log.open("w") as sink:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    for _ in range(200):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(f"chorus serve did not start; see {log}")
+
+
+def create_playlist(port: int) -> str:
+    created = httpx.post(
+        f"http://127.0.0.1:{port}/graphql",
+        headers={"Authorization": f"Bearer {token()}"},
+        json={
+            "query": 'mutation { createPlaylist(input: {operationId: "hostile-pl",'
+            ' title: "Hostile", visibility: PUBLIC}) { playlist { id } } }'
+        },
+    )
+    return str(created.json()["data"]["createPlaylist"]["playlist"]["id"])
+
+
+Window = tuple[str, tuple[float, float], tuple[float, float], int, dict[str, int]]
+
+
+async def run_classes(attacks: Attacks, seconds: float, concurrency: int) -> list[Window]:
+    """Each class: a quiet second, then the attack; the windows and what was answered."""
+    await attacks.post(attacks.add("hostile-replay-1"))  # the edit the replays retry
+    classes: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
+        ("1 validation cost (fragment bomb)", attacks.validation_cost),
+        ("2 nested JSON (100k brackets)", attacks.nested_json),
+        ("3 subscription over HTTP", attacks.subscription_over_http),
+        ("4 token claims of the wrong type", attacks.token_claims),
+        ("5 1 MiB header / 20,000 headers", attacks.transport),
+        ("5 slowloris: 50 sockets, a header line per 0.5 s", None),
+        ("6 replays past the rate limit", attacks.replays),
+        ("7 expensive read (30 x changes(first: 100))", attacks.read_cost),
+        ("8 CORS preflight, unlisted origin", attacks.cors),
+        ("9 metrics label flood, no token", attacks.metrics_flood),
+        ("10 second serve on the same SQLite", None),
+        ("11 malformed X-Request-Id", attacks.request_ids),
+    ]
+    windows: list[Window] = []
+    await asyncio.sleep(1.0)
+    for name, one in classes:
+        attacks.seen.clear()
+        quiet = (time.time(), time.time() + 1.0)
+        await asyncio.sleep(1.0)
+        start = time.time()
+        if one is not None:
+            sent = await attack(seconds, concurrency, one)
+        elif name.startswith("5 slowloris"):
+            await asyncio.gather(*(attacks.slowloris(seconds) for _ in range(50)))
+            sent = 50
+        else:
+            await asyncio.to_thread(attacks.second_serve, seconds)
+            sent = 1
+        windows.append((name, quiet, (start, time.time()), sent, dict(attacks.seen)))
+    await attacks.client.aclose()
+    return windows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--bomb-fragments",
+        type=int,
+        default=16,
+        help="fragments of the fragment bomb, each spreading the next twice (~1 KB at 16)",
+    )
+    args = parser.parse_args()
+    port = args.port or free_port()
+    folder = Path(tempfile.mkdtemp(prefix="chorus-hostile-"))
+    env = dict(
+        os.environ,
+        CHORUS_DATABASE_URL=f"sqlite+aiosqlite:///{folder}/chorus.db",
+        CHORUS_DATA_DIR=str(folder),
+        CHORUS_JWT_SECRET=SECRET,
+        CHORUS_PORT=str(port),
+        CHORUS_RATE_LIMIT_PER_MINUTE="30",
+        CHORUS_CORS_ORIGINS=ORIGIN_OK,
+    )
+    server = start_server(env, port, folder / "server.log")
+    samples_file = folder / "probe.txt"
+    prober = multiprocessing.Process(
+        target=probe, args=(port, str(samples_file), time.time() + 12 * (args.seconds + 1) + 60)
+    )
+    try:
+        attacks = Attacks(port, env, create_playlist(port), args.bomb_fragments)
+        prober.start()
+        windows = asyncio.run(run_classes(attacks, args.seconds, args.concurrency))
+        time.sleep(0.5)
+    finally:
+        if prober.is_alive():
+            prober.terminate()
+            prober.join()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    with samples_file.open() as lines:
+        samples = [
+            (float(t), float(ms)) for t, ms in (line.split() for line in lines if line.strip())
+        ]
+    print(
+        f"/healthz probed every 10 ms: {len(samples)} probes; each attack {args.seconds:g} s "
+        f"with {args.concurrency} attackers; server log {folder / 'server.log'}\n"
+    )
+    print("| class | quiet worst ms | attack worst ms | ratio | sent | server answered |")
+    print("|---|---|---|---|---|---|")
+    for name, quiet, window, sent, seen in windows:
+        q, a = worst(samples, *quiet), worst(samples, *window)
+        top = sorted(seen.items(), key=lambda kv: -kv[1])[:3]
+        answered = ", ".join(f"{k} x{v}" for k, v in top)
+        print(f"| {name} | {q:.1f} | {a:.1f} | {a / q:.1f} | {sent} | {answered} |")
+
+
+if __name__ == "__main__":
+    main()
