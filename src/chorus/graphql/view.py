@@ -1,7 +1,8 @@
 """The GraphQL endpoint: strawberry's ASGI view with Chorus's context and transports.
 
 HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
-cannot read get a GraphQL-shaped ``BAD_REQUEST``.
+cannot read, and subscriptions (they need a WebSocket), get HTTP 400 with a
+GraphQL-shaped ``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
 ``connection_init`` payload (``{"Authorization": "Bearer …"}``); a missing or
@@ -40,6 +41,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
+from chorus.graphql.limits import RequestLimits
 from chorus.graphql.schema import build_schema
 from chorus.middleware import error_response
 from chorus.resolvers.context import RequestContext, Services
@@ -173,9 +175,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     graphql_transport_ws_handler_class = TransportWSHandler
 
-    def __init__(self, secret: str, *, max_connections_per_user: int = 20, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        secret: str,
+        *,
+        max_connections_per_user: int = 20,
+        limits: RequestLimits | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
-        super().__init__(build_schema(), **kwargs)
+        super().__init__(build_schema(limits), **kwargs)
         self._secret = secret
         self._max_connections_per_user = max_connections_per_user
         self.connections: Counter[str] = Counter()
