@@ -36,6 +36,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 
 from chorus import bootstrap, health
+from chorus.graphql.limits import RequestLimits
 from chorus.graphql.view import ChorusGraphQL
 from chorus.logs import REQUEST_ID_HEADER
 from chorus.middleware import BodySizeLimit, RequestId
@@ -87,6 +88,14 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
         max_subscriptions_per_connection=settings.max_ws_operations,
         max_connections_per_user=settings.max_ws_connections_per_user,
         allowed_origins=origins,
+        limits=RequestLimits(
+            max_fragments=settings.max_fragments,
+            max_fragment_spreads=settings.max_fragment_spreads,
+            max_expanded_fields=settings.max_expanded_fields,
+            max_query_cost=settings.max_query_cost,
+            page_size_default=settings.page_size_default,
+            page_size_max=settings.page_size_max,
+        ),
     )
     app = Starlette(
         routes=[

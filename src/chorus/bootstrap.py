@@ -296,6 +296,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
     limiter = (
         RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
     )
+    budget = RateLimiter(settings.query_cost_per_minute) if settings.query_cost_per_minute else None
     checks = [health.database_check(db)]
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -311,6 +312,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 limits=settings.limits,
                 hub=Hub(events.bus, queue_size=settings.max_subscriber_lag),
                 rate_limiter=limiter,
+                query_budget=budget,
                 snapshots=events.snapshots,
             )
             try:

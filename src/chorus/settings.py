@@ -99,6 +99,30 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int | None = Field(
         None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
     )
+    max_query_cost: int = Field(
+        10_000,
+        ge=1,
+        description="Largest cost of one operation (page size × what each item selects, "
+        "docs/api.md); over it: GRAPHQL_VALIDATION_FAILED.",
+    )
+    query_cost_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="Query cost points per user per minute (per process), at least "
+        "max_query_cost; over it: RATE_LIMITED; unset: no budget.",
+    )
+    max_fragments: int = Field(
+        50, ge=1, description="Fragment definitions in one GraphQL document."
+    )
+    max_fragment_spreads: int = Field(
+        100, ge=1, description="Fragment spreads (...Name) in one GraphQL document, as written."
+    )
+    max_expanded_fields: int = Field(
+        10_000,
+        ge=1,
+        description="Fields one GraphQL document may expand to through its fragments "
+        "(a fragment spread twice counts its fields twice).",
+    )
     cors_origins: str | None = Field(
         None,
         description="Comma-separated browser origins allowed to call the API over HTTP "
@@ -191,6 +215,16 @@ class Settings(BaseSettings):
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("use redis://host:port/db, rediss:// or unix://")
         return value
+
+    @model_validator(mode="after")
+    def _budget_fits_a_query(self) -> Settings:
+        budget = self.query_cost_per_minute
+        if budget is not None and budget < self.max_query_cost:
+            raise ValueError(
+                f"CHORUS_QUERY_COST_PER_MINUTE ({budget}) is below CHORUS_MAX_QUERY_COST "
+                f"({self.max_query_cost}): the largest queries could never run"
+            )
+        return self
 
     @model_validator(mode="after")
     def _full_profile_together(self) -> Settings:

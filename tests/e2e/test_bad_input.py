@@ -64,6 +64,13 @@ def gql(api: Api, query: str, user: str | None = "alice", **variables: Any) -> d
     return body
 
 
+def without_cost(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without ``extensions.cost``, which every executed operation reports."""
+    extensions = {k: v for k, v in body.get("extensions", {}).items() if k != "cost"}
+    rest = {k: v for k, v in body.items() if k != "extensions"}
+    return {**rest, "extensions": extensions} if extensions else rest
+
+
 def codes(body: dict[str, Any]) -> list[str]:
     return [e["extensions"]["code"] for e in body.get("errors", [])]
 
@@ -230,7 +237,6 @@ def test_bad_content_length_is_refused(api: Api, length: str) -> None:
         ('{ playlist(id: "x", minVersion: 3000000000) { id } }', "GRAPHQL_VALIDATION_FAILED"),
         ('{ searchMedia(query: "a", first: 1.5) { totalCount } }', "GRAPHQL_VALIDATION_FAILED"),
         ("{ viewer }", "GRAPHQL_VALIDATION_FAILED"),
-        ("subscription { viewer { user { id } } }", "GRAPHQL_VALIDATION_FAILED"),
         (
             'mutation { createPlaylist(input: {operationId: "o", title: "t", bogus: 1}) '
             "{ version } }",
@@ -433,7 +439,7 @@ def test_standard_introspection_query_succeeds(api: Api, options: dict[str, bool
 )
 def test_invalid_ids(api: Api, target: Playlist, bad_id: str) -> None:
     body = gql(api, "query($id: ID!) { playlist(id: $id) { id } node(id: $id) { id } }", id=bad_id)
-    assert body == {"data": {"playlist": None, "node": None}}
+    assert without_cost(body) == {"data": {"playlist": None, "node": None}}
 
     body = mutate_raw(api, "addEntries", playlistId=bad_id, baseVersion=1, mediaIds=[track(1)])
     refused(body, "addEntries", "NOT_FOUND")
@@ -762,7 +768,7 @@ def test_lone_surrogates_in_the_raw_body(api: Api, target: Playlist) -> None:
     )
     response = post(api, content)
     assert response.status_code == 200, response.text
-    assert response.json() == {"data": {"playlist": None, "node": None}}
+    assert without_cost(response.json()) == {"data": {"playlist": None, "node": None}}
     target.unchanged()
 
 
@@ -788,7 +794,7 @@ def test_ids_that_decode_to_nul(api: Api, target: Playlist) -> None:
     version = target.before[0]["version"]
     for bad in _nul_ids(target):
         body = gql(api, "query($id: ID!) { playlist(id: $id) { id } node(id: $id) { id } }", id=bad)
-        assert body == {"data": {"playlist": None, "node": None}}, body
+        assert without_cost(body) == {"data": {"playlist": None, "node": None}}, body
         body = mutate_raw(api, "addEntries", playlistId=bad, baseVersion=0, mediaIds=[track(1)])
         refused(body, "addEntries", "NOT_FOUND")
         for name in ("moveEntries", "removeEntries"):

@@ -266,7 +266,8 @@ def test_served_app_has_readyz_and_metrics(embedded_server: ChorusServer) -> Non
     answer = httpx.post(
         embedded_server.url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=5
     )
-    assert answer.json() == {"data": {"viewer": {"user": {"id": "alice"}}}}
+    assert "errors" not in answer.json(), answer.text
+    assert answer.json()["data"] == {"viewer": {"user": {"id": "alice"}}}
 
     scraped = httpx.get(f"{base}/metrics", timeout=5)
     assert scraped.status_code == 200

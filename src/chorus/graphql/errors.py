@@ -1,7 +1,8 @@
 """Top-level errors: every one gets ``extensions.code``; unexpected ones are masked.
 
 * parse failures → ``GRAPHQL_PARSE_FAILED`` (token limit included);
-* validation failures → ``GRAPHQL_VALIDATION_FAILED`` (depth and alias limits included);
+* validation failures → ``GRAPHQL_VALIDATION_FAILED`` (shape, depth, alias and cost
+  limits included; the cost budget's refusal keeps its own ``RATE_LIMITED``);
 * :class:`~chorus.resolvers.errors.RequestError` → its own code and message;
 * :class:`~chorus.db.engine.DatabaseUnavailable` (the database is away) →
   ``SERVICE_UNAVAILABLE`` with a fixed message; the cause is logged, one line;

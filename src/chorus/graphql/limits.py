@@ -1,4 +1,17 @@
-"""Request-level limits: query depth (introspection included) and body size.
+"""Request-level limits on a document: its shape, its depth and its aliases.
+
+Every check here is linear in the document's size: a fragment is walked once
+and its result (depth, alias count) memoised, however often it is spread.
+A document whose fragments each spread the next twice expands to 2^n copies;
+walking the expansion (as strawberry's alias limiter does) would hold the
+event loop for seconds on a 1 KB request.
+
+Before any validation rule runs, :class:`DocumentShapeLimit` refuses a
+document with too many fragment definitions, too many fragment spreads or
+too many fields of one response name in one selection set. These bound the
+input of graphql-core's ``OverlappingFieldsCanBeMergedRule``, which compares
+fields pairwise (quadratic: 600 ``user { id }`` side by side, within the
+5,000-token limit, took 1.2 s to validate).
 
 Depth counts the fields on the longest path of an operation, fragments
 expanded, ``__schema`` and ``__type`` included, so a nested introspection
@@ -12,9 +25,12 @@ keeps the standard introspection query of GraphiQL and client generators
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from graphql import (
+    DocumentNode,
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
@@ -25,30 +41,154 @@ from graphql import (
     ValidationContext,
     ValidationRule,
 )
-from strawberry.extensions import AddValidationRules
+from strawberry.extensions import AddValidationRules, SchemaExtension, ValidationCache
 
 
-def selection_depth(
-    selection_set: SelectionSetNode | None,
-    fragments: dict[str, FragmentDefinitionNode],
-    seen: frozenset[str] = frozenset(),
-) -> int:
-    """Fields on the longest path below ``selection_set``."""
-    if selection_set is None:
-        return 0
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """The limits every GraphQL request is held to (README, Request limits).
+
+    ``max_fragments``, ``max_fragment_spreads``, ``max_expanded_fields``, ``max_query_cost``,
+    ``page_size_default`` and ``page_size_max`` come from the settings of the
+    same names; the rest are fixed.
+    """
+
+    max_depth: int = 12
+    """Fields on an operation's longest path (fragments expanded)."""
+    max_aliases: int = 30
+    """Aliased fields of the document, fragments expanded."""
+    max_tokens: int = 5_000
+    """Lexical tokens of the document; checked while parsing, before any validation rule."""
+    max_fragments: int = 50
+    """Fragment definitions in one document."""
+    max_fragment_spreads: int = 100
+    """``...Name`` spreads in one document, as written (not expanded)."""
+    max_expanded_fields: int = 10_000
+    """Fields of the document with every fragment spread expanded (a fragment bomb's size)."""
+    max_same_name_fields: int = 20
+    """Fields of one response name in one selection set, its inline fragments included."""
+    max_query_cost: int = 10_000
+    """Largest cost of one operation (:mod:`chorus.graphql.cost`)."""
+    page_size_default: int = 50
+    """The page size a connection without ``first``/``last`` is counted at."""
+    page_size_max: int = 100
+    """The largest page size a connection is counted at (a larger one is refused)."""
+
+
+def _fragments(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
+    return {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
+
+
+class FragmentFolder:
+    """Folds a value over selection sets, each fragment's value computed once.
+
+    ``combine(selection_set, fold)`` computes one selection set's value,
+    calling ``fold.spread(name)`` for a fragment spread; a spread of a
+    fragment already being computed (a cycle, refused by
+    ``NoFragmentCyclesRule``) or unknown is ``empty``. ``visits`` counts
+    the selection sets walked, for tests that prove linear time.
+    """
+
+    def __init__(
+        self,
+        fragments: dict[str, FragmentDefinitionNode],
+        combine: Callable[[SelectionSetNode, FragmentFolder], int],
+        empty: int = 0,
+    ) -> None:
+        self._fragments = fragments
+        self._combine = combine
+        self._empty = empty
+        self._done: dict[str, int] = {}
+        self._open: set[str] = set()
+        self.visits = 0
+
+    def of(self, selection_set: SelectionSetNode | None) -> int:
+        if selection_set is None:
+            return self._empty
+        self.visits += 1
+        return self._combine(selection_set, self)
+
+    def spread(self, name: str) -> int:
+        if name in self._done:
+            return self._done[name]
+        fragment = self._fragments.get(name)
+        if fragment is None or name in self._open:
+            return self._empty
+        self._open.add(name)
+        value = self.of(fragment.selection_set)
+        self._open.discard(name)
+        self._done[name] = value
+        return value
+
+
+def _depth(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
     deepest = 0
     for selection in selection_set.selections:
         if isinstance(selection, FieldNode):
             own = 0 if selection.name.value == "ofType" else 1
-            deepest = max(deepest, own + selection_depth(selection.selection_set, fragments, seen))
+            deepest = max(deepest, own + fold.of(selection.selection_set))
         elif isinstance(selection, FragmentSpreadNode):
-            name = selection.name.value
-            if name not in seen and name in fragments:
-                below = fragments[name].selection_set
-                deepest = max(deepest, selection_depth(below, fragments, seen | {name}))
+            deepest = max(deepest, fold.spread(selection.name.value))
         elif isinstance(selection, InlineFragmentNode):
-            deepest = max(deepest, selection_depth(selection.selection_set, fragments, seen))
+            deepest = max(deepest, fold.of(selection.selection_set))
     return deepest
+
+
+def _aliases(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
+    count = 0
+    for selection in selection_set.selections:
+        if isinstance(selection, FieldNode):
+            count += (selection.alias is not None) + fold.of(selection.selection_set)
+        elif isinstance(selection, FragmentSpreadNode):
+            count += fold.spread(selection.name.value)
+        elif isinstance(selection, InlineFragmentNode):
+            count += fold.of(selection.selection_set)
+    return count
+
+
+def _fields(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
+    count = 0
+    for selection in selection_set.selections:
+        if isinstance(selection, FieldNode):
+            count += 1 + fold.of(selection.selection_set)
+        elif isinstance(selection, FragmentSpreadNode):
+            count += fold.spread(selection.name.value)
+        elif isinstance(selection, InlineFragmentNode):
+            count += fold.of(selection.selection_set)
+    return count
+
+
+def _over_operations(
+    document: DocumentNode, combine: Callable[[SelectionSetNode, FragmentFolder], int]
+) -> tuple[int, int]:
+    """``(sum of combine over the operations, selection sets visited)``."""
+    fold = FragmentFolder(_fragments(document), combine)
+    total = sum(
+        fold.of(d.selection_set)
+        for d in document.definitions
+        if isinstance(d, OperationDefinitionNode)
+    )
+    return total, fold.visits
+
+
+def expanded_fields(document: DocumentNode) -> tuple[int, int]:
+    """``(fields of every operation with fragments expanded, selection sets visited)``.
+
+    Linear time: the visits are at most the selection sets written.
+    """
+    return _over_operations(document, _fields)
+
+
+def selection_depth(
+    selection_set: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode]
+) -> int:
+    """Fields on the longest path below ``selection_set``, fragments expanded (linear time)."""
+    return FragmentFolder(fragments, _depth).of(selection_set)
+
+
+def alias_count(document: DocumentNode) -> int:
+    """Aliased fields of every operation of ``document``, fragments expanded (linear time)."""
+    return _over_operations(document, _aliases)[0]
 
 
 @functools.cache
@@ -59,15 +199,11 @@ def depth_rule(max_depth: int) -> type[ValidationRule]:
         def __init__(self, context: ValidationContext) -> None:
             super().__init__(context)
             document = context.document
-            fragments = {
-                d.name.value: d
-                for d in document.definitions
-                if isinstance(d, FragmentDefinitionNode)
-            }
+            fold = FragmentFolder(_fragments(document), _depth)
             for definition in document.definitions:
                 if not isinstance(definition, OperationDefinitionNode):
                     continue
-                depth = selection_depth(definition.selection_set, fragments)
+                depth = fold.of(definition.selection_set)
                 if depth > max_depth:
                     name = definition.name.value if definition.name else "anonymous"
                     context.report_error(
@@ -80,11 +216,126 @@ def depth_rule(max_depth: int) -> type[ValidationRule]:
     return DepthRule
 
 
+@functools.cache
+def alias_rule(max_aliases: int) -> type[ValidationRule]:
+    """A validation rule refusing documents with more than ``max_aliases`` aliases.
+
+    Replaces strawberry's ``MaxAliasesLimiter`` (same message), which walks a
+    fragment again at every spread: exponential time on a fragment bomb.
+    Built once per limit, so every request's rule set is the same tuple and
+    the validation cache keeps working.
+    """
+
+    class AliasRule(ValidationRule):
+        def __init__(self, context: ValidationContext) -> None:
+            super().__init__(context)
+            total = alias_count(context.document)
+            if total > max_aliases:
+                context.report_error(GraphQLError(f"{total} aliases found. Allowed: {max_aliases}"))
+
+    return AliasRule
+
+
 class QueryDepthLimit(AddValidationRules):
     """Refuses operations deeper than ``max_depth`` fields (a strawberry extension)."""
 
     def __init__(self, max_depth: int) -> None:
         super().__init__([depth_rule(max_depth)])
+
+
+class QueryAliasLimit(AddValidationRules):
+    """Refuses documents with more than ``max_aliases`` aliases (a strawberry extension)."""
+
+    def __init__(self, max_aliases: int) -> None:
+        super().__init__([alias_rule(max_aliases)])
+
+
+def _flattened(selection_set: SelectionSetNode) -> Iterator[FieldNode | FragmentSpreadNode]:
+    """The fields and spreads of ``selection_set``, its inline fragments flattened into it."""
+    pending = [selection_set]
+    while pending:
+        for selection in pending.pop().selections:
+            if isinstance(selection, InlineFragmentNode):
+                pending.append(selection.selection_set)
+            elif isinstance(selection, FieldNode | FragmentSpreadNode):
+                yield selection
+
+
+def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
+    """Why ``document`` is refused before validation, or ``None``; one linear walk.
+
+    Counts fragment definitions, fragment spreads as written, the fields
+    sharing one response name in each selection set (inline fragments
+    flattened into the set they sit in), then the fields the operations
+    expand to (each fragment counted once and multiplied by its spreads).
+    Every node is visited once.
+    """
+    fragments = sum(isinstance(d, FragmentDefinitionNode) for d in document.definitions)
+    if fragments > limits.max_fragments:
+        return f"{fragments} fragments defined; the limit is {limits.max_fragments}"
+    spreads = 0
+    pending: list[SelectionSetNode] = [
+        d.selection_set
+        for d in document.definitions
+        if isinstance(d, OperationDefinitionNode | FragmentDefinitionNode)
+    ]
+    while pending:
+        names: Counter[str] = Counter()
+        for selection in _flattened(pending.pop()):
+            if isinstance(selection, FragmentSpreadNode):
+                spreads += 1
+                continue
+            names[(selection.alias or selection.name).value] += 1
+            if selection.selection_set is not None:
+                pending.append(selection.selection_set)
+        if spreads > limits.max_fragment_spreads:
+            return f"more than {limits.max_fragment_spreads} fragment spreads; spread fewer"
+        repeated = names.most_common(1)
+        if repeated and repeated[0][1] > limits.max_same_name_fields:
+            name, repeats = repeated[0]
+            return (
+                f"field {name!r} is selected {repeats} times in one selection set; "
+                f"the limit is {limits.max_same_name_fields}"
+            )
+    fields, _ = expanded_fields(document)
+    if fields > limits.max_expanded_fields:
+        return (
+            f"the document expands to {fields} fields through its fragments; "
+            f"the limit is {limits.max_expanded_fields}"
+        )
+    return None
+
+
+class DocumentShapeLimit(SchemaExtension):
+    """Refuses a document by :func:`shape_error` before any validation rule runs.
+
+    Goes before :class:`ShapeCheckedValidationCache` in the extension list:
+    its refusal, set as the pre-execution errors, makes that cache (and
+    strawberry) skip validation.
+    """
+
+    def __init__(self, limits: RequestLimits) -> None:
+        self.limits = limits
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        reason = shape_error(document, self.limits) if document is not None else None
+        if reason is not None:
+            context.pre_execution_errors = [
+                GraphQLError(reason, extensions={"code": "GRAPHQL_VALIDATION_FAILED"})
+            ]
+        yield
+
+
+class ShapeCheckedValidationCache(ValidationCache):
+    """Strawberry's validation cache, except that a document already refused is not validated."""
+
+    def on_validate(self) -> Iterator[None]:
+        if self.execution_context.pre_execution_errors:
+            yield
+            return
+        yield from super().on_validate()
 
 
 class OneOperationUnlessNamed(ValidationRule):

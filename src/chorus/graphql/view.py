@@ -2,8 +2,8 @@
 
 HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
 cannot read (not UTF-8, not a JSON object, nested deeper than
-:data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`) get a GraphQL-shaped
-``BAD_REQUEST``.
+:data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`), and subscriptions (they need
+a WebSocket), get HTTP 400 with a GraphQL-shaped ``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
 ``connection_init`` payload (``{"Authorization": "Bearer …"}``); a missing or
@@ -48,6 +48,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
+from chorus.graphql.limits import RequestLimits
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONTooDeep, decode_json
 from chorus.graphql.schema import build_schema
 from chorus.logs import current_request_id
@@ -183,9 +184,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     graphql_transport_ws_handler_class = TransportWSHandler
 
-    def __init__(self, secret: str, *, max_connections_per_user: int = 20, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        secret: str,
+        *,
+        max_connections_per_user: int = 20,
+        limits: RequestLimits | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
-        super().__init__(build_schema(), **kwargs)
+        super().__init__(build_schema(limits), **kwargs)
         self._secret = secret
         self._max_connections_per_user = max_connections_per_user
         self.connections: Counter[str] = Counter()

@@ -39,6 +39,8 @@ class Services:
     """Live event fanout of this process; ``None`` where subscriptions are off."""
     rate_limiter: RateLimiter | None = None
     """Mutations per user per minute; ``None``: unlimited."""
+    query_budget: RateLimiter | None = None
+    """Query cost points per user per minute (:mod:`chorus.graphql.cost`); ``None``: unlimited."""
     snapshots: SnapshotCache | None = None
     """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
 

@@ -1,9 +1,12 @@
-"""Per-user rate limiting of mutations (off unless configured).
+"""Per-user rate limits (off unless configured): mutations, and query cost points.
 
-A token bucket per user and process: ``per_minute`` commands a minute on
-average, bursts of up to ``per_minute``. Refused commands come back as the
+A token bucket per user and process: ``per_minute`` tokens a minute on
+average, bursts of up to ``per_minute``. Mutations take one token each
+(``CHORUS_RATE_LIMIT_PER_MINUTE``); refused commands come back as the
 ``RATE_LIMITED`` user error, committing nothing; the client retries later
-with the same operation id.
+with the same operation id. Operations take their cost
+(:mod:`chorus.graphql.cost`, ``CHORUS_QUERY_COST_PER_MINUTE``); a refused
+one is the top-level ``RATE_LIMITED`` error and runs nothing.
 """
 
 from __future__ import annotations
@@ -33,13 +36,18 @@ class RateLimiter:
         self._max_users = max_users
         self._buckets: dict[str, tuple[float, float]] = {}
 
-    def allow(self, user_id: str) -> bool:
-        """Take one token from the user's bucket; ``False`` when it is empty."""
-        now = self._clock()
-        tokens, seen = self._buckets.pop(user_id, (float(self.per_minute), now))
-        tokens = min(float(self.per_minute), tokens + (now - seen) * self.per_minute / 60)
-        allowed = tokens >= 1
-        self._buckets[user_id] = (tokens - 1 if allowed else tokens, now)
+    def allow(self, user_id: str, cost: float = 1) -> bool:
+        """Take ``cost`` tokens from the user's bucket; ``False`` (taking none) when short."""
+        tokens = self.available(user_id)
+        allowed = tokens >= cost
+        self._buckets.pop(user_id, None)  # re-inserted last: the most recently used
+        self._buckets[user_id] = (tokens - cost if allowed else tokens, self._clock())
         if len(self._buckets) > self._max_users:
             del self._buckets[next(iter(self._buckets))]
         return allowed
+
+    def available(self, user_id: str) -> float:
+        """Tokens in the user's bucket now (a user not seen yet has a full one)."""
+        now = self._clock()
+        tokens, seen = self._buckets.get(user_id, (float(self.per_minute), now))
+        return min(float(self.per_minute), tokens + (now - seen) * self.per_minute / 60)

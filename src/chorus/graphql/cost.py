@@ -1,0 +1,295 @@
+"""Query cost: what one operation may ask of the server, computed before it runs.
+
+The model (GitHub's and Shopify's, simplified):
+
+* a scalar or enum field costs 0 (it comes with its object);
+* an object, interface or union field costs 1 plus the cost of its selection;
+* a field with a page size (``first`` or ``last``; the default page size
+  when neither is given; above the maximum page size counted at the
+  maximum, which the field then refuses) pays the cost of its list-typed
+  children (``edges``, ``versions``) once per item of the page: a
+  connection costs ``1 + page size × (cost of an edge) + the rest``;
+* a list without a page size of its own (a version's ``changes``, an add's
+  ``entries``) is counted as one item: its length is bounded by the input
+  limits (``CHORUS_MAX_MEDIA_PER_ADD``) and its items are loaded in one
+  batch with the page they belong to;
+* a fragment is expanded wherever it is spread, but its cost is computed
+  once per request (variables resolved) and reused: the cost of a fragment
+  bomb is found in time linear in the document;
+* a union's alternatives (``... on EntriesAdded``, ``... on EntriesMoved``)
+  are added up, not maximised: an over-estimate, never an under-estimate.
+
+A mutation costs the same way: 1 for the field plus its payload selection.
+Subscriptions are not costed (each event is bounded by depth and aliases).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    ExecutionResult,
+    FieldNode,
+    FragmentDefinitionNode,
+    FragmentSpreadNode,
+    GraphQLCompositeType,
+    GraphQLError,
+    GraphQLField,
+    GraphQLInterfaceType,
+    GraphQLList,
+    GraphQLObjectType,
+    GraphQLSchema,
+    InlineFragmentNode,
+    IntValueNode,
+    OperationDefinitionNode,
+    SchemaMetaFieldDef,
+    SelectionSetNode,
+    TypeMetaFieldDef,
+    VariableNode,
+    get_named_type,
+    get_nullable_type,
+    get_operation_ast,
+    is_composite_type,
+)
+from strawberry.extensions import SchemaExtension
+from strawberry.types.graphql import OperationType
+
+from chorus.graphql.limits import RequestLimits
+from chorus.resolvers.context import RequestContext
+
+PAGE_ARGUMENTS = ("first", "last")
+"""The arguments that set a field's page size."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """The cost of a selection set, split by what the enclosing field multiplies."""
+
+    once: int = 0
+    """Non-list children: paid once."""
+    per_item: int = 0
+    """List-typed children: paid once per item of the enclosing page."""
+
+    def __add__(self, other: _Part) -> _Part:
+        return _Part(self.once + other.once, self.per_item + other.per_item)
+
+
+@dataclass(slots=True)
+class CostCounter:
+    """Computes costs under one request's variables, each fragment once.
+
+    ``visits`` counts the selection sets walked: at most one per selection
+    set written in the document, however often its fragments are spread.
+    """
+
+    schema: GraphQLSchema
+    fragments: dict[str, FragmentDefinitionNode]
+    variables: dict[str, Any]
+    page_size_default: int
+    page_size_max: int
+    visits: int = 0
+    _done: dict[str, _Part] = field(default_factory=dict)
+    _open: set[str] = field(default_factory=set)
+
+    def selection(self, selection_set: SelectionSetNode, parent: GraphQLCompositeType) -> _Part:
+        self.visits += 1
+        total = _Part()
+        for selection in selection_set.selections:
+            if isinstance(selection, FieldNode):
+                cost, is_list = self._field(selection, parent)
+                total += _Part(per_item=cost) if is_list else _Part(once=cost)
+            elif isinstance(selection, InlineFragmentNode):
+                condition = selection.type_condition
+                inner = self._type(condition.name.value) if condition else parent
+                if inner is not None:
+                    total += self.selection(selection.selection_set, inner)
+            elif isinstance(selection, FragmentSpreadNode):
+                total += self._fragment(selection.name.value)
+        return total
+
+    def _fragment(self, name: str) -> _Part:
+        if name in self._done:
+            return self._done[name]
+        fragment = self.fragments.get(name)
+        if fragment is None or name in self._open:
+            return _Part()  # unknown or cyclic: refused by validation
+        on = self._type(fragment.type_condition.name.value)
+        self._open.add(name)
+        part = self.selection(fragment.selection_set, on) if on is not None else _Part()
+        self._open.discard(name)
+        self._done[name] = part
+        return part
+
+    def _type(self, name: str) -> GraphQLCompositeType | None:
+        found = self.schema.get_type(name)
+        return found if is_composite_type(found) else None
+
+    def _field(self, node: FieldNode, parent: GraphQLCompositeType) -> tuple[int, bool]:
+        """``(cost, whether the field is a list)``."""
+        definition = _definition(self.schema, parent, node.name.value)
+        if definition is None:
+            return 0, False  # __typename, or a field validation refused
+        is_list = isinstance(get_nullable_type(definition.type), GraphQLList)
+        named = get_named_type(definition.type)
+        if node.selection_set is None or not is_composite_type(named):
+            return 0, is_list
+        part = self.selection(node.selection_set, named)
+        size = self._page_size(node, definition)
+        return 1 + part.once + (size if size is not None else 1) * part.per_item, is_list
+
+    def _page_size(self, node: FieldNode, definition: GraphQLField) -> int | None:
+        """The page size a field asks for; ``None`` for a field without one."""
+        if not any(name in definition.args for name in PAGE_ARGUMENTS):
+            return None
+        sizes = []
+        for argument in node.arguments or ():
+            if argument.name.value not in PAGE_ARGUMENTS:
+                continue
+            value: object = None
+            if isinstance(argument.value, IntValueNode):
+                value = int(argument.value.value)
+            elif isinstance(argument.value, VariableNode):
+                value = self.variables.get(argument.value.name.value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                sizes.append(min(max(value, 0), self.page_size_max))
+        return max(sizes) if sizes else self.page_size_default
+
+
+def _definition(
+    schema: GraphQLSchema, parent: GraphQLCompositeType, name: str
+) -> GraphQLField | None:
+    if name == "__schema" and parent is schema.query_type:
+        return SchemaMetaFieldDef
+    if name == "__type" and parent is schema.query_type:
+        return TypeMetaFieldDef
+    if isinstance(parent, GraphQLObjectType | GraphQLInterfaceType):
+        found: GraphQLField | None = parent.fields.get(name)
+        return found
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationCost:
+    cost: int
+    introspection_only: bool
+    """Every root field is ``__schema``, ``__type`` or ``__typename``: never charged."""
+    visits: int
+    """Selection sets walked to compute it (linear in the document)."""
+
+
+def operation_cost(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    operation_name: str | None,
+    variables: dict[str, Any] | None,
+    limits: RequestLimits,
+) -> OperationCost | None:
+    """The cost of the operation a request runs; ``None`` when there is no such operation.
+
+    Args:
+        variables: the request's variables, as sent (an unusable page size
+            counts as the default; the field refuses it when it runs).
+    """
+    operation = get_operation_ast(document, operation_name)
+    if operation is None:
+        return None
+    root = schema.get_root_type(operation.operation)
+    if root is None:
+        return None
+    counter = CostCounter(
+        schema,
+        {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)},
+        variables or {},
+        limits.page_size_default,
+        limits.page_size_max,
+    )
+    part = counter.selection(operation.selection_set, root)
+    introspection = all(name.startswith("__") for name in _root_fields(document, operation))
+    return OperationCost(part.once + part.per_item, introspection, counter.visits)
+
+
+def _root_fields(document: DocumentNode, operation: OperationDefinitionNode) -> Iterator[str]:
+    """Names of the operation's root fields, through its fragments (each visited once)."""
+    fragments = {
+        d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+    }
+    pending, seen = [operation.selection_set], set[str]()
+    while pending:
+        for selection in pending.pop().selections:
+            if isinstance(selection, FieldNode):
+                yield selection.name.value
+            elif isinstance(selection, InlineFragmentNode):
+                pending.append(selection.selection_set)
+            elif isinstance(selection, FragmentSpreadNode):
+                name = selection.name.value
+                if name in fragments and name not in seen:
+                    seen.add(name)
+                    pending.append(fragments[name].selection_set)
+
+
+class QueryCostLimit(SchemaExtension):
+    """Refuses an operation over the cost limit or the viewer's budget; reports its cost.
+
+    Runs when execution starts (validation passed, variables known):
+    over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
+    left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
+    set) → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
+    The response's ``extensions.cost`` says ``requestedQueryCost`` and
+    ``maximum``, plus ``throttleStatus`` when the budget is on.
+    """
+
+    def __init__(self, limits: RequestLimits) -> None:
+        self.limits = limits
+        self.report: dict[str, Any] | None = None
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        if document is not None and context.operation_type is not OperationType.SUBSCRIPTION:
+            found = operation_cost(
+                context.schema._schema,
+                document,
+                context.operation_name,
+                context.variables,
+                self.limits,
+            )
+            refusal = self._refusal(found) if found is not None else None
+            if refusal is not None:
+                context.result = ExecutionResult(data=None, errors=[refusal])
+        yield
+
+    def _refusal(self, found: OperationCost) -> GraphQLError | None:
+        cost, maximum = found.cost, self.limits.max_query_cost
+        self.report = {"requestedQueryCost": cost, "maximum": maximum}
+        if cost > maximum:
+            return GraphQLError(
+                f"the query costs {cost}; the limit is {maximum} "
+                "(ask for smaller pages or fewer fields)",
+                extensions={"code": "GRAPHQL_VALIDATION_FAILED"},
+            )
+        request = self.execution_context.context
+        if not isinstance(request, RequestContext) or request.viewer_id is None:
+            return None
+        budget = request.services.query_budget
+        if budget is None:
+            return None
+        allowed = found.introspection_only or budget.allow(request.viewer_id, cost)
+        available = budget.available(request.viewer_id)
+        self.report["throttleStatus"] = {
+            "maximumAvailable": budget.per_minute,
+            "currentlyAvailable": int(available),
+            "restoreRate": budget.per_minute / 60,
+        }
+        if allowed:
+            return None
+        return GraphQLError(
+            f"the query costs {cost}, over the {int(available)} left of the budget of "
+            f"{budget.per_minute} a minute; retry later",
+            extensions={"code": "RATE_LIMITED"},
+        )
+
+    def get_results(self) -> dict[str, Any]:
+        return {"cost": self.report} if self.report is not None else {}

@@ -1,0 +1,224 @@
+"""Hostile GraphQL documents sent to a running ``chorus serve``: refused cheaply, with a code.
+
+A fragment bomb (each fragment spreads the next twice) must be refused
+before any validation rule walks it; so must documents with too many
+fragments, spreads, or fields of one name side by side (the input of
+graphql-core's quadratic overlap rule). A subscription sent over HTTP is a
+client error, not a crash. Read cost is bounded per request and, when
+``CHORUS_QUERY_COST_PER_MINUTE`` is set, per user and minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from graphql import get_introspection_query
+
+from tests.e2e.conftest import Api
+from tests.e2e.helpers import add, create_playlist, error_codes, mutation_document, track
+from tests.servers import ChorusServer
+
+MAX_COST = 10_000
+"""The default of ``CHORUS_MAX_QUERY_COST``."""
+
+
+def bomb(n: int, leaf: str = "__typename") -> str:
+    """A ~1 KB query whose fragments each spread the next twice: 2**n leaves expanded."""
+    chain = " ".join(f"fragment F{i} on Query {{ ...F{i + 1} ...F{i + 1} }}" for i in range(n))
+    return f"query {{ ...F0 }} {chain} fragment F{n} on Query {{ {leaf} }}"
+
+
+def refused(api: Api, document: str, code: str, **variables: Any) -> str:
+    """The message of the single error of ``document``, asserting its code and no data."""
+    body = api.gql(document, **variables)
+    assert error_codes(body) == [code], body
+    assert body.get("data") is None, body
+    message: str = body["errors"][0]["message"]
+    return message
+
+
+def assert_no_traceback(server: ChorusServer) -> None:
+    assert "Traceback" not in server.log.read_text()
+
+
+# --- validation cost ------------------------------------------------------------------
+
+
+def test_a_fragment_bomb_is_refused_before_validation(api: Api) -> None:
+    document = bomb(21)
+    assert len(document) < 1_000
+    message = refused(api, document, "GRAPHQL_VALIDATION_FAILED")
+    assert f"expands to {2**21} fields" in message
+    assert "the limit is 10000" in message
+    # Aliases at the bottom of the bomb: the alias rule would have walked it too.
+    message = refused(api, bomb(21, "a: __typename"), "GRAPHQL_VALIDATION_FAILED")
+    assert "expands to" in message
+    # The server answers the next request as usual.
+    assert api.data("{ viewer { user { id } } }")["viewer"]["user"]["id"] == "alice"
+    assert_no_traceback(api.server)
+
+
+def test_a_small_bomb_passes_every_rule(api: Api) -> None:
+    # 2**10 copies of one field: within the expansion limit; depth and aliases
+    # are computed once per fragment.
+    body = api.gql(bomb(10))
+    assert "errors" not in body, body
+    assert body["data"] == {"__typename": "Query"}
+
+
+def test_too_many_fragments_or_spreads_are_refused(api: Api) -> None:
+    fragments = " ".join(f"fragment F{i} on Query {{ __typename }}" for i in range(51))
+    spreads = " ".join(f"...F{i}" for i in range(51))
+    message = refused(api, f"{{ {spreads} }} {fragments}", "GRAPHQL_VALIDATION_FAILED")
+    assert message == "51 fragments defined; the limit is 50"
+    message = refused(
+        api,
+        "{ " + "...F " * 101 + "} fragment F on Query { __typename }",
+        "GRAPHQL_VALIDATION_FAILED",
+    )
+    assert message == "more than 100 fragment spreads; spread fewer"
+    body = api.gql("{ " + "...F " * 100 + "} fragment F on Query { __typename }")
+    assert "errors" not in body, body
+
+
+def test_one_field_repeated_side_by_side_is_refused(api: Api) -> None:
+    # 1,200 `user { id }` in one selection set: 1.2 s in graphql-core's overlap rule.
+    message = refused(
+        api, "{ viewer { " + "user { id } " * 1200 + "} }", "GRAPHQL_VALIDATION_FAILED"
+    )
+    assert message == "field 'user' is selected 1200 times in one selection set; the limit is 20"
+    inline = "{ viewer { " + "... on Viewer { user { id } } " * 500 + "} }"
+    assert "500 times" in refused(api, inline, "GRAPHQL_VALIDATION_FAILED")
+    assert "errors" not in api.gql("{ viewer { " + "user { id } " * 20 + "} }")
+
+
+# --- a subscription over HTTP ---------------------------------------------------------
+
+
+def test_a_subscription_over_http_is_a_bad_request(api: Api) -> None:
+    query = 'subscription { playlistEvents(playlistId: "x", sinceVersion: 0) { __typename } }'
+    response = api.raw({"query": query})
+    assert response.status_code == 400, response.text
+    error = response.json()["errors"][0]
+    assert error["extensions"]["code"] == "BAD_REQUEST"
+    assert error["message"] == (
+        "subscriptions need a WebSocket: use graphql-transport-ws on this URL"
+    )
+    # Before validation: a subscription that would not validate gets the same answer.
+    response = api.raw({"query": "subscription { viewer { user { id } } }"})
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+    assert_no_traceback(api.server)
+
+
+# --- read cost ------------------------------------------------------------------------
+
+
+CHANGES_WITH_MEDIA = (
+    "changes(sinceVersion: 0, first: 100) { versions { version changes { "
+    "... on EntriesAdded { entries { id media { title artists } } } } } }"
+)
+
+
+@pytest.fixture(scope="module")
+def playlist_id(api: Api) -> str:
+    pid = create_playlist(api, title="Costly")
+    add(api, pid, [track(1), track(2)], base=0)
+    return pid
+
+
+def test_thirty_aliases_of_changes_with_media_are_refused(api: Api, playlist_id: str) -> None:
+    aliased = " ".join(f"c{i}: {CHANGES_WITH_MEDIA}" for i in range(30))
+    document = f"query($id: ID!) {{ playlist(id: $id) {{ {aliased} }} }}"
+    message = refused(api, document, "GRAPHQL_VALIDATION_FAILED", id=playlist_id)
+    assert message.startswith("the query costs ")
+    assert f"the limit is {MAX_COST}" in message
+    # One of them is an ordinary sync, and says what it cost.
+    body = api.gql(
+        f"query($id: ID!) {{ playlist(id: $id) {{ {CHANGES_WITH_MEDIA} }} }}", id=playlist_id
+    )
+    assert "errors" not in body, body
+    cost = body["extensions"]["cost"]
+    assert cost == {"requestedQueryCost": cost["requestedQueryCost"], "maximum": MAX_COST}
+    assert 100 < cost["requestedQueryCost"] < MAX_COST
+
+
+def test_nested_connections_at_maximum_page_sizes_are_refused(api: Api) -> None:
+    document = """
+    query($n: Int) { viewer { playlists(first: $n) { edges { node {
+      entries(first: $n) { edges { node { media { title } addedBy { id } } } }
+      members(first: $n) { edges { node { user { id } } } }
+    } } } } }
+    """
+    message = refused(api, document, "GRAPHQL_VALIDATION_FAILED", n=100)
+    assert "the query costs" in message
+    body = api.gql(document, n=10)
+    assert "errors" not in body, body
+    assert body["extensions"]["cost"]["requestedQueryCost"] <= MAX_COST
+
+
+def test_a_mutation_costs_its_payload(api: Api, playlist_id: str) -> None:
+    body = api.gql(
+        mutation_document("createPlaylist"), input={"operationId": api.op(), "title": "Paid"}
+    )
+    assert "errors" not in body, body
+    assert body["extensions"]["cost"]["requestedQueryCost"] > 0
+
+
+# --- the per-user budget --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budget(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """A server (SQLite) with a per-request limit of 500 and a budget of 1,000 a minute."""
+    data_dir: Path = tmp_path_factory.mktemp("chorus-budget")
+    server = ChorusServer(
+        f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}",
+        data_dir,
+        CHORUS_MAX_QUERY_COST="500",
+        CHORUS_QUERY_COST_PER_MINUTE="1000",
+    )
+    server.start()
+    client = Api(server)
+    yield client
+    client.http.close()
+    server.stop()
+
+
+PLAYLISTS_402 = (
+    "{ viewer { playlists(first: 100) { edges { node { id owner { id } "
+    "entries(first: 1) { totalCount } } } } } }"
+)
+"""Costs 2 + 100 × (edge + node + owner + entries) = 402."""
+
+
+def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
+    first = budget.gql(PLAYLISTS_402, user="carol")
+    assert "errors" not in first, first
+    cost = first["extensions"]["cost"]
+    assert cost["requestedQueryCost"] == 402
+    assert cost["maximum"] == 500
+    status = cost["throttleStatus"]
+    assert status["maximumAvailable"] == 1000
+    assert 598 <= status["currentlyAvailable"] < 1000
+    assert "errors" not in budget.gql(PLAYLISTS_402, user="carol")
+    body = budget.gql(PLAYLISTS_402, user="carol")
+    assert error_codes(body) == ["RATE_LIMITED"], body
+    assert body.get("data") is None
+    message = body["errors"][0]["message"]
+    assert "costs 402" in message
+    assert "1000 a minute" in message
+    # Introspection is never charged, and another user has a budget of their own.
+    assert "errors" not in budget.gql(get_introspection_query(), user="carol")
+    assert "errors" not in budget.gql(PLAYLISTS_402, user="dave")
+    # The per-request limit of this server.
+    message = refused(
+        budget,
+        PLAYLISTS_402.replace("owner { id }", "owner { id } o: owner { id }"),
+        "GRAPHQL_VALIDATION_FAILED",
+    )
+    assert "the query costs 502; the limit is 500" in message
+    assert_no_traceback(budget.server)
