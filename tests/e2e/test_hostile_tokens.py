@@ -29,7 +29,7 @@ import httpx
 import pytest
 import websockets
 
-from chorus.auth import MAX_TOKEN_LENGTH
+from chorus.auth import MAX_NUMERIC_DATE, MAX_TOKEN_LENGTH
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import error_codes
 from tests.servers import TEST_SECRET, ChorusServer
@@ -119,6 +119,7 @@ HOSTILE = {
 
 ACCEPTED = {
     "exp a float": claims(exp=LATER + 0.5),
+    "exp the last second of year 9999": claims(exp=MAX_NUMERIC_DATE),
     "nested extra claims": claims(iss=[1, {"a": None}], jti={"x": [[[]]]}, roles={"admin": True}),
     "odd typ and kid": signed(
         json.dumps({"sub": "alice", "exp": LATER}).encode(),
