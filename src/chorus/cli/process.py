@@ -97,7 +97,7 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
     Returns:
         The open lock file (keep it until the server stops); ``None`` when
         there is nothing to lock: the full profile, PostgreSQL, an
-        in-memory or ``file:`` URI database.
+        in-memory database. A ``file:`` URI locks the file it names.
 
     Exits:
         2 with one line when another ``chorus serve`` holds the lock.
@@ -108,12 +108,12 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
 
     url = make_url(settings.database_url)
     database = url.database or ""
-    if (
-        settings.full_profile
-        or url.get_backend_name() != "sqlite"
-        or database in ("", ":memory:")
-        or database.startswith("file:")
-    ):
+    if database.startswith("file:"):  # a URI filename: file:/path?mode=…, file:///path
+        database = database.removeprefix("file:").split("?", 1)[0].removeprefix("//localhost")
+        database = "/" + database.lstrip("/") if database.startswith("//") else database
+        if url.query.get("mode") == "memory" or "mode=memory" in (url.database or ""):
+            database = ":memory:"
+    if settings.full_profile or url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
         return None
     path = Path(database).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
