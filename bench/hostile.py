@@ -473,8 +473,6 @@ async def run_classes(
         start = time.time()
         if one is not None:
             sent = await attack(seconds, concurrency, one)
-            if one == attacks.metrics_flood:
-                await attacks.metrics_labels()
         elif name.startswith("5 slowloris"):
             await asyncio.gather(*(attacks.slowloris(seconds) for _ in range(50)))
             sent = 50
@@ -484,7 +482,10 @@ async def run_classes(
         else:
             await asyncio.to_thread(attacks.second_serve, seconds)
             sent = 1
-        windows.append((name, quiet, (start, time.time()), sent, dict(attacks.seen)))
+        end = time.time()
+        if one == attacks.metrics_flood:
+            await attacks.metrics_labels()  # after the window: the scrape is no attack
+        windows.append((name, quiet, (start, end), sent, dict(attacks.seen)))
     await attacks.client.aclose()
     return windows
 
