@@ -60,6 +60,30 @@ async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
             )
 
 
+async def _check_media_unless_replay(
+    ctx: RequestContext, command: AddEntries, actor: str
+) -> Committed | None:
+    """Check the media of ``command``; if the catalog refuses, answer a committed retry instead.
+
+    A retry must learn whether its edit committed even while the catalog is
+    down (or has since dropped a track), so only a failed check pays for the
+    operation-id look-up.
+
+    Raises:
+        ServiceUnavailable, MediaNotFound: the check failed and ``command``
+            has not committed; ``OperationIdReused``: its id committed with
+            another input.
+    """
+    try:
+        await _check_media(ctx, command.media_ids)
+    except (ServiceUnavailable, MediaNotFound):
+        stored = await ctx.services.store.replay(command, actor)
+        if stored is None:
+            raise
+        return stored
+    return None
+
+
 async def _charge(
     ctx: RequestContext, command: CreatePlaylist | PlaylistCommand, actor: str
 ) -> Committed | DomainError | None:
@@ -145,7 +169,10 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
             isinstance(command, AddEntries)
             and len(command.media_ids) <= ctx.services.limits.max_media_per_add
         ):
-            await _check_media(ctx, command.media_ids)
+            stored = await _check_media_unless_replay(ctx, command, actor)
+            if stored is not None:
+                _refund_if_free(ctx, actor, stored)
+                return MutationResult(command.operation_id, stored, playlist_id=command.playlist_id)
         committed = await ctx.services.store.execute(command, actor)
     except DomainError as error:
         _refund_if_free(ctx, actor, error)
