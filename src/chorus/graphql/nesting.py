@@ -1,4 +1,4 @@
-"""A bound on how deeply a request body or a WebSocket frame may nest its JSON.
+"""Bounds on the JSON of a request body or a WebSocket frame: its nesting, its numbers.
 
 Python's :func:`json.loads` recurses once per ``[`` or ``{``: a body of a few
 thousand brackets raises :class:`RecursionError`, which strawberry lets
@@ -6,12 +6,19 @@ through (a plain-text 500 and a traceback per request). Nothing in the
 schema nests anywhere near :data:`MAX_JSON_DEPTH`, so the view measures the
 nesting first (strings skipped, one regular-expression pass, then a walk over
 the brackets alone) and refuses a deeper document before the decoder sees it.
+
+Python also refuses to convert an integer of more than
+:func:`sys.get_int_max_str_digits` digits (4,300) to ``int`` (converting is
+quadratic in the digits): :func:`json.loads` raises a plain
+:class:`ValueError`, which strawberry lets through too. :func:`decode_json`
+turns it into :class:`JSONNumberTooLong`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects in a request body or WebSocket frame.
@@ -36,6 +43,19 @@ class JSONTooDeep(json.JSONDecodeError):
 
     def __init__(self, limit: int) -> None:
         message = f"JSON nested deeper than {limit} levels"
+        ValueError.__init__(self, message)
+        self.limit = limit
+        self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
+
+
+class JSONNumberTooLong(json.JSONDecodeError):
+    """A document holds an integer of more digits than Python converts.
+
+    A :class:`json.JSONDecodeError` for the same reason as :class:`JSONTooDeep`.
+    """
+
+    def __init__(self, limit: int) -> None:
+        message = f"a JSON number has more than {limit} digits"
         ValueError.__init__(self, message)
         self.limit = limit
         self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
@@ -71,7 +91,9 @@ def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
 
     Raises:
         JSONTooDeep: nested deeper than ``limit``.
+        JSONNumberTooLong: an integer of more than :func:`sys.get_int_max_str_digits` digits.
         json.JSONDecodeError: not JSON.
+        UnicodeDecodeError: bytes that are not UTF-8 (nor UTF-16 or UTF-32).
     """
     if nests_deeper_than(document, limit):
         raise JSONTooDeep(limit)
@@ -79,3 +101,7 @@ def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
         return json.loads(document)
     except RecursionError:  # not reached below the limit; kept as a backstop
         raise JSONTooDeep(limit) from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise
+    except ValueError:  # the only other one: int() refusing a huge integer
+        raise JSONNumberTooLong(sys.get_int_max_str_digits()) from None

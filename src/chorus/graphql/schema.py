@@ -19,6 +19,7 @@ from strawberry.types.graphql import OperationType
 
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.errors import ErrorPolicy
+from chorus.graphql.literals import BoundedIntLiterals
 from chorus.graphql.limits import (
     DocumentShapeLimit,
     QueryAliasLimit,
@@ -134,9 +135,10 @@ def build_schema(
 
     The order of the extensions is the order of the checks: tokens while
     parsing, then the document's shape, then validation (cached; depth and
-    aliases among its rules), then the cost when execution starts. Page
-    sizes and input sizes are checked per field against the settings'
-    limits in the request context.
+    aliases among its rules; over-long integer literals refused by the value
+    rule, :mod:`chorus.graphql.literals`), then the cost when execution
+    starts. Page sizes and input sizes are checked per field against the
+    settings' limits in the request context.
     """
     limits = limits or RequestLimits()
     names = operation_names or OperationNames()
@@ -155,6 +157,7 @@ def build_schema(
             # Before the validation cache: a refused document is not validated.
             lambda: DocumentShapeLimit(limits),
             lambda: ShapeCheckedValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
+            BoundedIntLiterals,
             lambda: QueryDepthLimit(limits.max_depth),
             RequireOperationName,
             lambda: QueryAliasLimit(limits.max_aliases),

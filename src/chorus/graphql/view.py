@@ -2,7 +2,8 @@
 
 HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
 cannot read (not UTF-8, not a JSON object, nested deeper than
-:data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`), and subscriptions (they need
+:data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`, an integer of thousands of
+digits), and subscriptions (they need
 a WebSocket), get HTTP 400 with a GraphQL-shaped ``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
@@ -10,8 +11,9 @@ WebSocket (``graphql-transport-ws``): the token comes in the
 invalid one closes the socket with 4403. Each user may hold a bounded number
 of connections per process, each a bounded number of operations. A stream
 that fails after it started (access lost) ends with the protocol's ``error``
-message, whose error carries ``extensions.code``. A frame nested too deep
-closes the socket with 4400 like any frame that is not JSON.
+message, whose error carries ``extensions.code``. A frame nested too deep,
+or with an integer too long to convert, closes the socket with 4400 like
+any frame that is not JSON.
 
 Both: the request id (:mod:`chorus.logs`) is the HTTP response's
 ``X-Request-Id`` and the ``connection_ack`` payload's ``requestId``; a page
@@ -50,7 +52,7 @@ from strawberry.types.unset import UnsetType
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
-from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONTooDeep, decode_json
+from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.schema import build_schema
 from chorus.logs import current_request_id
 from chorus.middleware import error_response
@@ -261,6 +263,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
         Raises:
             JSONTooDeep: nested deeper (a :class:`json.JSONDecodeError`).
+            JSONNumberTooLong: an integer too long to convert (a
+                :class:`json.JSONDecodeError` too).
         """
         return decode_json(data, MAX_JSON_DEPTH)
 
@@ -276,6 +280,9 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             cause = error.__cause__
             if isinstance(cause, JSONTooDeep):
                 message = f"the request body nests arrays and objects deeper than {cause.limit}"
+                raise HTTPException(400, message) from None
+            if isinstance(cause, JSONNumberTooLong):
+                message = f"the request body has a number of more than {cause.limit} digits"
                 raise HTTPException(400, message) from None
             raise
         except UnicodeDecodeError:
