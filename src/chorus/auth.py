@@ -189,13 +189,44 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip()
 
 
+class SecretUnusable(Exception):
+    """The secret file or its directory cannot be used; ``str(error)`` says why, in one line."""
+
+
 def load_or_create_secret(data_dir: Path) -> str:
-    """The secret kept in ``data_dir/jwt-secret``, generated (mode 600) on first use."""
+    """The secret kept in ``data_dir/jwt-secret``, generated (mode 600) on first use.
+
+    A kept secret is held to the rule of ``CHORUS_JWT_SECRET``: at least
+    :data:`MIN_SECRET_LENGTH` characters once surrounding white space is
+    stripped (a 5-character key would sign tokens anyone can forge).
+
+    Raises:
+        SecretUnusable: the file is shorter than that (empty included), is not
+            UTF-8 text or cannot be read; or ``data_dir`` is not a directory
+            or the secret cannot be created in it (not writable).
+    """
     path = data_dir / "jwt-secret"
-    if path.exists():
-        return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
-    path.touch(mode=0o600)
-    path.write_text(secret + "\n")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise SecretUnusable(f"the data directory {data_dir} is not a directory")
+    try:
+        if path.exists():
+            secret = path.read_text().strip()
+        else:
+            secret = secrets.token_urlsafe(48)
+            data_dir.mkdir(parents=True, exist_ok=True)
+            path.touch(mode=0o600)
+            path.write_text(secret + "\n")
+    except UnicodeDecodeError:
+        raise SecretUnusable(
+            f"{path} is not text: put a secret of at least "
+            f"{MIN_SECRET_LENGTH} characters in it, or delete it"
+        ) from None
+    except OSError as error:
+        where = error.filename or path
+        raise SecretUnusable(f"cannot use {where}: {error.strerror or error}") from None
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise SecretUnusable(
+            f"{path} is too short: {len(secret)} characters, a secret needs at least "
+            f"{MIN_SECRET_LENGTH} (delete the file to have one generated)"
+        )
     return secret

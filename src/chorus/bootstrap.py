@@ -60,7 +60,13 @@ REDIS_CONNECT_TIMEOUT_S = 2.0
 
 
 def jwt_secret(settings: Settings) -> str:
-    """The configured secret, or the one generated and kept in ``CHORUS_DATA_DIR``."""
+    """The configured secret, or the one generated and kept in ``CHORUS_DATA_DIR``.
+
+    Raises:
+        SecretUnusable: the kept secret is too short or unreadable, or the
+            data directory is not a writable directory
+            (:func:`~chorus.auth.load_or_create_secret`).
+    """
     return settings.jwt_secret or load_or_create_secret(Path(settings.data_dir))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from chorus import __version__
 from chorus.cli.process import (
     fail,
+    jwt_secret,
     listen,
     load_settings,
     lock_embedded_database,
@@ -34,6 +35,7 @@ def serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.port
     if args.with_workers:
         require_full_profile(settings, "--with-workers")
+    jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
     lock = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
     stop_cleanly_on_signals()
@@ -137,10 +139,9 @@ def db_upgrade(_args: argparse.Namespace) -> int:
 
 
 def token(args: argparse.Namespace) -> int:
-    from chorus import bootstrap
     from chorus.auth import mint_token
 
-    print(mint_token(bootstrap.jwt_secret(load_settings()), args.user))
+    print(mint_token(jwt_secret(load_settings()), args.user))
     return 0
 
 

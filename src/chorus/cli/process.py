@@ -43,6 +43,21 @@ def load_settings() -> Settings:
         fail(f"bad settings: {problems}")
 
 
+def jwt_secret(settings: Settings) -> str:
+    """The secret bearer tokens are signed with (:func:`chorus.bootstrap.jwt_secret`).
+
+    Exits:
+        2 with one line when the kept secret or the data directory is unusable.
+    """
+    from chorus import bootstrap
+    from chorus.auth import SecretUnusable
+
+    try:
+        return bootstrap.jwt_secret(settings)
+    except SecretUnusable as error:
+        fail(str(error))
+
+
 def migrate(settings: Settings, *, wait: bool) -> None:
     """Apply migrations to the configured database.
 
