@@ -61,7 +61,10 @@ def _comma_list(value: str | None) -> tuple[str, ...]:
 class Settings(BaseSettings):
     """Chorus configuration; frozen once read."""
 
-    model_config = SettingsConfigDict(env_prefix="CHORUS_", frozen=True, extra="ignore")
+    # allow_inf_nan: every float setting is finite ("inf" and "nan" parse as floats).
+    model_config = SettingsConfigDict(
+        env_prefix="CHORUS_", frozen=True, extra="ignore", allow_inf_nan=False
+    )
 
     database_url: str = Field(
         DEFAULT_DATABASE_URL,
@@ -164,6 +167,12 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds a connection has to send a whole request head, counted from "
         "connecting or from the previous response; then 408 and closed.",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a request has to send its whole body once its head is in; "
+        "then 408 and closed.",
     )
     keep_alive_timeout_s: float = Field(
         5.0, gt=0, description="Seconds an idle keep-alive HTTP connection stays open."

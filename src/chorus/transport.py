@@ -1,8 +1,9 @@
-"""HTTP/1.1 transport limits: uvicorn's httptools protocol with a bounded request head.
+"""HTTP/1.1 transport limits: uvicorn's httptools protocol with a bounded request head and body.
 
 uvicorn bounds neither the request head nor the wait for it: a 64 MiB header
 or 20,000 headers are parsed and handed on, and a client that sends one
-header line every few seconds (slowloris) holds its connection forever. This
+header line every few seconds (slowloris) holds its connection forever; so
+does one that declares a body and sends a byte of it now and then. This
 is a fast path in front of uvicorn, not a fork: :class:`BoundedHttpToolsProtocol`
 subclasses uvicorn's :class:`~uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`
 and only watches the head go by:
@@ -13,7 +14,12 @@ and only watches the head go by:
 * the whole head must arrive within :attr:`HeadLimits.head_timeout_s` of
   connecting or of the previous response; then **408** (or a plain close
   when not a byte came) — a timer armed then and cancelled once the headers
-  are complete, so a slow body or a long response is not cut;
+  are complete;
+* the whole body must arrive within :attr:`HeadLimits.body_timeout_s` of the
+  head; then **408** while no response has begun (the app reads
+  ``http.disconnect``; what it sends is dropped), else a plain close. Time
+  the server itself stops reading (its flow control, a pipelined request
+  waiting its turn) does not count; a long response is not cut;
 * a request on a connection beyond :attr:`HeadLimits.max_connections` open
   ones (HTTP and WebSocket) answers **503**.
 
@@ -22,6 +28,11 @@ Refusals are GraphQL-shaped JSON (``extensions.code``), carry a fresh
 :data:`LINGER_S` of draining at most). Idle keep-alive connections are
 closed by uvicorn itself (``timeout_keep_alive``); WebSocket handshakes go
 through the same head limits before uvicorn upgrades them.
+
+These bound each connection, not each client: many slow clients together
+hold at most :attr:`HeadLimits.max_connections` connections, each for at
+most the head and body bounds; a cap per client address belongs to the
+load balancer in front (README, HTTP transport limits).
 """
 
 from __future__ import annotations
@@ -51,12 +62,13 @@ huge header); so the server stops writing, drains, then closes, as nginx's
 
 @dataclass(frozen=True, slots=True)
 class HeadLimits:
-    """The bounds of one server (``CHORUS_MAX_HEADER_BYTES`` and friends)."""
+    """The bounds of one server (``CHORUS_MAX_HEADER_BYTES`` and friends; seconds)."""
 
     max_header_bytes: int
     max_headers: int
     head_timeout_s: float
     max_connections: int
+    body_timeout_s: float = 30.0
 
 
 class _Refused(Exception):
@@ -75,6 +87,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
         self._reading_head = True
         self._head_bytes = 0
         self._header_count = 0
@@ -134,8 +147,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             )
             raise _Refused
         super().on_headers_complete()
+        if not (self.parser.should_upgrade() and self._should_upgrade()):
+            # Cancelled at once when there is no body (the message completes
+            # in the same feed); an upgraded connection is no longer ours.
+            self._await_body()
 
     def on_message_complete(self) -> None:
+        self._cancel_body_timer()
         super().on_message_complete()
         # The next bytes are the next request's head (timed once this response is out).
         self._reading_head, self._head_bytes = True, 0
@@ -148,6 +166,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
@@ -167,6 +186,35 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(
             HTTPStatus.REQUEST_TIMEOUT,
             f"the request head did not arrive within {self.limits.head_timeout_s:g} s",
+            "REQUEST_TIMEOUT",
+        )
+
+    def _await_body(self) -> None:
+        self._cancel_body_timer()
+        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
+
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self.flow.read_paused:
+            # The server stopped reading (the app is behind, or the request is
+            # pipelined behind another): the client is not the slow one.
+            self._await_body()
+            return
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            self.transport.close()  # an answer is under way: a refusal would garble it
+            return
+        # The app waiting for the body reads http.disconnect; what it sends is dropped.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._refuse(
+            HTTPStatus.REQUEST_TIMEOUT,
+            f"the request body did not arrive within {self.limits.body_timeout_s:g} s",
             "REQUEST_TIMEOUT",
         )
 
@@ -194,9 +242,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, status: HTTPStatus, message: str, code: str) -> None:
         """Answer ``status`` with a GraphQL-shaped error and close the connection."""
         self._cancel_head_timer()
+        self._cancel_body_timer()
         if self.transport.is_closing():
             return
-        if self.cycle is not None and not self.cycle.response_complete:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.disconnected:
             # A pipelined head went wrong while a response is being written:
             # another answer would garble it.
             self.transport.close()

@@ -241,3 +241,44 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     )
     assert "the query costs 502; the limit is 500" in message
     assert_no_traceback(budget.server)
+
+
+# --- integer literals too long to convert ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "{ viewer { playlists(first: " + "9" * 4400 + ") { totalCount } } }",
+        "query Q($n: Int = " + "9" * 4400 + ") { viewer { playlists(first: $n) { totalCount } } }",
+        "{ viewer { playlists(first: -" + "1" * 400 + ") { totalCount } } }",
+    ],
+    ids=["argument-4400", "default-4400", "negative-400"],
+)
+@pytest.mark.parametrize("user", ["alice", None], ids=["token", "no-token"])
+def test_an_int_literal_too_long_to_convert_fails_validation(
+    api: Api, document: str, user: str | None
+) -> None:
+    before = len(api.server.log.read_text().splitlines())
+    body = api.gql(document, user=user)
+    assert error_codes(body) == ["GRAPHQL_VALIDATION_FAILED"], str(body)[:500]
+    assert body.get("data") is None
+    message = body["errors"][0]["message"]
+    assert message.startswith("Int cannot represent non 32-bit signed integer value: "), message
+    assert len(message) < 200  # the literal is abbreviated, not echoed
+    assert api.server.log.read_text().splitlines()[before:] == []  # no error line
+    # An out-of-range literal of ordinary length keeps graphql-core's own message.
+    short = refused(
+        api,
+        "{ viewer { playlists(first: 99999999999) { totalCount } } }",
+        "GRAPHQL_VALIDATION_FAILED",
+    )
+    assert short == "Int cannot represent non 32-bit signed integer value: 99999999999"
+
+
+def test_an_over_long_integer_for_an_id_fails_validation_naming_the_type(api: Api) -> None:
+    message = refused(
+        api, "{ playlist(id: " + "7" * 5000 + ") { id } }", "GRAPHQL_VALIDATION_FAILED"
+    )
+    assert message.startswith("Expected value of type 'ID!', found 777777777777… (5000 digits)")
+    assert_no_traceback(api.server)

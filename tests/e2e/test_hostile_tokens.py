@@ -32,7 +32,7 @@ import websockets
 from chorus.auth import MAX_NUMERIC_DATE, MAX_TOKEN_LENGTH
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import error_codes
-from tests.servers import TEST_SECRET, ChorusServer
+from tests.servers import TEST_SECRET, ChorusServer, free_port
 
 VIEWER = "{ viewer { user { id } } }"
 LATER = int(time.time()) + 3600
@@ -389,3 +389,78 @@ def test_chorus_token_of_an_unusual_user_id_is_accepted_by_the_server(
     token = done.stdout.decode().strip()
     response = _as(api, f"Bearer {token}")
     assert response.json()["data"] == {"viewer": {"user": {"id": user}}}, response.text
+
+
+# --- the kept secret and the data directory ---------------------------------------------
+
+
+def _chorus_without_secret(
+    command: str, data_dir: Path, tmp_path: Path
+) -> subprocess.CompletedProcess[bytes]:
+    """``chorus token alice`` or ``chorus serve`` with no CHORUS_JWT_SECRET: the kept one."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+        "CHORUS_DATA_DIR": str(data_dir),
+        "CHORUS_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
+        "CHORUS_PORT": str(free_port()),
+    }
+    argv = ["token", "alice"] if command == "token" else ["serve"]
+    return subprocess.run(
+        [sys.executable, "-m", "chorus.cli", *argv],
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _one_line_refusal(done: subprocess.CompletedProcess[bytes]) -> str:
+    assert done.returncode == 2, done
+    assert done.stdout == b""
+    stderr = done.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    return stderr
+
+
+@pytest.mark.parametrize("kept", ["", "\n", "abcde\n", " " * 40, "x" * 31], ids=repr)
+@pytest.mark.parametrize("command", ["token", "serve"])
+def test_a_kept_secret_too_short_exits_2_in_one_line(
+    tmp_path: Path, command: str, kept: str
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    (data_dir / "jwt-secret").write_text(kept)
+    stderr = _one_line_refusal(_chorus_without_secret(command, data_dir, tmp_path))
+    assert f"{data_dir / 'jwt-secret'} is too short" in stderr
+    assert "at least 32" in stderr
+    assert (data_dir / "jwt-secret").read_text() == kept  # nothing is lost or replaced
+
+
+@pytest.mark.parametrize("command", ["token", "serve"])
+def test_a_data_directory_that_is_a_file_exits_2_in_one_line(tmp_path: Path, command: str) -> None:
+    a_file = tmp_path / "passwd"
+    a_file.write_text("root:x:0:0\n")
+    stderr = _one_line_refusal(_chorus_without_secret(command, a_file, tmp_path))
+    assert f"the data directory {a_file} is not a directory" in stderr
+    # Beneath a file, the data directory cannot be created.
+    stderr = _one_line_refusal(_chorus_without_secret(command, a_file / "data", tmp_path))
+    assert f"cannot use {a_file / 'data'}" in stderr
+    assert a_file.read_text() == "root:x:0:0\n"
+
+
+def test_a_secret_of_32_characters_is_kept_and_generated_ones_are_used(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    done = _chorus_without_secret("token", data_dir, tmp_path)  # generated on first use
+    assert done.returncode == 0, done
+    generated = (data_dir / "jwt-secret").read_text().strip()
+    assert len(generated) >= 32
+    assert (data_dir / "jwt-secret").stat().st_mode & 0o777 == 0o600
+    (data_dir / "jwt-secret").write_text("k" * 32 + "\n")
+    done = _chorus_without_secret("token", data_dir, tmp_path)
+    assert done.returncode == 0, done
+    [_, claims_part, _] = done.stdout.decode().strip().split(".")
+    signing_input = done.stdout.decode().strip().rsplit(".", 1)[0].encode()
+    signature = hmac.new(b"k" * 32, signing_input, hashlib.sha256).digest()
+    assert done.stdout.decode().strip().endswith(_b64(signature))
+    assert json.loads(base64.urlsafe_b64decode(claims_part + "=="))["sub"] == "alice"

@@ -1,6 +1,7 @@
 """Hostile requests against a running ``chorus serve``: none stalls or crashes it, none slips by.
 
-Deeply nested JSON, oversized and endless request heads, idle connections,
+Deeply nested JSON and numbers too long to convert, oversized and endless
+request heads, slow bodies, idle connections,
 too many connections, browser origins and request ids, over real sockets:
 HTTP with httpx, the transport's limits with raw sockets, WebSockets with
 the websockets library. Every wait is bounded; nothing asserts a duration.
@@ -30,6 +31,7 @@ from tests.servers import TEST_SECRET, ChorusServer
 APP_ORIGIN = "http://localhost:5173"
 OTHER_ORIGIN = "http://evil.example"
 HEAD_TIMEOUT_S = 2
+BODY_TIMEOUT_S = 2
 KEEP_ALIVE_TIMEOUT_S = 1
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 APOLLO_HEADERS = "apollographql-client-name,apollographql-client-version,authorization,content-type"
@@ -48,6 +50,7 @@ def chorus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
         tmp_path_factory.mktemp("hostile"),
         log_level="info",
         CHORUS_HEAD_TIMEOUT_S=str(HEAD_TIMEOUT_S),
+        CHORUS_BODY_TIMEOUT_S=str(BODY_TIMEOUT_S),
         CHORUS_KEEP_ALIVE_TIMEOUT_S=str(KEEP_ALIVE_TIMEOUT_S),
         CHORUS_CORS_ORIGINS=f"{APP_ORIGIN}, https://App.Example.com:443",
     )
@@ -228,6 +231,65 @@ async def test_a_deeply_nested_websocket_frame_closes_with_4400(
     _healthy(chorus)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"query": "{ __typename }", "v": 1' + "0" * 5000 + "}",
+        '{"query": "{ __typename }", "variables": {"x": [-' + "9" * 100_000 + "]}}",
+    ],
+    ids=["5000-digits", "variables-100k-digits"],
+)
+def test_a_json_number_too_long_to_convert_is_a_400_bad_request_and_one_log_line(
+    chorus: ChorusServer, body: str
+) -> None:
+    before = len(_log_lines(chorus))
+    request_id = f"long-number-{len(body)}"
+    response = httpx.post(
+        chorus.url,
+        content=body,
+        headers={**_auth(), "Content-Type": "application/json", "X-Request-Id": request_id},
+        timeout=10,
+    )
+    assert response.status_code == 400, response.text[:500]
+    message = _graphql_error(response, "BAD_REQUEST")
+    assert message == "the request body has a number of more than 4300 digits"
+    new = _wait_for_log(chorus, request_id)[before:]
+    assert len(new) <= 1, new  # the access line, no traceback
+    _healthy(chorus)
+
+
+def test_long_numbers_that_convert_are_answered(chorus: ChorusServer) -> None:
+    body = (
+        '{"query": "{ __typename }", "variables": {"i": 1'
+        + "0" * 4299
+        + ', "f": 1.'
+        + "5" * 10_000
+        + "}}"
+    )
+    response = httpx.post(
+        chorus.url,
+        content=body,
+        headers={**_auth(), "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text[:500]
+    assert response.json()["data"] == {"__typename": "Query"}
+
+
+async def test_a_websocket_frame_with_a_number_too_long_closes_with_4400(
+    chorus: ChorusServer,
+) -> None:
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws)
+        await ws.send('{"type": "ping", "x": 1' + "0" * 5000 + "}")
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400
+    assert "Traceback" not in chorus.log.read_text(errors="replace")
+    _healthy(chorus)
+
+
 # 2. HTTP transport limits.
 
 
@@ -293,6 +355,81 @@ def test_a_slow_head_is_answered_408_within_the_bound_and_others_are_served(
     assert reply.startswith(b"HTTP/1.1 408 "), reply
     assert b'"REQUEST_TIMEOUT"' in reply
     assert lines_sent < 30
+
+
+def _post_head(length: int) -> bytes:
+    return (
+        f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def _trickle_until_answered(sock: socket.socket, rounds: int = 30) -> tuple[bytes, int]:
+    """Send a byte of body every second until the server answers; ``(reply, bytes sent)``."""
+    for sent in range(1, rounds + 1):
+        try:
+            reply = sock.recv(65536)
+            return reply, sent
+        except TimeoutError:
+            pass
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(b" ")
+    return b"", rounds
+
+
+def test_a_slow_body_is_answered_408_and_closed_within_the_bound(chorus: ChorusServer) -> None:
+    with _connect(chorus, timeout_s=1.0) as sock:
+        sock.sendall(_post_head(100_000) + b"{")
+        reply, sent = _trickle_until_answered(sock)
+        assert reply.startswith(b"HTTP/1.1 408 "), reply
+        assert b'"REQUEST_TIMEOUT"' in reply
+        assert b"request body did not arrive within 2 s" in reply
+        assert sent < 30
+        sock.settimeout(10)
+        assert _closed_by_server(sock)
+    _healthy(chorus)
+
+
+def test_a_body_in_pieces_within_the_bound_is_answered(chorus: ChorusServer) -> None:
+    body = json.dumps({"query": "{ __typename }"}).encode()
+    with _connect(chorus) as sock:
+        sock.sendall(_post_head(len(body)))
+        for start in range(0, len(body), 8):
+            sock.sendall(body[start : start + 8])
+        status, _, answer = _read_response(sock)
+        assert status == 200, answer
+        assert json.loads(answer)["data"] == {"__typename": "Query"}
+        # The connection is kept alive: the next request is answered on it.
+        sock.sendall(_request())
+        status, _, _ = _read_response(sock)
+        assert status == 200
+
+
+def test_slow_bodies_holding_every_connection_are_closed_and_the_server_serves_again(
+    tmp_path: Path,
+) -> None:
+    server = _server(tmp_path, CHORUS_MAX_CONNECTIONS="3", CHORUS_BODY_TIMEOUT_S="2")
+    server.start()
+    try:
+        slow = [_connect(server, timeout_s=0.3) for _ in range(3)]
+        for sock in slow:
+            sock.sendall(_post_head(100_000) + b"{")
+        with _connect(server) as sock:  # every connection is taken
+            sock.sendall(_request())
+            status, _, _ = _read_response(sock)
+        assert status == 503
+        for sock in slow:
+            reply, _ = _trickle_until_answered(sock, rounds=100)
+            assert reply.startswith(b"HTTP/1.1 408 "), reply
+            sock.close()
+        for _ in range(50):  # the server hears the closes at once; allow it a moment
+            if httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("still refused after the slow bodies were closed")
+    finally:
+        server.stop()
 
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_head_bound(

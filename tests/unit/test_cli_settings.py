@@ -47,6 +47,16 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_MAX_HEADERS": "0"}, "CHORUS_MAX_HEADERS"),
         ({"CHORUS_MAX_CONNECTIONS": "0"}, "CHORUS_MAX_CONNECTIONS"),
         ({"CHORUS_KEEP_ALIVE_TIMEOUT_S": "-1"}, "CHORUS_KEEP_ALIVE_TIMEOUT_S"),
+        ({"CHORUS_KEEP_ALIVE_TIMEOUT_S": "inf"}, "CHORUS_KEEP_ALIVE_TIMEOUT_S"),
+        ({"CHORUS_KEEP_ALIVE_TIMEOUT_S": "nan"}, "CHORUS_KEEP_ALIVE_TIMEOUT_S"),
+        ({"CHORUS_HEAD_TIMEOUT_S": "Infinity"}, "CHORUS_HEAD_TIMEOUT_S"),
+        ({"CHORUS_REDIS_BREAKER_RESET_S": "nan"}, "CHORUS_REDIS_BREAKER_RESET_S"),
+        ({"CHORUS_RETRY_WINDOW_HOURS": "inf"}, "CHORUS_RETRY_WINDOW_HOURS"),
+        ({"CHORUS_LOG_KEEP_DAYS": "nan"}, "CHORUS_LOG_KEEP_DAYS"),
+        ({"CHORUS_BODY_TIMEOUT_S": "0"}, "CHORUS_BODY_TIMEOUT_S"),
+        ({"CHORUS_BODY_TIMEOUT_S": "-1"}, "CHORUS_BODY_TIMEOUT_S"),
+        ({"CHORUS_BODY_TIMEOUT_S": "inf"}, "CHORUS_BODY_TIMEOUT_S"),
+        ({"CHORUS_BODY_TIMEOUT_S": "soon"}, "CHORUS_BODY_TIMEOUT_S"),
         ({"CHORUS_CORS_MAX_AGE_S": "-1"}, "CHORUS_CORS_MAX_AGE_S"),
         ({"CHORUS_METRICS_OPERATION_NAMES": "Good, 1Bad"}, "CHORUS_METRICS_OPERATION_NAMES"),
         ({"CHORUS_METRICS_OPERATION_NAMES": "x" * 101}, "CHORUS_METRICS_OPERATION_NAMES"),
@@ -122,3 +132,24 @@ def test_a_lone_cross_setting_problem_is_not_given_an_empty_variable_name(
     assert code == 2
     assert "CHORUS_:" not in err
     assert "CHORUS_KAFKA_BOOTSTRAP_SERVERS" in err
+
+
+def test_every_float_setting_refuses_inf_and_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from chorus.settings import Settings
+
+    floats = [name for name, f in Settings.model_fields.items() if float in _types(f.annotation)]
+    assert "body_timeout_s" in floats
+    for name in floats:
+        for value in ("inf", "-inf", "nan"):
+            monkeypatch.setenv(f"CHORUS_{name.upper()}", value)
+            with pytest.raises(ValidationError, match="finite"):
+                Settings()
+        monkeypatch.delenv(f"CHORUS_{name.upper()}")
+
+
+def _types(annotation: object) -> tuple[object, ...]:
+    import typing
+
+    return typing.get_args(annotation) or (annotation,)

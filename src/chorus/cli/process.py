@@ -174,8 +174,9 @@ def stop_cleanly_on_signals() -> None:
 def transport_options(settings: Settings) -> dict[str, Any]:
     """uvicorn options bounding the HTTP transport (:mod:`chorus.transport`).
 
-    The request head's size, header count and arrival time, the open
-    connections, and how long an idle keep-alive connection stays open.
+    The request head's size, header count and arrival time, the body's
+    arrival time, the open connections, and how long an idle keep-alive
+    connection stays open.
     """
     from chorus.transport import HeadLimits, protocol_class
 
@@ -184,6 +185,7 @@ def transport_options(settings: Settings) -> dict[str, Any]:
         max_headers=settings.max_headers,
         head_timeout_s=settings.head_timeout_s,
         max_connections=settings.max_connections,
+        body_timeout_s=settings.body_timeout_s,
     )
     return {"http": protocol_class(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
 

@@ -48,14 +48,14 @@ def _too_long(
     """The first integer literal in ``node`` over :data:`MAX_INT_LITERAL_DIGITS`, with its type."""
     if isinstance(node, IntValueNode):
         return (node, type_) if len(node.value.lstrip("-")) > MAX_INT_LITERAL_DIGITS else None
-    nullable = get_nullable_type(type_) if type_ is not None else None  # type: ignore[type-var]
+    nullable = get_nullable_type(type_) if type_ is not None else None
     if isinstance(node, ListValueNode):
-        item = nullable.of_type if isinstance(nullable, GraphQLList) else nullable
+        item = nullable.of_type if isinstance(nullable, GraphQLList) else type_
         return next(filter(None, (_too_long(value, item) for value in node.values)), None)
     if isinstance(node, ObjectValueNode):
         fields = nullable.fields if isinstance(nullable, GraphQLInputObjectType) else {}
         found = (
-            _too_long(field.value, fields[field.name.value].type if field.name.value in fields else None)
+            _too_long(field.value, getattr(fields.get(field.name.value), "type", None))
             for field in node.fields
         )
         return next(filter(None, found), None)

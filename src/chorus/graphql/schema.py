@@ -19,7 +19,6 @@ from strawberry.types.graphql import OperationType
 
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.errors import ErrorPolicy
-from chorus.graphql.literals import BoundedIntLiterals
 from chorus.graphql.limits import (
     DocumentShapeLimit,
     QueryAliasLimit,
@@ -28,6 +27,7 @@ from chorus.graphql.limits import (
     RequireOperationName,
     ShapeCheckedValidationCache,
 )
+from chorus.graphql.literals import BoundedIntLiterals
 from chorus.graphql.metrics import OperationMetrics, OperationNames
 from chorus.graphql.mutations import Mutation
 from chorus.graphql.query import Query
