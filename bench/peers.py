@@ -137,7 +137,15 @@ def peer_binary() -> Path:
     if not binary.exists():
         PEER_DIR.mkdir(exist_ok=True)
         subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(PEER_DIR), *PEER_PACKAGES],
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(PEER_DIR),
+                *PEER_PACKAGES,
+            ],
             check=True,
         )
     return binary
@@ -360,7 +368,11 @@ def main() -> None:
         for key, title, extra, revalidate in plan:
             if key in rows_wanted:
                 env = {**base_env, **extra}
-                rows.append(chorus_row(title, servers, env, tmp, gids, expected, args, revalidate=revalidate))
+                rows.append(
+                    chorus_row(
+                        title, servers, env, tmp, gids, expected, args, revalidate=revalidate
+                    )
+                )
                 print(rows[-1], flush=True)
         if "full" in rows_wanted:
             tansu = servers.TansuServer(tmp / "tansu.log")  # type: ignore[attr-defined]
@@ -385,7 +397,8 @@ def main() -> None:
 def print_table(rows: list[Row]) -> None:
     peer = next((r.rps for r in rows if r.name == "PostGraphile"), None)
     print()
-    print(f"| {'system':<28} | {'req/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | {'× PostGraphile':>14} |")
+    head = ("system", "req/s", "p50 ms", "p99 ms", "× PostGraphile")
+    print("| {:<28} | {:>8} | {:>7} | {:>7} | {:>14} |".format(*head))
     print(f"|{'-' * 30}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 16}|")
     for r in rows:
         if r.rps is None:
@@ -393,9 +406,8 @@ def print_table(rows: list[Row]) -> None:
             continue
         ratio = f"{r.rps / peer:.2f}" if peer else "—"
         note = f" {r.note}" if r.note else ""
-        print(
-            f"| {r.name:<28} | {r.rps:8.1f} | {r.p50_ms:7.2f} | {r.p99_ms:7.2f} | {ratio:>14} |{note}"
-        )
+        cells = f"| {r.name:<28} | {r.rps:8.1f} | {r.p50_ms:7.2f} | {r.p99_ms:7.2f} |"
+        print(f"{cells} {ratio:>14} |{note}")
 
 
 async def _admin(admin_url: str, sql: str) -> None:

@@ -8,6 +8,8 @@ valid ``sub`` is a user: there is no user table.
 from __future__ import annotations
 
 import secrets
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -92,6 +94,43 @@ def verify(secret: str, token: str) -> Identity:
     except (ValueError, OverflowError, OSError):
         raise InvalidToken("the token is malformed (exp is not a date)") from None
     return Identity(user_id, expires_at)
+
+
+class TokenVerifier:
+    """:func:`verify` with the claims of valid tokens kept until they expire.
+
+    A token is verified once (signature, algorithm, claims); later requests
+    with the same token reuse its identity until its ``exp``. Invalid
+    tokens are not kept: each is checked again.
+
+    Args:
+        secret: the HS256 secret.
+        max_tokens: valid tokens remembered (least recently used forgotten).
+    """
+
+    def __init__(self, secret: str, *, max_tokens: int = 10_000) -> None:
+        self._secret = secret
+        self._max = max_tokens
+        self._seen: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
+
+    def verify(self, token: str) -> Identity:
+        """The identity of a valid token; see :func:`verify`.
+
+        Raises:
+            InvalidToken: as :func:`verify`, including a kept token that expired since.
+        """
+        seen = self._seen.get(token)
+        if seen is not None:
+            identity, expires = seen
+            if time.time() < expires:
+                self._seen.move_to_end(token)
+                return identity
+            del self._seen[token]
+        identity = verify(self._secret, token)
+        self._seen[token] = (identity, identity.expires_at.timestamp())
+        while len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+        return identity
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Iterable, Mapping
 
 from redis.asyncio import Redis
 
@@ -107,6 +108,49 @@ class SnapshotCache:
             return None
         SNAPSHOT_READS.labels(result="hit").inc()
         return snapshot
+
+    async def heads(self, playlist_ids: Iterable[str]) -> dict[str, int] | None:
+        """The head versions of these playlists, in one Redis round trip.
+
+        A commit of this process that Redis has not taken yet counts as the
+        head. Playlists without a head key are absent.
+
+        Returns:
+            playlist id → head, or ``None`` when Redis cannot answer now
+            (failure, timeout, open breaker). Never raises because of Redis.
+        """
+        ids = list(playlist_ids)
+        if not self._breaker.allow():
+            return None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                found = await self._store.heads(ids)
+        except Exception as exc:
+            self._failed(exc)
+            return None
+        self._succeeded()
+        for pid in ids:
+            pending = self._pending.get(pid)
+            if pending is not None and pending > found.get(pid, -1):
+                found[pid] = pending
+        return found
+
+    async def raise_heads(self, versions: Mapping[str, int]) -> bool:
+        """Raise the heads to versions a read saw committed (never lowers one); one round trip.
+
+        Returns:
+            whether Redis took them. Never raises because of Redis.
+        """
+        if not self._breaker.allow():
+            return False
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._store.bump_heads(dict(versions))
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        self._succeeded()
+        return True
 
     def committed(self, playlist_id: str, version: int) -> None:
         """A commit of this process (a store's ``on_commit``): raise the head in the background.

@@ -36,7 +36,10 @@ def serve(args: argparse.Namespace) -> int:
     listener = listen(host, port)
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
-    app = create_app(settings, with_workers=args.with_workers)
+    try:
+        app = create_app(settings, with_workers=args.with_workers)
+    except ValueError as exc:
+        fail(str(exc))
     profile = "full" if settings.full_profile else "embedded"
     if args.with_workers:
         profile += ", with relay, fanout and cache projector in this process"

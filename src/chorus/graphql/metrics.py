@@ -23,6 +23,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
+from chorus.resolvers.context import RequestContext
 
 MAX_OPERATION_NAMES = 200
 """Distinct operation names with their own series, per process."""
@@ -59,6 +60,11 @@ class OperationNames:
 _names = OperationNames()
 
 
+def operation_label(name: str | None) -> str:
+    """The bounded ``operation_name`` label of this process's metrics for ``name``."""
+    return _names.label(name)
+
+
 class OperationMetrics(SchemaExtension):
     """Times each query and mutation; counts each subscription as it starts.
 
@@ -84,6 +90,10 @@ class OperationMetrics(SchemaExtension):
         REQUEST_SECONDS.labels(operation_type, name).observe(seconds)
 
     def on_execute(self) -> Iterator[None]:
+        context = self.execution_context.context
+        if isinstance(context, RequestContext):
+            # The HTTP view caches and tags only query answers (graphql/caching.py).
+            context.operation_type = self._operation_type()
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
             SUBSCRIPTIONS.labels(_names.label(self.execution_context.operation_name)).inc()
         yield

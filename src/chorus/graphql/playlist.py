@@ -78,6 +78,7 @@ class Playlist(Node):
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
+        info.context.reads.depends_on_viewer()
         return await info.context.loaders.role.load(self.record.id)
 
     @strawberry.field(
