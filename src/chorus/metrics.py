@@ -52,6 +52,10 @@ SNAPSHOT_READS = Counter(
     "Reads of PUBLIC playlists by where they were served from (hit: Redis snapshot).",
     ["result"],
 )
+SNAPSHOT_FILLS = Counter(
+    "chorus_snapshot_fills_total",
+    "Snapshots written by the API after a read missed them (read-through).",
+)
 REDIS_BREAKER_OPEN = Gauge(
     "chorus_redis_breaker_open", "1 while the Redis circuit breaker sends reads to SQL."
 )

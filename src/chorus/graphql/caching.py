@@ -66,7 +66,6 @@ async def read_operation(
         decode: the view's bounded JSON decoder of bodies.
 
     Raises:
-        HTTPException: the body is not JSON strawberry would accept.
         PersistedQueryError: a persisted document that cannot run.
     """
     if request.method == "GET":
@@ -83,7 +82,10 @@ async def read_operation(
         except ValueError:
             return None
     elif request.method == "POST" and "application/json" in request.headers.get("content-type", ""):
-        data = decode(await request.body())
+        try:
+            data = decode(await request.body())
+        except ValueError:  # not JSON, not UTF-8, too deep: strawberry's errors say so
+            return None
     else:
         return None
     if not isinstance(data, dict):

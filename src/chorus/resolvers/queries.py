@@ -22,7 +22,7 @@ from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_re
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
-from chorus.resolvers.snapshots import snapshot_first_page, snapshot_header
+from chorus.resolvers.snapshots import fill_on_miss, snapshot_first_page, snapshot_header
 from chorus.subscriptions.catchup import CatchUpPage, read_since
 
 
@@ -60,6 +60,7 @@ async def visible_playlist(
         return None
     ctx.reads.playlist(playlist)
     if playlist.visibility is Visibility.PUBLIC and not playlist.deleted:
+        fill_on_miss(ctx, playlist)
         return playlist  # every viewer may read it: the role is not needed to decide
     role = await ctx.loaders.role.load(playlist_id)
     return playlist if role_can_read(role, playlist) else None
