@@ -26,11 +26,15 @@ by default, the same for every row. Rows: PostGraphile; Chorus hot (response
 cache warm); Chorus cold (``CHORUS_RESPONSE_CACHE=false``); Chorus
 revalidation (``If-None-Match`` with each page's ``ETag`` → 304); Chorus full
 profile hot (Redis heads and snapshots, Kafka from a Tansu broker this script
-starts). Prints req/s, p50 and p99 of each and the ratio of its req/s to
-PostGraphile's. A row whose server does not support a mode yet (no ETag) is
+starts). Every server runs at once and the rows take turns, ``--rounds``
+slices each (after a 2 s warm-up each): load from anything else on the
+machine then falls on every row alike. Prints req/s over all slices, the
+median slice's p50 and p99, and the ratio of each row's req/s to
+PostGraphile's. A row whose server does not support a mode (no ETag) is
 printed as such.
 
-    python bench/peers.py [--seconds 10] [--connections 16] [--rows pg,hot,cold,304,full]
+    python bench/peers.py [--seconds 20] [--rounds 4] [--connections 16]
+        [--rows pg,hot,cold,304,full]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/0]
 """
@@ -44,6 +48,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +57,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -86,7 +92,7 @@ class Row:
     note: str = ""
 
 
-def servers_module() -> object:
+def servers_module() -> Any:
     """``tests/servers.py``: one way to start ``chorus serve`` and Tansu, shared with the tests."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -250,143 +256,201 @@ def _ms(text: str) -> float:
     return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def wrk(url: str, script: str, seconds: float, connections: int, name: str) -> Row:
-    """Drive ``url`` with ``script`` for ``seconds`` (after a 2 s warm-up); req/s, p50, p99."""
+@dataclass(frozen=True)
+class Sample:
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    bad: int
+    timeouts: int
+
+
+def wrk(url: str, script: str, seconds: float, connections: int) -> Sample:
+    """Drive ``url`` with ``script`` for ``seconds``: its request count, p50, p99, failures."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(script)
-    argv = ["wrk", "-t1", f"-c{connections}", "-s", f.name, "--latency", url]
-    subprocess.run([*argv[:1], "-d2s", *argv[1:]], check=True, capture_output=True)
-    out = subprocess.run(
-        [*argv[:1], f"-d{seconds:g}s", *argv[1:]], check=True, capture_output=True, text=True
-    ).stdout
-    os.unlink(f.name)
+    try:
+        argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name]
+        out = subprocess.run(
+            [*argv, "--latency", url], check=True, capture_output=True, text=True
+        ).stdout
+    finally:
+        os.unlink(f.name)
+    total = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)
+    assert total is not None, out
+    took = float(total.group(2)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[total.group(3)]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: .*", out)
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    note = ""
-    if bad:
-        note += f" {bad.group(1)} non-2xx/3xx!"
-    if errors:
-        note += f" {errors.group(0)}"
-    return Row(name, rps, p50, p99, note.strip())
+    timeouts = re.search(r"timeout (\d+)", out)
+    return Sample(
+        int(total.group(1)),
+        took,
+        _ms(re.search(r"50%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
+        _ms(re.search(r"99%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
+        int(bad.group(1)) if bad else 0,
+        int(timeouts.group(1)) if timeouts else 0,
+    )
+
+
+def summarize(name: str, samples: list[Sample]) -> Row:
+    """One row from its rounds: req/s over all of them; p50 and p99 the median round's."""
+    requests = sum(s.requests for s in samples)
+    seconds = sum(s.seconds for s in samples)
+    p50 = statistics.median(s.p50_ms for s in samples)
+    p99 = statistics.median(s.p99_ms for s in samples)
+    bad = sum(s.bad for s in samples)
+    timeouts = sum(s.timeouts for s in samples)
+    note = " ".join(
+        part
+        for part in (
+            f"{bad} non-2xx/3xx!" if bad else "",
+            f"{timeouts} timeouts" if timeouts else "",
+        )
+        if part
+    )
+    return Row(name, requests / seconds, p50, p99, note)
 
 
 # --- the run -----------------------------------------------------------------------
 
 
-def chorus_row(
+@dataclass
+class Target:
+    """One row: a URL and the wrk script that asks it for the page."""
+
+    name: str
+    url: str
+    script: str | None
+    note: str = ""
+
+
+def chorus_target(
     name: str,
-    servers: object,
-    url_env: dict[str, str],
-    data_dir: Path,
+    server: Any,
     gids: list[str],
     expected: dict[str, list[str]],
-    args: argparse.Namespace,
     *,
     revalidate: bool = False,
-) -> Row:
+) -> Target:
+    """The Chorus row of ``server``; checks its pages against PostGraphile's first."""
     from chorus.auth import mint_token
 
-    server = servers.ChorusServer(  # type: ignore[attr-defined]
-        url_env["CHORUS_DATABASE_URL"], data_dir, **url_env
-    )
-    server.start()
-    try:
-        token = mint_token(SECRET, "reader")
-        headers: list[dict[str, str]] = []
-        for gid in gids:
-            r = chorus_answer(server.url, token, gid)
-            assert chorus_titles(r) == expected[gid], f"{name}: Chorus and PostGraphile differ"
-            h = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-            if revalidate:
-                etag = r.headers.get("etag")
-                if etag is None:
-                    return Row(name, None, note="no ETag: not supported by this build")
-                h["If-None-Match"] = etag
-            headers.append(h)
-        bodies = [json.dumps({"query": CHORUS_QUERY, "variables": {"id": g}}) for g in gids]
-        return wrk(server.url, wrk_script(bodies, headers), args.seconds, args.connections, name)
-    finally:
-        server.stop()
+    token = mint_token(SECRET, "reader")
+    headers: list[dict[str, str]] = []
+    for gid in gids:
+        r = chorus_answer(server.url, token, gid)
+        assert chorus_titles(r) == expected[gid], f"{name}: Chorus and PostGraphile differ"
+        h = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+        if revalidate:
+            etag = r.headers.get("etag")
+            if etag is None:
+                return Target(name, server.url, None, "no ETag: not supported by this build")
+            h["If-None-Match"] = etag
+        headers.append(h)
+    bodies = [json.dumps({"query": CHORUS_QUERY, "variables": {"id": g}}) for g in gids]
+    return Target(name, server.url, wrk_script(bodies, headers))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="per row, over all rounds")
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rows", default="pg,hot,cold,304,full")
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
-    rows_wanted = args.rows.split(",")
+    wanted = args.rows.split(",")
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install wrk)")
-    servers = servers_module()
+    servers: Any = servers_module()
 
     name = f"chorus_peers_{uuid.uuid4().hex[:8]}"
     admin_db = args.admin_url.rsplit("/", 1)[0]
     asyncio.run(_admin(args.admin_url, f'CREATE DATABASE "{name}"'))
     dsn = f"{admin_db}/{name}"
     tmp = Path(tempfile.mkdtemp(prefix="chorus-peers-"))
-    base_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
-        "CHORUS_DATABASE_URL": dsn.replace("postgresql://", "postgresql+asyncpg://", 1),
-        "CHORUS_JWT_SECRET": SECRET,
-        "CHORUS_DATA_DIR": str(tmp),
-    }
-    rows: list[Row] = []
+    database_url = dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
+    env = {"CHORUS_JWT_SECRET": SECRET}
+    started: list[Any] = []
     tansu = None
     try:
-        imported = chorus_import(base_env)
+        imported = chorus_import(
+            {
+                **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+                "CHORUS_DATABASE_URL": database_url,
+                "CHORUS_DATA_DIR": str(tmp),
+                **env,
+            }
+        )
         asyncio.run(add_peer_schema(dsn))
         from chorus.graphql import ids
 
         gids = [gid for gid, n in imported if n >= PAGE]
         print(
             f"{len(imported)} Chinook playlists imported; {len(gids)} with >= {PAGE} entries "
-            f"are read round-robin; {args.connections} connections, {args.seconds:g} s per row",
+            f"are read round-robin; wrk -t1 -c{args.connections}; {args.seconds:g} s per row "
+            f"in {args.rounds} rounds, rows interleaved",
             flush=True,
         )
-        with postgraphile(dsn, servers.free_port(), tmp / "postgraphile.log") as peer_url:  # type: ignore[attr-defined]
+
+        def chorus(**extra: str) -> Any:
+            server = servers.ChorusServer(database_url, tmp, **env, **extra)
+            server.start()
+            started.append(server)
+            return server
+
+        with postgraphile(dsn, servers.free_port(), tmp / "postgraphile.log") as peer_url:
             expected = {gid: peer_titles(peer_url, ids.playlist_id(gid)) for gid in gids}
-            if "pg" in rows_wanted:
+            targets: list[Target] = []
+            if "pg" in wanted:
                 bodies = [
                     json.dumps({"query": PEER_QUERY, "variables": {"id": ids.playlist_id(g)}})
                     for g in gids
                 ]
                 headers = [{"Content-Type": "application/json"}] * len(gids)
-                script = wrk_script(bodies, headers)
-                rows.append(wrk(peer_url, script, args.seconds, args.connections, "PostGraphile"))
-                print(rows[-1], flush=True)
-        plan: list[tuple[str, str, dict[str, str], bool]] = [
-            ("hot", "Chorus hot (cache warm)", {}, False),
-            ("cold", "Chorus cold (cache off)", {"CHORUS_RESPONSE_CACHE": "false"}, False),
-            ("304", "Chorus revalidation (304)", {}, True),
-        ]
-        for key, title, extra, revalidate in plan:
-            if key in rows_wanted:
-                env = {**base_env, **extra}
-                rows.append(
-                    chorus_row(
-                        title, servers, env, tmp, gids, expected, args, revalidate=revalidate
+                targets.append(Target("PostGraphile", peer_url, wrk_script(bodies, headers)))
+            if {"hot", "304"} & set(wanted):
+                default = chorus()
+                if "hot" in wanted:
+                    targets.append(
+                        chorus_target("Chorus hot (cache warm)", default, gids, expected)
                     )
+                if "304" in wanted:
+                    title = "Chorus revalidation (304)"
+                    targets.append(chorus_target(title, default, gids, expected, revalidate=True))
+            if "cold" in wanted:
+                cold = chorus(CHORUS_RESPONSE_CACHE="false")
+                targets.append(chorus_target("Chorus cold (cache off)", cold, gids, expected))
+            if "full" in wanted:
+                tansu = servers.TansuServer(tmp / "tansu.log")
+                tansu.start()
+                full = chorus(
+                    CHORUS_REDIS_URL=args.redis_url,
+                    CHORUS_KAFKA_BOOTSTRAP_SERVERS=tansu.bootstrap_servers,
+                    CHORUS_KAFKA_TOPIC=f"chorus-peers-{uuid.uuid4().hex[:8]}",
+                    CHORUS_KAFKA_IDEMPOTENT_PRODUCER="false",
                 )
-                print(rows[-1], flush=True)
-        if "full" in rows_wanted:
-            tansu = servers.TansuServer(tmp / "tansu.log")  # type: ignore[attr-defined]
-            tansu.start()
-            env = {
-                **base_env,
-                "CHORUS_REDIS_URL": args.redis_url,
-                "CHORUS_KAFKA_BOOTSTRAP_SERVERS": tansu.bootstrap_servers,
-                "CHORUS_KAFKA_TOPIC": f"chorus-peers-{uuid.uuid4().hex[:8]}",
-            }
-            title = "Chorus full profile hot"
-            rows.append(chorus_row(title, servers, env, tmp, gids, expected, args))
-            print(rows[-1], flush=True)
+                title = "Chorus full profile hot"
+                targets.append(chorus_target(title, full, gids, expected))
+            runnable = [t for t in targets if t.script is not None]
+            for t in runnable:  # warm-up: connections, caches, JIT of the peer
+                wrk(t.url, t.script or "", 2, args.connections)
+            samples: dict[str, list[Sample]] = {t.name: [] for t in runnable}
+            slice_s = args.seconds / args.rounds
+            for round_ in range(args.rounds):
+                for t in runnable:
+                    samples[t.name].append(wrk(t.url, t.script or "", slice_s, args.connections))
+                print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+        rows = [
+            summarize(t.name, samples[t.name])
+            if t.script is not None
+            else Row(t.name, None, note=t.note)
+            for t in targets
+        ]
     finally:
+        for server in reversed(started):
+            server.stop()
         if tansu is not None:
             tansu.stop()
         asyncio.run(_admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

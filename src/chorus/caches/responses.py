@@ -39,8 +39,12 @@ SHARED = "*"
 
 
 def document_hash(document: str) -> str:
-    """The SHA-256 of a GraphQL document's text, lowercase hex (Apollo's persisted-query id)."""
-    return hashlib.sha256(document.encode()).hexdigest()
+    """The SHA-256 of a GraphQL document's UTF-8 text, lowercase hex (Apollo's persisted-query id).
+
+    A lone surrogate (JSON allows ``"\\ud800"``; the parser then refuses the
+    document) is hashed as its surrogate code unit rather than raising.
+    """
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def canonical_variables(variables: Mapping[str, Any] | None) -> str:

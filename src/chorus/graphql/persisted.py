@@ -138,7 +138,7 @@ class PersistedDocuments:
         return query, sha
 
     def _register(self, sha: str, query: str) -> None:
-        if len(query.encode()) > MAX_DOCUMENT_BYTES:
+        if len(query.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
             return
         self._automatic[sha] = query
         self._automatic.move_to_end(sha)

@@ -12,6 +12,7 @@ header and first page may come from its Redis snapshot instead, as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -100,6 +101,13 @@ async def entries_page(
         return EntriesPage((), False, False, 0, playlist.version)
     ctx.reads.version(playlist.id, page.version)
     return page
+
+
+async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
+    """The media of these entries by media id, in one catalog batch (``None``: unknown, down)."""
+    ids = list(dict.fromkeys(e.media_id for e in entries))
+    found = await ctx.loaders.media.load_many(ids)
+    return dict(zip(ids, found, strict=True))
 
 
 async def members_page(
