@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -251,9 +252,13 @@ def wrk_script(bodies: list[str], headers: list[dict[str, str]]) -> str:
     )
 
 
-def _ms(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
-    return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+def _ms(out: str, percent: int) -> float:
+    """wrk's ``--latency`` percentile in milliseconds (NaN when no request completed)."""
+    found = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.MULTILINE)
+    if found is None:
+        return math.nan
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[found.group(2)]
+    return float(found.group(1)) * scale
 
 
 @dataclass(frozen=True)
@@ -285,8 +290,8 @@ def wrk(url: str, script: str, seconds: float, connections: int) -> Sample:
     return Sample(
         int(total.group(1)),
         took,
-        _ms(re.search(r"50%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
-        _ms(re.search(r"99%\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
+        _ms(out, 50),
+        _ms(out, 99),
         int(bad.group(1)) if bad else 0,
         int(timeouts.group(1)) if timeouts else 0,
     )

@@ -367,3 +367,20 @@ def test_only_registered_documents_run_when_configured(tmp_path: Path) -> None:
     finally:
         client.http.close()
         server.stop()
+
+
+def test_a_manifest_that_cannot_be_used_stops_start_up(tmp_path: Path) -> None:
+    manifest = tmp_path / "documents.json"
+    manifest.write_text(json.dumps({"operations": [{"id": "0" * 64, "body": "{ a }"}]}))
+    server = ChorusServer(
+        f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
+        tmp_path,
+        CHORUS_PERSISTED_DOCUMENTS=str(manifest),
+    )
+    try:
+        with pytest.raises(RuntimeError, match="not the SHA-256 of its body"):
+            server.start()
+        assert server.process is not None
+        assert server.process.wait(timeout=30) == 2
+    finally:
+        server.stop()  # closes its log

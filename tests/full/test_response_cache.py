@@ -146,3 +146,49 @@ def test_a_playlist_made_private_on_one_process_is_not_served_by_the_other(pair:
     )
     pair.wait_for_head(ids.playlist_id(pid), hidden["version"])
     assert page(two, pid, "carol") is None
+
+
+# --- chorus serve --workers N ------------------------------------------------------------
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(p) for p in text.split()]
+
+
+def test_serve_workers_share_the_port_and_each_sees_the_others_commits(
+    postgres_template: str, tansu: TansuServer, tmp_path: Path
+) -> None:
+    from tests.servers import create_database, drop_database, postgres_url
+
+    name = create_database()
+    env = full_profile_env(tansu.bootstrap_servers, REDIS_URL)
+    server = ChorusServer(postgres_url(name), tmp_path, command=("serve", "--workers", "3"), **env)
+    server.start()
+    try:
+        assert server.process is not None
+        workers = children(server.process.pid)
+        assert len(workers) == 3
+        api = Api(server)
+        pid = create_playlist(api, visibility="PUBLIC")
+        done = add(api, pid, [track(1)], 0)
+        pair_redis = redis.Redis.from_url(REDIS_URL)
+        deadline = time.monotonic() + WAIT_S
+        while int(pair_redis.get(head_key(ids.playlist_id(pid))) or -1) < done["version"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pair_redis.close()
+        for _ in range(30):  # a new connection each: the kernel spreads them over the workers
+            with httpx.Client(timeout=30) as fresh:
+                body = fresh.post(
+                    server.url,
+                    json={"query": PAGE, "variables": {"id": pid}},
+                    headers={"Authorization": f"Bearer {api.token('bob')}"},
+                ).json()
+            assert body["data"]["playlist"]["version"] == done["version"]
+        api.http.close()
+    finally:
+        server.stop()
+        drop_database(name)
+    assert all(not Path(f"/proc/{w}").exists() for w in workers)
