@@ -68,6 +68,8 @@ class Loaders:
         """Snapshots whose header this request answered with; their first page goes with them."""
         self.sql_only: set[str] = set()
         """Playlists this request reads from SQL alone (it read or changed them there)."""
+        self.changed: set[str] = set()
+        """Playlists this request committed a change to (the projector snapshots those)."""
 
     def forget(self, playlist_id: str) -> None:
         """Drop what this request cached about a playlist (after it committed a change).
@@ -79,6 +81,7 @@ class Loaders:
             with contextlib.suppress(KeyError):
                 loader.clear(playlist_id)
         self.sql_only.add(playlist_id)
+        self.changed.add(playlist_id)
         self.served.pop(playlist_id, None)
 
     async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:

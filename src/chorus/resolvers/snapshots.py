@@ -14,7 +14,8 @@ stays the reference. The rule:
    count and version, when the snapshot holds the whole page.
 3. A PUBLIC playlist whose snapshot missed is read from SQL, and its
    snapshot is written from SQL in the background (:func:`fill_on_miss`,
-   read-through): popular playlists are cached whether or not anyone edits them.
+   read-through): popular playlists are cached whether or not anyone edits
+   them. A mutation's payload fills nothing: the projector snapshots commits.
 4. Every other read is SQL: later pages, ``last``, members, the viewer's
    role, history. Once a request reads (or changes) a playlist in SQL, it
    keeps doing so (``loaders.sql_only``), so its later reads of that
@@ -68,6 +69,8 @@ def fill_on_miss(ctx: RequestContext, playlist: Playlist) -> None:
     cache = ctx.services.snapshots
     if cache is None or playlist.visibility is not Visibility.PUBLIC or playlist.deleted:
         return
+    if playlist.id in ctx.loaders.changed:
+        return  # a mutation's own payload: the projector snapshots what commits change
     db, page_size = ctx.services.db, cache.page_size
 
     async def read() -> Snapshot | None:
