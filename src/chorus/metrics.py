@@ -52,6 +52,24 @@ SNAPSHOT_READS = Counter(
     "Reads of PUBLIC playlists by where they were served from (hit: Redis snapshot).",
     ["result"],
 )
+SNAPSHOT_FILLS = Counter(
+    "chorus_snapshot_fills_total",
+    "Snapshots written by the API after a read missed them (read-through).",
+)
 REDIS_BREAKER_OPEN = Gauge(
     "chorus_redis_breaker_open", "1 while the Redis circuit breaker sends reads to SQL."
+)
+RESPONSE_CACHE = Counter(
+    "chorus_response_cache_total",
+    "GraphQL queries by what the response cache did: hit, miss (computed), bypass "
+    "(not cacheable: no token, an error, an uncacheable read, the cache off) and "
+    "not_modified (a 304 to If-None-Match), by operation name.",
+    ["operation_name", "result"],
+)
+RESPONSE_CACHE_SERVED_BYTES = Counter(
+    "chorus_response_cache_served_bytes_total", "Response body bytes served from the cache."
+)
+RESPONSE_CACHE_ENTRIES = Gauge("chorus_response_cache_entries", "Answers in the response cache.")
+RESPONSE_CACHE_BYTES = Gauge(
+    "chorus_response_cache_bytes", "Bytes the response cache holds (bodies, keys, overhead)."
 )

@@ -212,6 +212,33 @@ class Settings(BaseSettings):
     retry_window_hours: float = Field(
         24.0, gt=0, description="Operation ids stay replayable at least this long."
     )
+    response_cache: bool = Field(
+        True,
+        description="Keep whole query answers by the exact versions they read "
+        "(docs/caching.md); false: every query executes.",
+    )
+    response_cache_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=65_536,
+        description="Memory the response cache may hold per process (bytes; LRU beyond).",
+    )
+    media_freshness_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="How long a cached answer holding catalog media is served (seconds); "
+        "playlist content is checked by version, never by age.",
+    )
+    persisted_documents: str | None = Field(
+        None,
+        description="A JSON file of registered GraphQL documents (Apollo's persisted "
+        "query manifest); clients may send only their sha256Hash.",
+    )
+    persisted_documents_only: bool = Field(
+        False,
+        description="Execute only the documents of CHORUS_PERSISTED_DOCUMENTS; "
+        "automatic registration (APQ) is refused.",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -258,6 +285,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "CHORUS_REDIS_URL and CHORUS_KAFKA_BOOTSTRAP_SERVERS go together: set both "
                 "for the full profile, neither for the embedded one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _registered_documents_named(self) -> Settings:
+        if self.persisted_documents_only and not self.persisted_documents:
+            raise ValueError(
+                "CHORUS_PERSISTED_DOCUMENTS_ONLY needs CHORUS_PERSISTED_DOCUMENTS: the file "
+                "of the documents that may run"
             )
         return self
 
