@@ -1,0 +1,595 @@
+"""Write throughput over HTTP against the same transaction as raw SQL, in one run.
+
+Chorus is run as a user runs it: ``chorus serve`` processes (``--processes``,
+each on its own port; a command goes to the process that owns its playlist,
+``crc32(playlist id) % processes``, as a routing proxy would send it), on a
+temporary PostgreSQL database (migrated by ``serve``, dropped at the end),
+embedded events (the in-process relay stamps the outbox). A load process
+(its own interpreter, so the server's CPU is not shared with the client's
+Python) runs ``--clients`` keep-alive HTTP/1.1 connections, each sending one
+``addEntries`` after another: one Chinook media appended, a fresh
+``operationId``, ``baseVersion: 0`` (so every edit is rebased), on a playlist
+drawn at random from the workload's playlists.
+
+The peer, same run, same server, same tables: a pgbench script of the
+transaction an add is (lock the playlist row, insert the entry, bump the
+version, insert the log row, insert the outbox row; the payloads are copied
+from the log row and outbox row Chorus committed just before), 16 clients,
+prepared statements, on its own playlists made the same way.
+
+Workloads: ``spread`` (``--playlists`` playlists, 18 by default) and ``hot``
+(one playlist). For each: requests (transactions) per second, p50 and p99
+latency in ms, and the ratio Chorus / raw SQL. Every answer is checked: a
+request error, a user error or a version that is not rebased counts as a
+failure and fails the run.
+
+``--sqlite`` adds the embedded profile's figures: Chorus on a SQLite file,
+against the same transaction run by Python's ``sqlite3`` in a loop on one
+connection (SQLite has one writer; WAL, ``synchronous=NORMAL`` as Chorus
+sets them) in another process.
+
+    python bench/writes.py [--seconds 10] [--clients 16] [--processes 1] [--sqlite]
+        [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import httpx
+import jwt
+
+if TYPE_CHECKING:
+    from tests.servers import ChorusServer
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+USER = "bench"
+MEDIA = "chinook:track:1"
+WARMUP_S = 2.0
+ADD = (
+    "mutation Add($input: AddEntriesInput!) { addEntries(input: $input) "
+    "{ version rebased replayed userErrors { code message } } }"
+)
+CREATE = (
+    "mutation Create($input: CreatePlaylistInput!) { createPlaylist(input: $input) "
+    "{ version playlist { id } userErrors { code message } } }"
+)
+
+
+def token(secret: str, user: str = USER) -> str:
+    return jwt.encode({"sub": user, "exp": int(time.time()) + 7200}, secret, algorithm="HS256")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured workload: rate per second, latencies in milliseconds."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    count: int
+
+
+# --- the load process -------------------------------------------------------
+
+
+async def _client(
+    routes: dict[str, int],
+    authorization: str,
+    stop_at: float,
+    window_start: float,
+    latencies: list[float],
+    failures: list[str],
+) -> None:
+    """One client: a keep-alive connection per server port, one request after another."""
+    import random
+
+    rng = random.Random()
+    playlists = list(routes)
+    streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    while time.monotonic() < stop_at:
+        playlist_id = rng.choice(playlists)
+        port = routes[playlist_id]
+        if port not in streams:
+            streams[port] = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = streams[port]
+        body = json.dumps(
+            {
+                "query": ADD,
+                "variables": {
+                    "input": {
+                        "playlistId": playlist_id,
+                        "operationId": uuid.uuid4().hex,
+                        "baseVersion": 0,
+                        "mediaIds": [MEDIA],
+                    }
+                },
+            }
+        ).encode()
+        head = (
+            f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nAuthorization: {authorization}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        started = time.monotonic()
+        writer.write(head + body)
+        status = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        answer = json.loads(await reader.readexactly(length))
+        ended = time.monotonic()
+        payload = (answer.get("data") or {}).get("addEntries")
+        if b" 200 " not in status or payload is None or payload["userErrors"]:
+            failures.append(f"{status!r} {answer}"[:300])
+        elif not payload["rebased"] or payload["replayed"]:
+            failures.append(f"not a rebased fresh commit: {payload}")
+        elif window_start <= started:
+            latencies.append((ended - started) * 1000)
+    for _, writer in streams.values():
+        writer.close()
+
+
+def _load(
+    routes: dict[str, int],
+    authorization: str,
+    clients: int,
+    seconds: float,
+    out: multiprocessing.Queue[Any],
+) -> None:
+    async def run() -> tuple[list[float], list[str], float]:
+        latencies: list[float] = []
+        failures: list[str] = []
+        start = time.monotonic()
+        window_start = start + WARMUP_S
+        stop_at = window_start + seconds
+        await asyncio.gather(
+            *(
+                _client(routes, authorization, stop_at, window_start, latencies, failures)
+                for _ in range(clients)
+            )
+        )
+        # Requests started inside the window; the last ones end a little after it.
+        return latencies, failures, seconds
+
+    out.put(asyncio.run(run()))
+
+
+def load(routes: dict[str, int], authorization: str, clients: int, seconds: float) -> Figure:
+    """Run the load process against ``routes`` (playlist id → port) and measure."""
+    ctx = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[Any] = ctx.Queue()
+    process = ctx.Process(target=_load, args=(routes, authorization, clients, seconds, queue))
+    process.start()
+    latencies, failures, window = queue.get(timeout=seconds + 120)
+    process.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} failed requests, first: {failures[0]}")
+    return Figure(
+        len(latencies) / window,
+        statistics.median(latencies),
+        percentile(latencies, 0.99),
+        len(latencies),
+    )
+
+
+# --- Chorus -----------------------------------------------------------------
+
+
+def graphql(url: str, authorization: str, query: str, **variables: Any) -> dict[str, Any]:
+    response = httpx.post(
+        url,
+        json={"query": query, "variables": variables},
+        headers={"Authorization": authorization},
+        timeout=30,
+    )
+    response.raise_for_status()
+    body = response.json()
+    if body.get("errors"):
+        raise RuntimeError(body["errors"])
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+def create_playlists(server: ChorusServer, authorization: str, count: int) -> list[str]:
+    """``count`` playlists made through the API, each with one first entry; their global ids."""
+    ids = []
+    for n in range(count):
+        created = graphql(
+            server.url,
+            authorization,
+            CREATE,
+            input={"operationId": uuid.uuid4().hex, "title": f"Bench {n}"},
+        )["createPlaylist"]
+        assert not created["userErrors"], created
+        playlist_id = created["playlist"]["id"]
+        added = graphql(
+            server.url,
+            authorization,
+            ADD,
+            input={
+                "playlistId": playlist_id,
+                "operationId": uuid.uuid4().hex,
+                "baseVersion": 0,
+                "mediaIds": [MEDIA],
+            },
+        )["addEntries"]
+        assert not added["userErrors"], added
+        ids.append(playlist_id)
+    return ids
+
+
+class Servers:
+    """``processes`` ``chorus serve`` on one database, routed by playlist id."""
+
+    def __init__(self, database_url: str, data_dir: Path, processes: int, **env: str) -> None:
+        from tests.servers import TEST_SECRET, ChorusServer
+
+        self.secret = TEST_SECRET
+        self.servers = [
+            ChorusServer(database_url, data_dir, **env) for _ in range(max(1, processes))
+        ]
+
+    def __enter__(self) -> Servers:
+        try:
+            for server in self.servers:
+                server.start(timeout_s=60)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def routes(self, playlist_ids: list[str]) -> dict[str, int]:
+        """Each playlist's owner process: ``crc32(id) % processes``."""
+        n = len(self.servers)
+        return {p: self.servers[zlib.crc32(p.encode()) % n].port for p in playlist_ids}
+
+
+def measure_chorus(
+    database_url: str, data_dir: Path, args: argparse.Namespace, **env: str
+) -> dict[str, Figure]:
+    with Servers(database_url, data_dir, args.processes, **env) as servers:
+        authorization = f"Bearer {token(servers.secret)}"
+        first = servers.servers[0]
+        spread = create_playlists(first, authorization, args.playlists)
+        hot = create_playlists(first, authorization, 1)
+        return {
+            "spread": load(servers.routes(spread), authorization, args.clients, args.seconds),
+            "hot": load(servers.routes(hot), authorization, args.clients, args.seconds),
+        }
+
+
+# --- the raw SQL peers --------------------------------------------------------
+
+
+async def committed_rows(dsn: str) -> tuple[str, str, str]:
+    """A log row's ``payload`` and ``result`` and an outbox ``payload`` Chorus wrote for an add."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT m.payload, m.result, o.payload AS event FROM playlist_mutation m "
+            "JOIN outbox o USING (playlist_id, version) WHERE m.version > 1 "
+            "ORDER BY o.event_id DESC LIMIT 1"
+        )
+    finally:
+        await conn.close()
+    assert row is not None, "Chorus committed no add"
+    return row["payload"], row["result"], row["event"]
+
+
+PGBENCH_SCRIPT = """\
+\\set p random(0, {last})
+BEGIN;
+SELECT version FROM playlist WHERE id = '{prefix}' || :p FOR UPDATE;
+INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, added_at)
+  VALUES ('{prefix}' || :p, md5(random()::text), substr(md5(random()::text), 1, 8),
+          {media}, '{user}', now());
+UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, updated_at = now()
+  WHERE id = '{prefix}' || :p RETURNING version AS v \\gset
+INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload,
+                               request_hash, result, committed_at)
+  VALUES ('{prefix}' || :p, :v, md5(random()::text), '{user}', '{payload}'::jsonb,
+          md5(random()::text), '{result}'::jsonb, now());
+INSERT INTO outbox (playlist_id, version, payload, created_at)
+  VALUES ('{prefix}' || :p, :v, '{event}'::jsonb, now());
+COMMIT;
+"""
+
+
+def _sql_literal(document: str) -> str:
+    """``document`` (JSON) as a SQL string literal pgbench leaves alone.
+
+    pgbench reads ``:name`` anywhere in a script as a variable, so every colon
+    inside a JSON string is written as the escape ``\\u003a`` (the same value).
+    """
+
+    def hide(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(":", "\x00")
+        if isinstance(value, list):
+            return [hide(v) for v in value]
+        if isinstance(value, dict):
+            return {hide(k): hide(v) for k, v in value.items()}
+        return value
+
+    text = json.dumps(hide(json.loads(document))).replace("\\u0000", "\\u003a")
+    return text.replace("'", "''")
+
+
+async def _pgbench_playlists(dsn: str, prefix: str, count: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.executemany(
+            "INSERT INTO playlist (id, owner_id, title, visibility, collaborative, version, "
+            "membership_epoch, entry_count, created_at, updated_at) "
+            "VALUES ($1, $2, $1, 'PRIVATE', false, 0, 0, 0, now(), now())",
+            [(f"{prefix}{n}", USER) for n in range(count)],
+        )
+    finally:
+        await conn.close()
+
+
+def pgbench(dsn: str, database: str, playlists: int, args: argparse.Namespace) -> Figure:
+    """The transaction as a pgbench script on ``playlists`` playlists of its own."""
+    binary = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+    payload, result, event = asyncio.run(committed_rows(dsn))
+    prefix = f"pgbench-{playlists}-"
+    asyncio.run(_pgbench_playlists(dsn, prefix, playlists))
+    script = PGBENCH_SCRIPT.format(
+        prefix=prefix,
+        last=playlists - 1,
+        media=" || chr(58) || ".join(f"'{part}'" for part in MEDIA.split(":")),
+        user=USER,
+        payload=_sql_literal(payload),
+        result=_sql_literal(result),
+        event=_sql_literal(event),
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "add.sql"
+        path.write_text(script)
+        url = asyncpg_dsn_parts(dsn)
+        common = [binary, "-n", "-M", "prepared", "-f", str(path), *url, database]
+        # Warm-up, then the measured run with a per-transaction log.
+        subprocess.run(
+            [*common[:1], "-c", str(args.clients), "-j", "2", "-T", "2", *common[1:]],
+            check=False,
+            capture_output=True,
+        )
+        run = subprocess.run(
+            [
+                *common[:1],
+                "-c",
+                str(args.clients),
+                "-j",
+                "2",
+                "-T",
+                str(int(args.seconds)),
+                "-l",
+                f"--log-prefix={tmp}/tx",
+                *common[1:],
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if run.returncode != 0:
+            raise RuntimeError(f"pgbench failed: {run.stdout}{run.stderr}")
+        latencies = []
+        for log in Path(tmp).glob("tx*"):
+            for line in log.read_text().splitlines():
+                latencies.append(int(line.split()[2]) / 1000)
+    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", run.stdout)
+    if match is None:
+        raise RuntimeError(run.stdout + run.stderr)
+    if "number of failed transactions: 0 " not in run.stdout and "failed" in run.stdout:
+        raise RuntimeError(f"pgbench transactions failed: {run.stdout}")
+    return Figure(
+        float(match.group(1)), statistics.median(latencies), percentile(latencies, 0.99),
+        len(latencies),
+    )
+
+
+def asyncpg_dsn_parts(dsn: str) -> list[str]:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(dsn)
+    parts = ["-h", url.host or "127.0.0.1", "-p", str(url.port or 5432)]
+    if url.username:
+        parts += ["-U", url.username]
+    return parts
+
+
+SQLITE_TRANSACTION = [
+    ("SELECT version FROM playlist WHERE id = ?", ("p",)),
+    (
+        "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
+        "added_at) VALUES (?, ?, ?, ?, ?, ?)",
+        ("p", "id", "key", "media", "user", "now"),
+    ),
+    (
+        "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, "
+        "updated_at = ? WHERE id = ? RETURNING version",
+        ("now", "p"),
+    ),
+    (
+        "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload, "
+        "request_hash, result, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ("p", "v", "id", "user", "payload", "id", "result", "now"),
+    ),
+    (
+        "INSERT INTO outbox (playlist_id, version, payload, created_at) VALUES (?, ?, ?, ?)",
+        ("p", "v", "event", "now"),
+    ),
+]
+
+
+def _sqlite_peer(path: str, playlists: int, seconds: float, out: multiprocessing.Queue[Any]) -> None:
+    """The transaction in a loop on one ``sqlite3`` connection; ``(count, latencies)``."""
+    import random
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    payload, result, event = conn.execute(
+        "SELECT m.payload, m.result, o.payload FROM playlist_mutation m JOIN outbox o "
+        "ON o.playlist_id = m.playlist_id AND o.version = m.version WHERE m.version > 1 "
+        "ORDER BY o.event_id DESC LIMIT 1"
+    ).fetchone()
+    now = "2026-01-01 00:00:00.000000"
+    for n in range(playlists):
+        conn.execute(
+            "INSERT INTO playlist (id, owner_id, title, visibility, collaborative, version, "
+            "membership_epoch, entry_count, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'PRIVATE', 0, 0, 0, 0, ?, ?)",
+            (f"sqlite-{playlists}-{n}", USER, "peer", now, now),
+        )
+    rng = random.Random()
+    latencies: list[float] = []
+    start = time.monotonic()
+    window_start = start + WARMUP_S
+    stop_at = window_start + seconds
+    while (started := time.monotonic()) < stop_at:
+        p = f"sqlite-{playlists}-{rng.randrange(playlists)}"
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SELECT version FROM playlist WHERE id = ?", (p,)).fetchone()
+        conn.execute(
+            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
+            "added_by, added_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (p, uuid.uuid4().hex, uuid.uuid4().hex[:8], MEDIA, USER, now),
+        )
+        (v,) = conn.execute(
+            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, "
+            "updated_at = ? WHERE id = ? RETURNING version",
+            (now, p),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, "
+            "payload, request_hash, result, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (p, v, uuid.uuid4().hex, USER, payload, uuid.uuid4().hex, result, now),
+        )
+        conn.execute(
+            "INSERT INTO outbox (playlist_id, version, payload, created_at) VALUES (?, ?, ?, ?)",
+            (p, v, event, now),
+        )
+        conn.execute("COMMIT")
+        if started >= window_start:
+            latencies.append((time.monotonic() - started) * 1000)
+    conn.close()
+    out.put(latencies)
+
+
+def sqlite_peer(path: Path, playlists: int, seconds: float) -> Figure:
+    ctx = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[Any] = ctx.Queue()
+    process = ctx.Process(target=_sqlite_peer, args=(str(path), playlists, seconds, queue))
+    process.start()
+    latencies = queue.get(timeout=seconds + 120)
+    process.join()
+    return Figure(
+        len(latencies) / seconds,
+        statistics.median(latencies),
+        percentile(latencies, 0.99),
+        len(latencies),
+    )
+
+
+# --- the run ------------------------------------------------------------------
+
+
+def table(title: str, chorus: dict[str, Figure], peer: dict[str, Figure], targets: bool) -> None:
+    print(f"\n{title}")
+    print(f"{'workload':10}{'Chorus req/s':>13}{'p50 ms':>8}{'p99 ms':>8}"
+          f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}")
+    goals = {"spread": 0.35, "hot": 0.75}
+    for name, c in chorus.items():
+        p = peer[name]
+        ratio = c.rate / p.rate
+        verdict = ""
+        if targets:
+            verdict = "  ok" if ratio >= goals[name] else f"  below target {goals[name]}"
+        print(
+            f"{name:10}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
+            f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}{verdict}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--processes", type=int, default=1, help="chorus serve processes")
+    parser.add_argument("--playlists", type=int, default=18, help="playlists of 'spread'")
+    parser.add_argument("--sqlite", action="store_true", help="also the embedded profile")
+    parser.add_argument(
+        "--postgres-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for serve")
+    args = parser.parse_args()
+    os.environ["CHORUS_TEST_POSTGRES_URL"] = args.postgres_url
+    from tests.servers import create_database, drop_database, postgres_url
+
+    env = dict(item.split("=", 1) for item in args.env)
+    print(
+        f"{args.clients} clients, {args.seconds:.0f} s measured after {WARMUP_S:.0f} s warm-up, "
+        f"{args.processes} chorus serve process(es), {os.cpu_count()} cores"
+    )
+    name = create_database()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            url = postgres_url(name)
+            chorus = measure_chorus(url, Path(tmp) / "pg", args, **env)
+            dsn = postgres_url(name, "postgresql")
+            peer = {
+                "spread": pgbench(dsn, name, args.playlists, args),
+                "hot": pgbench(dsn, name, 1, args),
+            }
+        finally:
+            drop_database(name)
+        table("PostgreSQL: Chorus over HTTP against pgbench", chorus, peer, targets=True)
+        if args.sqlite:
+            path = Path(tmp) / "sqlite" / "chorus.db"
+            sqlite_url = f"sqlite+aiosqlite:///{path}"
+            chorus = measure_chorus(sqlite_url, Path(tmp) / "sqlite", args, **env)
+            peer = {
+                "spread": sqlite_peer(path, args.playlists, args.seconds),
+                "hot": sqlite_peer(path, 1, args.seconds),
+            }
+            table("SQLite: Chorus over HTTP against sqlite3 in a loop", chorus, peer, False)
+
+
+if __name__ == "__main__":
+    main()
