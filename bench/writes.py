@@ -418,7 +418,9 @@ def pgbench(dsn: str, database: str, playlists: int, args: argparse.Namespace) -
     if "number of failed transactions: 0 " not in run.stdout and "failed" in run.stdout:
         raise RuntimeError(f"pgbench transactions failed: {run.stdout}")
     return Figure(
-        float(match.group(1)), statistics.median(latencies), percentile(latencies, 0.99),
+        float(match.group(1)),
+        statistics.median(latencies),
+        percentile(latencies, 0.99),
         len(latencies),
     )
 
@@ -457,7 +459,9 @@ SQLITE_TRANSACTION = [
 ]
 
 
-def _sqlite_peer(path: str, playlists: int, seconds: float, out: multiprocessing.Queue[Any]) -> None:
+def _sqlite_peer(
+    path: str, playlists: int, seconds: float, out: multiprocessing.Queue[Any]
+) -> None:
     """The transaction in a loop on one ``sqlite3`` connection; ``(count, latencies)``."""
     import random
 
@@ -530,21 +534,33 @@ def sqlite_peer(path: Path, playlists: int, seconds: float) -> Figure:
 # --- the run ------------------------------------------------------------------
 
 
-def table(title: str, chorus: dict[str, Figure], peer: dict[str, Figure], targets: bool) -> None:
+MODES = {"group": "true", "plain": "false"}
+"""``CHORUS_GROUP_COMMIT`` of each way Chorus is measured: owner queue and group commit,
+or the one-transaction-per-command path it shortcuts."""
+
+
+def table(
+    title: str, chorus: dict[str, dict[str, Figure]], peer: dict[str, Figure], targets: bool
+) -> None:
     print(f"\n{title}")
-    print(f"{'workload':10}{'Chorus req/s':>13}{'p50 ms':>8}{'p99 ms':>8}"
-          f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}")
+    print(
+        f"{'workload':16}{'Chorus req/s':>13}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}{'/plain':>8}"
+    )
     goals = {"spread": 0.35, "hot": 0.75}
-    for name, c in chorus.items():
-        p = peer[name]
-        ratio = c.rate / p.rate
-        verdict = ""
-        if targets:
-            verdict = "  ok" if ratio >= goals[name] else f"  below target {goals[name]}"
-        print(
-            f"{name:10}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
-            f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}{verdict}"
-        )
+    for name, p in peer.items():
+        for mode, figures in chorus.items():
+            c = figures[name]
+            ratio = c.rate / p.rate
+            plain = chorus.get("plain", {}).get(name)
+            versus = f"{c.rate / plain.rate:>8.2f}" if plain and mode != "plain" else " " * 8
+            verdict = ""
+            if targets and mode == "group":
+                verdict = "  ok" if ratio >= goals[name] else f"  below target {goals[name]}"
+            print(
+                f"{name + ' ' + mode:16}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
+                f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}{versus}{verdict}"
+            )
 
 
 def main() -> None:
@@ -558,6 +574,9 @@ def main() -> None:
         "--postgres-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
     )
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for serve")
+    parser.add_argument(
+        "--modes", default="group,plain", help="comma-separated: group (owner queue), plain"
+    )
     args = parser.parse_args()
     os.environ["CHORUS_TEST_POSTGRES_URL"] = args.postgres_url
     from tests.servers import create_database, drop_database, postgres_url
@@ -571,7 +590,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             url = postgres_url(name)
-            chorus = measure_chorus(url, Path(tmp) / "pg", args, **env)
+            chorus = {
+                mode: measure_chorus(
+                    url, Path(tmp) / f"pg-{mode}", args, CHORUS_GROUP_COMMIT=MODES[mode], **env
+                )
+                for mode in args.modes.split(",")
+            }
             dsn = postgres_url(name, "postgresql")
             peer = {
                 "spread": pgbench(dsn, name, args.playlists, args),
@@ -583,7 +607,12 @@ def main() -> None:
         if args.sqlite:
             path = Path(tmp) / "sqlite" / "chorus.db"
             sqlite_url = f"sqlite+aiosqlite:///{path}"
-            chorus = measure_chorus(sqlite_url, Path(tmp) / "sqlite", args, **env)
+            chorus = {
+                mode: measure_chorus(
+                    sqlite_url, Path(tmp) / "sqlite", args, CHORUS_GROUP_COMMIT=MODES[mode], **env
+                )
+                for mode in args.modes.split(",")
+            }
             peer = {
                 "spread": sqlite_peer(path, args.playlists, args.seconds),
                 "hot": sqlite_peer(path, 1, args.seconds),
