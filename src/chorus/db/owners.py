@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from chorus.domain.errors import RateLimited
+from chorus.metrics import GROUP_COMMIT_SIZE, OWNER_QUEUE_REFUSED, OWNER_QUEUE_WAITING
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -146,12 +147,14 @@ class OwnerQueues(Generic[T, R]):
             )
         answer: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         queue.add(Waiting(item, user_id, answer))
+        OWNER_QUEUE_WAITING.inc()
         if queue.owner is None:
             queue.owner = asyncio.create_task(self._own(playlist_id, queue), name="owner")
         return await answer
 
     def _refusal(self, queue: _Queue[T, R], why: str) -> RateLimited:
         # The queue ahead drains at the recent commit time per command.
+        OWNER_QUEUE_REFUSED.inc()
         per_command_s = self._per_command_s or DEFAULT_HINT_MS / 1000
         retry_ms = max(1, math.ceil((queue.count + 1) * per_command_s * 1000))
         return RateLimited(
@@ -164,6 +167,8 @@ class OwnerQueues(Generic[T, R]):
         try:
             while queue.count:
                 group = queue.take(self.max_group)
+                OWNER_QUEUE_WAITING.dec(len(group))
+                GROUP_COMMIT_SIZE.observe(len(group))
                 started = self._clock()
                 try:
                     answers = await self._commit(playlist_id, [w.item for w in group])
@@ -177,7 +182,9 @@ class OwnerQueues(Generic[T, R]):
         finally:
             queue.owner = None
             if queue.count:  # cancelled with commands still waiting: they are not answered
-                for waiting in queue.take(queue.count):
+                left = queue.take(queue.count)
+                OWNER_QUEUE_WAITING.dec(len(left))
+                for waiting in left:
                     waiting.answer.cancel()
             if self._queues.get(playlist_id) is queue:
                 del self._queues[playlist_id]
