@@ -20,11 +20,16 @@ import httpx
 import pytest
 
 from chorus.auth import mint_token
+from chorus.db.engine import CONNECT_TIMEOUT_S
 from tests.e2e.helpers import PLAYLIST, error_codes, mutation_document, track
 from tests.servers import TEST_SECRET, ChorusServer, PostgresCluster
 
-PROMPT_S = 5.0
-"""A request while the database is away must answer within this."""
+PROMPT_S = 2 * CONNECT_TIMEOUT_S
+"""A request while the database is away answers once the connect timeout fires.
+
+Not a speed claim: it tells "refused, said so" from "hung until the client's
+own 30 s timeout"; the margin absorbs a loaded machine.
+"""
 
 CHANGES = """
 query Changes($id: ID!) {
@@ -90,10 +95,12 @@ def _committed(body: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def _unavailable(body: dict[str, Any], took: float) -> None:
+def _unavailable(body: dict[str, Any], took: float | None) -> None:
+    """``body`` is the database-unavailable error, answered within PROMPT_S if ``took`` is given."""
     assert error_codes(body) == ["SERVICE_UNAVAILABLE"], body
     assert "database is not available" in body["errors"][0]["message"]
-    assert took < PROMPT_S
+    if took is not None:
+        assert took < PROMPT_S
 
 
 def test_requests_fail_cleanly_while_postgres_is_away_and_work_after(
@@ -148,9 +155,11 @@ def test_mutations_in_flight_when_postgres_stops_commit_once_on_retry(
     enough = threading.Event()
 
     def send(operation_id: str, media_id: str) -> None:
-        body, took = _add(chorus, playlist_id, operation_id, media_id)
+        # Sixty requests queue for the pool's twenty connections, so how long
+        # one took says nothing; a hang still fails at the client's 30 s.
+        body, _ = _add(chorus, playlist_id, operation_id, media_id)
         if "errors" in body:
-            _unavailable(body, took)
+            _unavailable(body, None)
         else:
             _committed(body)
         with lock:
