@@ -168,7 +168,11 @@ async def _store(url: str, title: str, **options: Any) -> AsyncIterator[Playlist
 
 
 async def _seeded(store: PlaylistStore, title: str) -> tuple[str, dict[str, str]]:
-    """A collaborative playlist owned by Alice, Bob its editor, entries e0–e2: (its id, seed → entry id)."""
+    """A collaborative playlist of Alice's, Bob its editor, entries e0–e2.
+
+    Returns:
+        its id, and each seed name's entry id.
+    """
     created = await store.create(
         CreatePlaylist(f"create-{title}", title, collaborative=True), ALICE
     )
