@@ -17,6 +17,13 @@ version, insert the log row, insert the outbox row; the payloads are copied
 from the log row and outbox row Chorus committed just before), 16 clients,
 prepared statements, on its own playlists made the same way.
 
+Chorus runs twice, side by side on the same database: with the owner queue
+and group commit (``group``) and with one transaction per command
+(``plain``, ``CHORUS_GROUP_COMMIT=false``, the path it shortcuts). The
+machine's load drifts, so each figure is taken in ``--rounds`` slices and the
+contenders take turns (group, plain, pgbench; spread, then hot), each slice
+after a 2 s warm-up that is not measured.
+
 Workloads: ``spread`` (``--playlists`` playlists, 18 by default) and ``hot``
 (one playlist). For each: requests (transactions) per second, p50 and p99
 latency in ms, and the ratio Chorus / raw SQL. Every answer is checked: a
@@ -28,7 +35,7 @@ against the same transaction run by Python's ``sqlite3`` in a loop on one
 connection (SQLite has one writer; WAL, ``synchronous=NORMAL`` as Chorus
 sets them) in another process.
 
-    python bench/writes.py [--seconds 10] [--clients 16] [--processes 1] [--sqlite]
+    python bench/writes.py [--seconds 12] [--rounds 3] [--clients 16] [--processes 1] [--sqlite]
         [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -89,13 +97,32 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 @dataclass(frozen=True)
+class Sample:
+    """One measured slice: each request's (transaction's) latency in ms, and the window in s."""
+
+    latencies: list[float]
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Figure:
-    """One measured workload: rate per second, latencies in milliseconds."""
+    """One workload over all its slices: rate per second, latencies in milliseconds."""
 
     rate: float
     p50_ms: float
     p99_ms: float
     count: int
+
+    @classmethod
+    def of(cls, samples: list[Sample]) -> Figure:
+        latencies = [x for s in samples for x in s.latencies]
+        seconds = sum(s.seconds for s in samples)
+        return cls(
+            len(latencies) / seconds,
+            statistics.median(latencies),
+            percentile(latencies, 0.99),
+            len(latencies),
+        )
 
 
 # --- the load process -------------------------------------------------------
@@ -185,7 +212,7 @@ def _load(
     out.put(asyncio.run(run()))
 
 
-def load(routes: dict[str, int], authorization: str, clients: int, seconds: float) -> Figure:
+def load(routes: dict[str, int], authorization: str, clients: int, seconds: float) -> Sample:
     """Run the load process against ``routes`` (playlist id → port) and measure."""
     ctx = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[Any] = ctx.Queue()
@@ -195,12 +222,7 @@ def load(routes: dict[str, int], authorization: str, clients: int, seconds: floa
     process.join()
     if failures:
         raise SystemExit(f"{len(failures)} failed requests, first: {failures[0]}")
-    return Figure(
-        len(latencies) / window,
-        statistics.median(latencies),
-        percentile(latencies, 0.99),
-        len(latencies),
-    )
+    return Sample(latencies, window)
 
 
 # --- Chorus -----------------------------------------------------------------
@@ -279,18 +301,59 @@ class Servers:
         return {p: self.servers[zlib.crc32(p.encode()) % n].port for p in playlist_ids}
 
 
-def measure_chorus(
-    database_url: str, data_dir: Path, args: argparse.Namespace, **env: str
-) -> dict[str, Figure]:
-    with Servers(database_url, data_dir, args.processes, **env) as servers:
-        authorization = f"Bearer {token(servers.secret)}"
-        first = servers.servers[0]
-        spread = create_playlists(first, authorization, args.playlists)
-        hot = create_playlists(first, authorization, 1)
-        return {
-            "spread": load(servers.routes(spread), authorization, args.clients, args.seconds),
-            "hot": load(servers.routes(hot), authorization, args.clients, args.seconds),
-        }
+@dataclass
+class Chorus:
+    """One way of running Chorus (a ``CHORUS_GROUP_COMMIT`` mode): servers and playlists."""
+
+    servers: Servers
+    authorization: str
+    routes: dict[str, dict[str, int]]
+    """Workload → its playlists' routes."""
+
+
+def started(
+    database_url: str, data_dir: Path, args: argparse.Namespace, mode: str, **env: str
+) -> Servers:
+    return Servers(
+        database_url, data_dir / mode, args.processes, CHORUS_GROUP_COMMIT=MODES[mode], **env
+    )
+
+
+def prepared(servers: Servers, args: argparse.Namespace) -> Chorus:
+    authorization = f"Bearer {token(servers.secret)}"
+    first = servers.servers[0]
+    spread = create_playlists(first, authorization, args.playlists)
+    hot = create_playlists(first, authorization, 1)
+    return Chorus(
+        servers,
+        authorization,
+        {"spread": servers.routes(spread), "hot": servers.routes(hot)},
+    )
+
+
+def interleaved(
+    chorus: dict[str, Chorus],
+    peer: dict[str, Any],
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[str, Figure]], dict[str, Figure]]:
+    """``--rounds`` rounds of short slices: each mode and the peer in turn, per workload.
+
+    The machine's load drifts (other processes); taking turns gives every
+    contender the same share of it, so the ratios hold even when the rates move.
+    """
+    seconds = args.seconds / args.rounds
+    samples: dict[str, dict[str, list[Sample]]] = {
+        m: {"spread": [], "hot": []} for m in [*chorus, "raw"]
+    }
+    for _ in range(args.rounds):
+        for workload in ("spread", "hot"):
+            for mode, c in chorus.items():
+                sample = load(c.routes[workload], c.authorization, args.clients, seconds)
+                samples[mode][workload].append(sample)
+            samples["raw"][workload].append(peer[workload](seconds))
+    figures = {m: {w: Figure.of(x) for w, x in by.items()} for m, by in samples.items()}
+    raw = figures.pop("raw")
+    return figures, raw
 
 
 # --- the raw SQL peers --------------------------------------------------------
@@ -302,7 +365,7 @@ async def committed_rows(dsn: str) -> tuple[str, str, str]:
     try:
         row = await conn.fetchrow(
             "SELECT m.payload, m.result, o.payload AS event FROM playlist_mutation m "
-            "JOIN outbox o USING (playlist_id, version) WHERE m.version > 1 "
+            "JOIN outbox o USING (playlist_id, version) WHERE m.version > 0 "
             "ORDER BY o.event_id DESC LIMIT 1"
         )
     finally:
@@ -363,8 +426,9 @@ async def _pgbench_playlists(dsn: str, prefix: str, count: int) -> None:
         await conn.close()
 
 
-def pgbench(dsn: str, database: str, playlists: int, args: argparse.Namespace) -> Figure:
-    """The transaction as a pgbench script on ``playlists`` playlists of its own."""
+def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: Path) -> Any:
+    """A function ``seconds → Sample`` running the transaction as a pgbench script on
+    ``playlists`` playlists of its own (made now), after a 2 s warm-up."""
     binary = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
     payload, result, event = asyncio.run(committed_rows(dsn))
     prefix = f"pgbench-{playlists}-"
@@ -378,51 +442,33 @@ def pgbench(dsn: str, database: str, playlists: int, args: argparse.Namespace) -
         result=_sql_literal(result),
         event=_sql_literal(event),
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "add.sql"
-        path.write_text(script)
-        url = asyncpg_dsn_parts(dsn)
-        common = [binary, "-n", "-M", "prepared", "-f", str(path), *url, database]
-        # Warm-up, then the measured run with a per-transaction log.
-        subprocess.run(
-            [*common[:1], "-c", str(args.clients), "-j", "2", "-T", "2", *common[1:]],
-            check=False,
-            capture_output=True,
-        )
-        run = subprocess.run(
-            [
-                *common[:1],
-                "-c",
-                str(args.clients),
-                "-j",
-                "2",
-                "-T",
-                str(int(args.seconds)),
-                "-l",
-                f"--log-prefix={tmp}/tx",
-                *common[1:],
-            ],
+    path = tmp / f"add-{playlists}.sql"
+    path.write_text(script)
+    base = [binary, "-n", "-M", "prepared", "-f", str(path), "-c", str(clients), "-j", "2"]
+    target = [*asyncpg_dsn_parts(dsn), database]
+
+    def run(seconds: float) -> Sample:
+        warm = subprocess.run([*base, "-T", "2", *target], check=False, capture_output=True)
+        if warm.returncode != 0:
+            raise RuntimeError(f"pgbench failed: {warm.stdout!r}{warm.stderr!r}")
+        logs = tmp / f"log-{uuid.uuid4().hex}"
+        logs.mkdir()
+        done = subprocess.run(
+            [*base, "-T", str(max(1, round(seconds))), "-l", f"--log-prefix={logs}/tx", *target],
             check=False,
             capture_output=True,
             text=True,
         )
-        if run.returncode != 0:
-            raise RuntimeError(f"pgbench failed: {run.stdout}{run.stderr}")
-        latencies = []
-        for log in Path(tmp).glob("tx*"):
-            for line in log.read_text().splitlines():
-                latencies.append(int(line.split()[2]) / 1000)
-    match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", run.stdout)
-    if match is None:
-        raise RuntimeError(run.stdout + run.stderr)
-    if "number of failed transactions: 0 " not in run.stdout and "failed" in run.stdout:
-        raise RuntimeError(f"pgbench transactions failed: {run.stdout}")
-    return Figure(
-        float(match.group(1)),
-        statistics.median(latencies),
-        percentile(latencies, 0.99),
-        len(latencies),
-    )
+        if done.returncode != 0 or not re.search(r"failed transactions: 0 ", done.stdout):
+            raise RuntimeError(f"pgbench failed: {done.stdout}{done.stderr}")
+        latencies = [
+            int(line.split()[2]) / 1000
+            for log in logs.glob("tx*")
+            for line in log.read_text().splitlines()
+        ]
+        return Sample(latencies, max(1, round(seconds)))
+
+    return run
 
 
 def asyncpg_dsn_parts(dsn: str) -> list[str]:
@@ -470,14 +516,14 @@ def _sqlite_peer(
     conn.execute("PRAGMA synchronous=NORMAL")
     payload, result, event = conn.execute(
         "SELECT m.payload, m.result, o.payload FROM playlist_mutation m JOIN outbox o "
-        "ON o.playlist_id = m.playlist_id AND o.version = m.version WHERE m.version > 1 "
+        "ON o.playlist_id = m.playlist_id AND o.version = m.version WHERE m.version > 0 "
         "ORDER BY o.event_id DESC LIMIT 1"
     ).fetchone()
     now = "2026-01-01 00:00:00.000000"
     for n in range(playlists):
         conn.execute(
-            "INSERT INTO playlist (id, owner_id, title, visibility, collaborative, version, "
-            "membership_epoch, entry_count, created_at, updated_at) "
+            "INSERT OR IGNORE INTO playlist (id, owner_id, title, visibility, collaborative, "
+            "version, membership_epoch, entry_count, created_at, updated_at) "
             "VALUES (?, ?, ?, 'PRIVATE', 0, 0, 0, 0, ?, ?)",
             (f"sqlite-{playlists}-{n}", USER, "peer", now, now),
         )
@@ -516,19 +562,14 @@ def _sqlite_peer(
     out.put(latencies)
 
 
-def sqlite_peer(path: Path, playlists: int, seconds: float) -> Figure:
+def sqlite_peer(path: Path, playlists: int, seconds: float) -> Sample:
     ctx = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[Any] = ctx.Queue()
     process = ctx.Process(target=_sqlite_peer, args=(str(path), playlists, seconds, queue))
     process.start()
     latencies = queue.get(timeout=seconds + 120)
     process.join()
-    return Figure(
-        len(latencies) / seconds,
-        statistics.median(latencies),
-        percentile(latencies, 0.99),
-        len(latencies),
-    )
+    return Sample(latencies, seconds)
 
 
 # --- the run ------------------------------------------------------------------
@@ -565,7 +606,8 @@ def table(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
+    parser.add_argument("--seconds", type=float, default=12.0, help="measured seconds per figure")
+    parser.add_argument("--rounds", type=int, default=3, help="slices each figure is taken in")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--processes", type=int, default=1, help="chorus serve processes")
     parser.add_argument("--playlists", type=int, default=18, help="playlists of 'spread'")
@@ -582,42 +624,49 @@ def main() -> None:
     from tests.servers import create_database, drop_database, postgres_url
 
     env = dict(item.split("=", 1) for item in args.env)
+    modes = args.modes.split(",")
     print(
-        f"{args.clients} clients, {args.seconds:.0f} s measured after {WARMUP_S:.0f} s warm-up, "
-        f"{args.processes} chorus serve process(es), {os.cpu_count()} cores"
+        f"{args.clients} clients, {args.seconds:.0f} s measured per figure in {args.rounds} "
+        f"slices taken in turn (each after a {WARMUP_S:.0f} s warm-up), "
+        f"{args.processes} chorus serve process(es) per mode, {os.cpu_count()} cores"
     )
     name = create_database()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         try:
             url = postgres_url(name)
             chorus = {
-                mode: measure_chorus(
-                    url, Path(tmp) / f"pg-{mode}", args, CHORUS_GROUP_COMMIT=MODES[mode], **env
-                )
-                for mode in args.modes.split(",")
+                m: prepared(stack.enter_context(started(url, Path(tmp), args, m, **env)), args)
+                for m in modes
             }
             dsn = postgres_url(name, "postgresql")
             peer = {
-                "spread": pgbench(dsn, name, args.playlists, args),
-                "hot": pgbench(dsn, name, 1, args),
+                "spread": pgbench_runner(dsn, name, args.playlists, args.clients, Path(tmp)),
+                "hot": pgbench_runner(dsn, name, 1, args.clients, Path(tmp)),
             }
+            figures, raw = interleaved(chorus, peer, args)
         finally:
+            stack.close()
             drop_database(name)
-        table("PostgreSQL: Chorus over HTTP against pgbench", chorus, peer, targets=True)
+        table("PostgreSQL: Chorus over HTTP against pgbench", figures, raw, targets=True)
         if args.sqlite:
             path = Path(tmp) / "sqlite" / "chorus.db"
             sqlite_url = f"sqlite+aiosqlite:///{path}"
-            chorus = {
-                mode: measure_chorus(
-                    sqlite_url, Path(tmp) / "sqlite", args, CHORUS_GROUP_COMMIT=MODES[mode], **env
-                )
-                for mode in args.modes.split(",")
-            }
-            peer = {
-                "spread": sqlite_peer(path, args.playlists, args.seconds),
-                "hot": sqlite_peer(path, 1, args.seconds),
-            }
-            table("SQLite: Chorus over HTTP against sqlite3 in a loop", chorus, peer, False)
+            with contextlib.ExitStack() as lite:
+                chorus = {
+                    m: prepared(
+                        lite.enter_context(
+                            started(sqlite_url, Path(tmp) / "sqlite", args, m, **env)
+                        ),
+                        args,
+                    )
+                    for m in modes
+                }
+                sqlite_peers = {
+                    "spread": lambda seconds: sqlite_peer(path, args.playlists, seconds),
+                    "hot": lambda seconds: sqlite_peer(path, 1, seconds),
+                }
+                figures, raw = interleaved(chorus, sqlite_peers, args)
+            table("SQLite: Chorus over HTTP against sqlite3 in a loop", figures, raw, False)
 
 
 if __name__ == "__main__":
