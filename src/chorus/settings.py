@@ -105,14 +105,14 @@ class Settings(BaseSettings):
         "each, through its owner queue (docs/semantics.md); false: one transaction per command.",
     )
     owner_queue_size: int = Field(
-        256,
+        1024,
         ge=1,
         le=100_000,
         description="Commands that may wait for one playlist in one API process; one more "
         "is RATE_LIMITED with a retry hint.",
     )
     owner_queue_per_user: int = Field(
-        32,
+        256,
         ge=1,
         description="Of a playlist's waiting commands, how many may be one user's (at most "
         "owner_queue_size); one more is RATE_LIMITED.",

@@ -66,9 +66,9 @@ from chorus.metrics import COMMITS
 
 T = TypeVar("T")
 
-OWNER_QUEUE_SIZE = 256
+OWNER_QUEUE_SIZE = 1024
 """Commands that may wait per playlist and process (``CHORUS_OWNER_QUEUE_SIZE``)."""
-OWNER_QUEUE_PER_USER = 32
+OWNER_QUEUE_PER_USER = 256
 """Of which one user's at most (``CHORUS_OWNER_QUEUE_PER_USER``)."""
 MAX_GROUP = 64
 """Commands committed in one transaction at most: bounds its time and its lock."""
