@@ -36,6 +36,7 @@ from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
+from chorus.db.watch import watch_commits
 from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
@@ -239,14 +240,22 @@ class _Events:
 
 @asynccontextmanager
 async def _embedded_events(db: Database) -> AsyncIterator[_Events]:
-    """The embedded profile: an in-process bus fed by an in-process relay."""
+    """The embedded profile: an in-process bus fed by an in-process relay.
+
+    On SQLite the relay is also woken by commits of other processes (a
+    ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
+    so their events reach this server's subscribers as promptly as its own.
+    """
     bus = InProcessBus()
     relay = OutboxRelay(db, BusPublisher(bus))
-    task = asyncio.create_task(relay.run(), name="outbox-relay")
+    tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
+    if db.dialect == "sqlite":
+        tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
     try:
         yield _Events(bus, relay, None, [])
     finally:
-        await cancel_and_wait(task)
+        for task in reversed(tasks):
+            await cancel_and_wait(task)
         await bus.aclose()
 
 
