@@ -96,8 +96,15 @@ def catalog(settings: Settings, db: Database) -> Catalog:
 def store(
     settings: Settings, db: Database, on_commit: Callable[[str, int], None] | None = None
 ) -> PlaylistStore:
-    """The unit of work over ``db`` with the configured limits."""
-    return PlaylistStore(db, limits=settings.limits, on_commit=on_commit)
+    """The unit of work over ``db`` with the configured limits and owner queues."""
+    return PlaylistStore(
+        db,
+        limits=settings.limits,
+        on_commit=on_commit,
+        group_commit=settings.group_commit,
+        queue_size=settings.owner_queue_size,
+        queue_per_user=settings.owner_queue_per_user,
+    )
 
 
 def kafka_config(settings: Settings) -> KafkaConfig:

@@ -23,6 +23,19 @@ SUBSCRIPTIONS = Counter(
     ["operation_name"],
 )
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
+OWNER_QUEUE_WAITING = Gauge(
+    "chorus_owner_queue_waiting",
+    "Commands waiting in this process's owner queues (all playlists), not yet in a group.",
+)
+OWNER_QUEUE_REFUSED = Counter(
+    "chorus_owner_queue_refused_total",
+    "Commands refused RATE_LIMITED because a playlist's queue or a user's share was full.",
+)
+GROUP_COMMIT_SIZE = Histogram(
+    "chorus_group_commit_commands",
+    "Commands committed together in one transaction by an owner.",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 OUTBOX_BACKLOG = Gauge("chorus_outbox_backlog", "Outbox events not yet published.")
 OUTBOX_OLDEST_AGE = Gauge(
     "chorus_outbox_oldest_unpublished_age_seconds",

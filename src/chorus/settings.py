@@ -113,6 +113,24 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int | None = Field(
         None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
     )
+    group_commit: bool = Field(
+        True,
+        description="Commit a playlist's concurrent commands in groups, one transaction "
+        "each, through its owner queue (docs/semantics.md); false: one transaction per command.",
+    )
+    owner_queue_size: int = Field(
+        1024,
+        ge=1,
+        le=100_000,
+        description="Commands that may wait for one playlist in one API process; one more "
+        "is RATE_LIMITED with a retry hint.",
+    )
+    owner_queue_per_user: int = Field(
+        256,
+        ge=1,
+        description="Of a playlist's waiting commands, how many may be one user's (at most "
+        "owner_queue_size); one more is RATE_LIMITED.",
+    )
     max_query_cost: int = Field(
         10_000,
         ge=1,
@@ -294,6 +312,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 "CHORUS_PERSISTED_DOCUMENTS_ONLY needs CHORUS_PERSISTED_DOCUMENTS: the file "
                 "of the documents that may run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _user_share_fits(self) -> Settings:
+        if self.owner_queue_per_user > self.owner_queue_size:
+            raise ValueError(
+                f"CHORUS_OWNER_QUEUE_PER_USER ({self.owner_queue_per_user}) is larger than "
+                f"CHORUS_OWNER_QUEUE_SIZE ({self.owner_queue_size})"
             )
         return self
 
