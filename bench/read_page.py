@@ -9,7 +9,10 @@ for the same wall time sends, with the same concurrency:
 * baseline: the SQL those reads need (the header row and the keyset page of
   50 live entries), run directly with asyncpg on a pool of the same size.
 
-Prints requests per second of each and the ratio Chorus / asyncpg.
+Chorus runs twice: with the response cache off (the baseline this bench has
+always measured: every page executes) and on, after asking every page once
+(docs/caching.md). Prints requests per second of each and their ratios to
+asyncpg.
 
     python bench/read_page.py [--seconds 5] [--concurrency 16]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
@@ -101,6 +104,37 @@ async def run_for(seconds: float, concurrency: int, one: object) -> float:
     return count / (time.monotonic() - started)
 
 
+async def chorus_rate(
+    args: argparse.Namespace,
+    gid: str,
+    positions: list[tuple[str, str]],
+    token: str,
+    *,
+    warm: bool,
+) -> float:
+    """Pages per second from the running server; ``warm``: every page asked once first."""
+    base = f"http://127.0.0.1:{args.port}"
+    limits = httpx.Limits(max_connections=args.concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
+
+        async def page(key: str, entry: str) -> None:
+            body = {"query": QUERY, "variables": {"id": gid, "after": ids.entry_cursor(key, entry)}}
+            r = await http.post("/graphql", json=body, headers={"Authorization": f"Bearer {token}"})
+            data = r.json()
+            assert "errors" not in data, data
+
+        async def chorus_page() -> None:
+            await page(*random.choice(positions))
+
+        if warm:  # fill the response cache with every page the load asks for
+            for start in range(0, len(positions), args.concurrency):
+                await asyncio.gather(
+                    *(page(*p) for p in positions[start : start + args.concurrency])
+                )
+        await run_for(1.0, args.concurrency, chorus_page)  # warm up
+        return await run_for(args.seconds, args.concurrency, chorus_page)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -125,26 +159,14 @@ async def main() -> None:
             "CHORUS_DATA_DIR": tempfile.mkdtemp(),
             "CHORUS_PORT": str(args.port),
         }
-        server = await asyncio.to_thread(start_server, env, args.port)
-        base = f"http://127.0.0.1:{args.port}"
         token = mint_token(SECRET, "bob")
-        limits = httpx.Limits(max_connections=args.concurrency)
-        async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as http:
-
-            async def chorus_page() -> None:
-                key, entry = random.choice(positions)
-                body = {
-                    "query": QUERY,
-                    "variables": {"id": gid, "after": ids.entry_cursor(key, entry)},
-                }
-                r = await http.post(
-                    "/graphql", json=body, headers={"Authorization": f"Bearer {token}"}
-                )
-                data = r.json()
-                assert "errors" not in data, data
-
-            await run_for(1.0, args.concurrency, chorus_page)  # warm up
-            chorus_rps = await run_for(args.seconds, args.concurrency, chorus_page)
+        rates: dict[str, float] = {}
+        for mode, extra in (("cold", {"CHORUS_RESPONSE_CACHE": "false"}), ("hot", {})):
+            server = await asyncio.to_thread(start_server, {**env, **extra}, args.port)
+            rates[mode] = await chorus_rate(args, gid, positions, token, warm=mode == "hot")
+            server.terminate()
+            server.wait(timeout=10)
+            server = None
 
         pool = await asyncpg.create_pool(dsn, min_size=args.concurrency, max_size=args.concurrency)
 
@@ -161,10 +183,13 @@ async def main() -> None:
         sql_rps = await run_for(args.seconds, args.concurrency, sql_page)
         await pool.close()
 
+        cold, hot = rates["cold"], rates["hot"]
         print(f"50-entry page with media, {args.concurrency} concurrent, {args.seconds:.0f} s each")
-        print(f"  chorus (HTTP + GraphQL + catalog): {chorus_rps:8.1f} req/s")
-        print(f"  asyncpg (the same SQL, no HTTP):   {sql_rps:8.1f} req/s")
-        print(f"  ratio chorus / asyncpg:            {chorus_rps / sql_rps:8.3f}")
+        print(f"  chorus, cache off (HTTP + GraphQL + catalog): {cold:8.1f} req/s")
+        print(f"  chorus, response cache warm:                  {hot:8.1f} req/s")
+        print(f"  asyncpg (the same SQL, no HTTP):              {sql_rps:8.1f} req/s")
+        print(f"  ratio chorus cache off / asyncpg (baseline):  {cold / sql_rps:8.3f}")
+        print(f"  ratio chorus cache warm / asyncpg:            {hot / sql_rps:8.3f}")
     finally:
         if server is not None:
             server.terminate()

@@ -14,7 +14,8 @@ pub/sub, reads PUBLIC playlists' snapshots from Redis and raises their head
 version after each commit; the relay, fanout and cache projector run as
 their own processes, or here with ``with_workers``.
 
-Routes: ``/graphql`` (POST queries and mutations; GET opens GraphiQL;
+Routes: ``/graphql`` (POST queries and mutations; GET queries, persisted
+ones included, and GraphiQL in a browser;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus; only
 with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>`` when that is set).
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp
 from chorus import bootstrap, health
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
+from chorus.graphql.persisted import PersistedDocuments, load_manifest
 from chorus.graphql.view import ChorusGraphQL
 from chorus.logs import REQUEST_ID_HEADER
 from chorus.middleware import BodySizeLimit, RequestId
@@ -68,7 +70,8 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
     in this process (``chorus serve --with-workers``).
 
     Raises:
-        ValueError: ``with_workers`` without the full profile's settings.
+        ValueError: ``with_workers`` without the full profile's settings, or a
+            ``CHORUS_PERSISTED_DOCUMENTS`` file that cannot be used.
     """
     settings = settings or Settings()
     secret = bootstrap.jwt_secret(settings)
@@ -83,10 +86,12 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             yield
 
     origins = settings.cors_origin_list
+    registered = load_manifest(settings.persisted_documents) if settings.persisted_documents else {}
     graphql_app = ChorusGraphQL(
         secret,
         graphql_ide="graphiql",
-        allow_queries_via_get=False,
+        allow_queries_via_get=True,
+        persisted=PersistedDocuments(registered, only_registered=settings.persisted_documents_only),
         max_subscriptions_per_connection=settings.max_ws_operations,
         max_connections_per_user=settings.max_ws_connections_per_user,
         allowed_origins=origins,

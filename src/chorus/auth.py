@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -173,6 +175,43 @@ def _check_times(claims: dict[str, object], now: datetime) -> datetime:
     if (not_before is not None and not_before > now) or (issued_at is not None and issued_at > now):
         raise InvalidToken("the token is not valid yet (nbf/iat in the future)")
     return expires_at
+
+
+class TokenVerifier:
+    """:func:`verify` with the claims of valid tokens kept until they expire.
+
+    A token is verified once (signature, algorithm, claims); later requests
+    with the same token reuse its identity until its ``exp``. Invalid
+    tokens are not kept: each is checked again.
+
+    Args:
+        secret: the HS256 secret.
+        max_tokens: valid tokens remembered (least recently used forgotten).
+    """
+
+    def __init__(self, secret: str, *, max_tokens: int = 10_000) -> None:
+        self._secret = secret
+        self._max = max_tokens
+        self._seen: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
+
+    def verify(self, token: str) -> Identity:
+        """The identity of a valid token; see :func:`verify`.
+
+        Raises:
+            InvalidToken: as :func:`verify`, including a kept token that expired since.
+        """
+        seen = self._seen.get(token)
+        if seen is not None:
+            identity, expires = seen
+            if time.time() < expires:
+                self._seen.move_to_end(token)
+                return identity
+            del self._seen[token]
+        identity = verify(self._secret, token)
+        self._seen[token] = (identity, identity.expires_at.timestamp())
+        while len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+        return identity
 
 
 def bearer_token(header: str | None) -> str | None:

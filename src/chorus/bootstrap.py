@@ -30,7 +30,9 @@ import redis.asyncio as redis
 
 from chorus import health
 from chorus.auth import load_or_create_secret
+from chorus.caches.heads import Heads, LocalHeads, SharedHeads
 from chorus.caches.reader import SnapshotCache
+from chorus.caches.responses import ResponseCache
 from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
@@ -100,8 +102,15 @@ def catalog(settings: Settings, db: Database) -> Catalog:
 def store(
     settings: Settings, db: Database, on_commit: Callable[[str, int], None] | None = None
 ) -> PlaylistStore:
-    """The unit of work over ``db`` with the configured limits."""
-    return PlaylistStore(db, limits=settings.limits, on_commit=on_commit)
+    """The unit of work over ``db`` with the configured limits and owner queues."""
+    return PlaylistStore(
+        db,
+        limits=settings.limits,
+        on_commit=on_commit,
+        group_commit=settings.group_commit,
+        queue_size=settings.owner_queue_size,
+        queue_per_user=settings.owner_queue_per_user,
+    )
 
 
 def kafka_config(settings: Settings) -> KafkaConfig:
@@ -209,24 +218,49 @@ async def running_workers(
 
 
 class CommitHooks:
-    """What a commit of this process sets in motion: wake the relay, raise the cache's head.
+    """What a commit of this process sets in motion: wake the relay, raise the heads.
 
-    The head is raised in the background (a mutation never waits for Redis).
+    The in-process head registry moves at once (no cached answer of the old
+    version is served after the commit returns); the Redis head is raised in
+    the background (a mutation never waits for Redis).
 
     Args:
         relay: the relay running in this process, if any.
         snapshots: the snapshot cache (full profile), if any.
+        heads: the response cache's head registry, if any.
     """
 
-    def __init__(self, relay: OutboxRelay | None, snapshots: SnapshotCache | None) -> None:
+    def __init__(
+        self,
+        relay: OutboxRelay | None,
+        snapshots: SnapshotCache | None,
+        heads: Heads | None = None,
+    ) -> None:
         self._relay = relay
         self._snapshots = snapshots
+        self._heads = heads
 
     def __call__(self, playlist_id: str, version: int) -> None:
+        if self._heads is not None:
+            self._heads.committed(playlist_id, version)
         if self._relay is not None:
             self._relay.notify(playlist_id, version)
         if self._snapshots is not None:
             self._snapshots.committed(playlist_id, version)
+
+
+def response_cache(settings: Settings) -> ResponseCache | None:
+    """The response cache of ``CHORUS_RESPONSE_CACHE*``, or ``None`` when it is off."""
+    if not settings.response_cache:
+        return None
+    return ResponseCache(
+        settings.response_cache_max_bytes, media_freshness_s=settings.media_freshness_s
+    )
+
+
+def heads(snapshots: SnapshotCache | None) -> Heads:
+    """Redis's heads where there is a snapshot cache (full profile), else this process's."""
+    return SharedHeads(snapshots) if snapshots is not None else LocalHeads()
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,15 +354,19 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
             else:
                 events = await stack.enter_async_context(_embedded_events(db))
             checks += events.checks
+            answers = response_cache(settings)
+            versions = heads(events.snapshots) if answers is not None else None
             services = Services(
                 db=db,
-                store=store(settings, db, CommitHooks(events.relay, events.snapshots)),
+                store=store(settings, db, CommitHooks(events.relay, events.snapshots, versions)),
                 catalog=media,
                 limits=settings.limits,
                 hub=Hub(events.bus, queue_size=settings.max_subscriber_lag),
                 rate_limiter=limiter,
                 query_budget=budget,
                 snapshots=events.snapshots,
+                responses=answers,
+                heads=versions,
             )
             try:
                 yield Api(services, checks)

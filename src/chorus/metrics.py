@@ -23,6 +23,19 @@ SUBSCRIPTIONS = Counter(
     ["operation_name"],
 )
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
+OWNER_QUEUE_WAITING = Gauge(
+    "chorus_owner_queue_waiting",
+    "Commands waiting in this process's owner queues (all playlists), not yet in a group.",
+)
+OWNER_QUEUE_REFUSED = Counter(
+    "chorus_owner_queue_refused_total",
+    "Commands refused RATE_LIMITED because a playlist's queue or a user's share was full.",
+)
+GROUP_COMMIT_SIZE = Histogram(
+    "chorus_group_commit_commands",
+    "Commands committed together in one transaction by an owner.",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 OUTBOX_BACKLOG = Gauge("chorus_outbox_backlog", "Outbox events not yet published.")
 OUTBOX_OLDEST_AGE = Gauge(
     "chorus_outbox_oldest_unpublished_age_seconds",
@@ -52,6 +65,24 @@ SNAPSHOT_READS = Counter(
     "Reads of PUBLIC playlists by where they were served from (hit: Redis snapshot).",
     ["result"],
 )
+SNAPSHOT_FILLS = Counter(
+    "chorus_snapshot_fills_total",
+    "Snapshots written by the API after a read missed them (read-through).",
+)
 REDIS_BREAKER_OPEN = Gauge(
     "chorus_redis_breaker_open", "1 while the Redis circuit breaker sends reads to SQL."
+)
+RESPONSE_CACHE = Counter(
+    "chorus_response_cache_total",
+    "GraphQL queries by what the response cache did: hit, miss (computed), bypass "
+    "(not cacheable: no token, an error, an uncacheable read, the cache off) and "
+    "not_modified (a 304 to If-None-Match), by operation name.",
+    ["operation_name", "result"],
+)
+RESPONSE_CACHE_SERVED_BYTES = Counter(
+    "chorus_response_cache_served_bytes_total", "Response body bytes served from the cache."
+)
+RESPONSE_CACHE_ENTRIES = Gauge("chorus_response_cache_entries", "Answers in the response cache.")
+RESPONSE_CACHE_BYTES = Gauge(
+    "chorus_response_cache_bytes", "Bytes the response cache holds (bodies, keys, overhead)."
 )

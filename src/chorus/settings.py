@@ -116,6 +116,24 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int | None = Field(
         None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
     )
+    group_commit: bool = Field(
+        True,
+        description="Commit a playlist's concurrent commands in groups, one transaction "
+        "each, through its owner queue (docs/semantics.md); false: one transaction per command.",
+    )
+    owner_queue_size: int = Field(
+        1024,
+        ge=1,
+        le=100_000,
+        description="Commands that may wait for one playlist in one API process; one more "
+        "is RATE_LIMITED with a retry hint.",
+    )
+    owner_queue_per_user: int = Field(
+        256,
+        ge=1,
+        description="Of a playlist's waiting commands, how many may be one user's (at most "
+        "owner_queue_size); one more is RATE_LIMITED.",
+    )
     max_query_cost: int = Field(
         10_000,
         ge=1,
@@ -221,6 +239,33 @@ class Settings(BaseSettings):
     retry_window_hours: float = Field(
         24.0, gt=0, description="Operation ids stay replayable at least this long."
     )
+    response_cache: bool = Field(
+        True,
+        description="Keep whole query answers by the exact versions they read "
+        "(docs/caching.md); false: every query executes.",
+    )
+    response_cache_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=65_536,
+        description="Memory the response cache may hold per process (bytes; LRU beyond).",
+    )
+    media_freshness_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="How long a cached answer holding catalog media is served (seconds); "
+        "playlist content is checked by version, never by age.",
+    )
+    persisted_documents: str | None = Field(
+        None,
+        description="A JSON file of registered GraphQL documents (Apollo's persisted "
+        "query manifest); clients may send only their sha256Hash.",
+    )
+    persisted_documents_only: bool = Field(
+        False,
+        description="Execute only the documents of CHORUS_PERSISTED_DOCUMENTS; "
+        "automatic registration (APQ) is refused.",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -267,6 +312,24 @@ class Settings(BaseSettings):
             raise ValueError(
                 "CHORUS_REDIS_URL and CHORUS_KAFKA_BOOTSTRAP_SERVERS go together: set both "
                 "for the full profile, neither for the embedded one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _registered_documents_named(self) -> Settings:
+        if self.persisted_documents_only and not self.persisted_documents:
+            raise ValueError(
+                "CHORUS_PERSISTED_DOCUMENTS_ONLY needs CHORUS_PERSISTED_DOCUMENTS: the file "
+                "of the documents that may run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _user_share_fits(self) -> Settings:
+        if self.owner_queue_per_user > self.owner_queue_size:
+            raise ValueError(
+                f"CHORUS_OWNER_QUEUE_PER_USER ({self.owner_queue_per_user}) is larger than "
+                f"CHORUS_OWNER_QUEUE_SIZE ({self.owner_queue_size})"
             )
         return self
 

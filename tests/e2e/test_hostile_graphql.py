@@ -95,6 +95,40 @@ def test_one_field_repeated_side_by_side_is_refused(api: Api) -> None:
     assert "errors" not in api.gql("{ viewer { " + "user { id } " * 20 + "} }")
 
 
+def _fragments_side_by_side(count: int, body: str) -> str:
+    fragments = " ".join(f"fragment F{i} on Viewer {{ {body} }}" for i in range(count))
+    return "{ viewer { " + " ".join(f"...F{i}" for i in range(count)) + " } } " + fragments
+
+
+def test_one_field_merged_from_many_fragments_is_refused(api: Api) -> None:
+    # 50 fragments each selecting `playlists { … }`, spread side by side: 1,225
+    # pairs for the overlap rule to compare all the way down (~1 s each).
+    nested = (
+        "playlists(first: 1) { edges { node { id entries(first: 1) { edges { node { id } } } } } }"
+    )
+    message = refused(api, _fragments_side_by_side(50, nested), "GRAPHQL_VALIDATION_FAILED")
+    assert message == (
+        "field 'playlists' is selected 50 times in one selection set "
+        "through its fragments; the limit is 20"
+    )
+    # What Relay writes: many fragments side by side sharing leaf fields.
+    relay = "{ viewer { user { " + " ".join(f"...U{i}" for i in range(40)) + " } } } "
+    relay += " ".join(f"fragment U{i} on User {{ id }}" for i in range(40))
+    assert "errors" not in api.gql(relay), relay
+    assert "errors" not in api.gql(_fragments_side_by_side(20, nested))
+    assert_no_traceback(api.server)
+
+
+def test_introspection_once_per_operation(api: Api) -> None:
+    full = get_introspection_query()
+    assert "errors" not in api.gql(full, user=None)
+    twice = "{ a: __schema { types { name } } b: __schema { types { name } } }"
+    message = refused(api, twice, "GRAPHQL_VALIDATION_FAILED", user=None)
+    assert message == "2 __schema fields; the limit is 1 (introspect once and cache it)"
+    types = "{ " + " ".join(f't{i}: __type(name: "Query") {{ name }}' for i in range(11)) + " }"
+    assert "11 __type fields" in refused(api, types, "GRAPHQL_VALIDATION_FAILED", user=None)
+
+
 # --- a subscription over HTTP ---------------------------------------------------------
 
 
@@ -118,7 +152,7 @@ def test_a_subscription_over_http_is_a_bad_request(api: Api) -> None:
 
 
 CHANGES_WITH_MEDIA = (
-    "changes(sinceVersion: 0, first: 100) { versions { version changes { "
+    "changes(sinceVersion: 0, first: 20) { versions { version changes { "
     "... on EntriesAdded { entries { id media { title artists } } } } } }"
 )
 
@@ -144,6 +178,19 @@ def test_thirty_aliases_of_changes_with_media_are_refused(api: Api, playlist_id:
     cost = body["extensions"]["cost"]
     assert cost == {"requestedQueryCost": cost["requestedQueryCost"], "maximum": MAX_COST}
     assert 100 < cost["requestedQueryCost"] < MAX_COST
+
+
+def test_a_version_counts_the_entries_it_may_hold(api: Api, playlist_id: str) -> None:
+    # Each version may hold 100 entries: 100 versions of them are 10,000.
+    many = (
+        "changes(sinceVersion: 0, first: 100) { versions { changes { "
+        "... on EntriesAdded { entries { id mediaId positionKey } } } } }"
+    )
+    document = f"query($id: ID!) {{ playlist(id: $id) {{ {many} }} }}"
+    message = refused(api, document, "GRAPHQL_VALIDATION_FAILED", id=playlist_id)
+    assert message.startswith("the query costs 10")
+    fewer = document.replace("first: 100", "first: 50")
+    assert "errors" not in api.gql(fewer, id=playlist_id)
 
 
 def test_nested_connections_at_maximum_page_sizes_are_refused(api: Api) -> None:

@@ -100,6 +100,42 @@ def test_serve_with_workers_refuses_the_embedded_profile(
     assert "--with-workers needs the full profile" in err
 
 
+def test_serve_workers_refuse_the_embedded_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(capsys, "serve", "--workers", "2")
+    assert code == 2
+    assert "--workers 2 needs the full profile" in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "two"])
+def test_serve_workers_is_a_count(capsys: pytest.CaptureFixture[str], workers: str) -> None:
+    code, err = _run(capsys, "serve", "--workers", workers)
+    assert code == 2
+    assert "--workers" in err
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"CHORUS_RESPONSE_CACHE": "perhaps"}, "CHORUS_RESPONSE_CACHE"),
+        ({"CHORUS_RESPONSE_CACHE_MAX_BYTES": "100"}, "CHORUS_RESPONSE_CACHE_MAX_BYTES"),
+        ({"CHORUS_MEDIA_FRESHNESS_S": "0"}, "CHORUS_MEDIA_FRESHNESS_S"),
+        ({"CHORUS_PERSISTED_DOCUMENTS_ONLY": "true"}, "CHORUS_PERSISTED_DOCUMENTS"),
+    ],
+)
+def test_bad_cache_settings_exit_2_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    named: str,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert named in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("command", [("relay",), ("serve",), ("catalog", "serve")])
 @pytest.mark.parametrize("port", ["0", "70000", "99999", "http", "-5"])
 def test_a_port_must_be_a_port(

@@ -13,12 +13,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from redis.asyncio import Redis
 
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
 from chorus.caches.store import SnapshotStore
-from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_READS
+from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_FILLS, SNAPSHOT_READS
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
 
@@ -26,6 +27,8 @@ log = logging.getLogger("chorus.snapshots")
 
 FLUSH_BATCH = 500
 """Head bumps written per pipeline when several are pending (Redis came back)."""
+MAX_FILLS = 32
+"""Read-through snapshot fills running at once (:meth:`SnapshotCache.fill`)."""
 FLUSH_RETRY_S = 0.5
 """How often head raises that Redis refused are tried again (seconds)."""
 
@@ -69,6 +72,7 @@ class SnapshotCache:
         self._pending: dict[str, int] = {}
         """Heads this process committed but could not write yet: reads below them miss."""
         self._flusher: asyncio.Task[None] | None = None
+        self._fills: dict[str, asyncio.Task[None]] = {}
         REDIS_BREAKER_OPEN.set(0 if breaker.state is BreakerState.CLOSED else 1)
 
     @property
@@ -108,6 +112,88 @@ class SnapshotCache:
         SNAPSHOT_READS.labels(result="hit").inc()
         return snapshot
 
+    async def heads(self, playlist_ids: Iterable[str]) -> dict[str, int] | None:
+        """The head versions of these playlists, in one Redis round trip.
+
+        A commit of this process that Redis has not taken yet counts as the
+        head. Playlists without a head key are absent.
+
+        Returns:
+            playlist id → head, or ``None`` when Redis cannot answer now
+            (failure, timeout, open breaker). Never raises because of Redis.
+        """
+        ids = list(playlist_ids)
+        if not self._breaker.allow():
+            return None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                found = await self._store.heads(ids)
+        except Exception as exc:
+            self._failed(exc)
+            return None
+        self._succeeded()
+        for pid in ids:
+            pending = self._pending.get(pid)
+            if pending is not None and pending > found.get(pid, -1):
+                found[pid] = pending
+        return found
+
+    async def raise_heads(self, versions: Mapping[str, int]) -> bool:
+        """Raise the heads to versions a read saw committed (never lowers one); one round trip.
+
+        Returns:
+            whether Redis took them. Never raises because of Redis.
+        """
+        if not self._breaker.allow():
+            return False
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._store.bump_heads(dict(versions))
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        self._succeeded()
+        return True
+
+    def fill(self, playlist_id: str, read: Callable[[], Awaitable[Snapshot | None]]) -> None:
+        """Read-through: store the snapshot ``read`` makes, in the background; never raises.
+
+        Called after a read of a PUBLIC playlist missed its snapshot, so that
+        popular playlists are cached whether or not anyone edits them. One
+        fill per playlist at a time, at most :data:`MAX_FILLS` at once (more
+        are dropped: a later miss fills). The write is the projector's,
+        idempotent by version: it never replaces a newer snapshot nor stores
+        one below the head.
+
+        Args:
+            read: the snapshot from SQL, or ``None`` (not PUBLIC, deleted, gone).
+        """
+        if playlist_id in self._fills or len(self._fills) >= MAX_FILLS:
+            return
+        if not self._breaker.allow():
+            return
+        task = asyncio.get_running_loop().create_task(self._fill(read))
+        self._fills[playlist_id] = task
+        task.add_done_callback(lambda _: self._fills.pop(playlist_id, None))
+
+    async def _fill(self, read: Callable[[], Awaitable[Snapshot | None]]) -> None:
+        try:
+            snapshot = await read()
+        except Exception:  # the database is the request's business, not the fill's
+            log.debug("snapshot fill could not read SQL", exc_info=True)
+            return
+        if snapshot is None:
+            return
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                written = await self._store.put(snapshot)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._succeeded()
+        if written:
+            SNAPSHOT_FILLS.inc()
+
     def committed(self, playlist_id: str, version: int) -> None:
         """A commit of this process (a store's ``on_commit``): raise the head in the background.
 
@@ -139,6 +225,9 @@ class SnapshotCache:
 
         The caller closes the Redis client.
         """
+        for fill in list(self._fills.values()):
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(fill)
         if self._flusher is not None:
             with contextlib.suppress(Exception):  # it logged its own failures
                 await cancel_and_wait(self._flusher)

@@ -89,6 +89,13 @@ class SnapshotStore:
         found = await self._versions([snapshot_key(i) for i in ids], [])
         return {i: int(v) for i, v in zip(ids, found, strict=True) if int(v) >= 0}
 
+    async def heads(self, playlist_ids: Sequence[str]) -> dict[str, int]:
+        """The head versions of these playlists in one ``MGET``; those without one are absent."""
+        if not playlist_ids:
+            return {}
+        found = await self._redis.mget([head_key(i) for i in playlist_ids])
+        return {i: int(v) for i, v in zip(playlist_ids, found, strict=True) if v is not None}
+
     async def read(self, playlist_id: str) -> tuple[int | None, Snapshot | None]:
         """``(head, snapshot)`` as stored, in one round trip.
 

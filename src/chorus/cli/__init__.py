@@ -1,6 +1,8 @@
 """The ``chorus`` command line.
 
-    chorus serve [--with-workers] run the API (GraphiQL at /graphql)
+    chorus serve [--with-workers] [--workers N]
+                                  run the API (GraphiQL at /graphql); N processes
+                                  on one port in the full profile
     chorus relay                  full profile: outbox → Kafka
     chorus fanout                 full profile: Kafka → Redis pub/sub
     chorus project-cache          full profile: Kafka → Redis snapshots
@@ -44,6 +46,12 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     serve.add_argument("--host", help="bind address (default CHORUS_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=port, help="TCP port (default CHORUS_PORT or 8000)")
     serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    serve.add_argument(
+        "--workers",
+        type=count,
+        default=1,
+        help="full profile: N API processes sharing the port (default 1)",
+    )
     serve.add_argument(
         "--with-workers",
         action="store_true",

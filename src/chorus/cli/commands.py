@@ -21,6 +21,7 @@ from chorus.cli.process import (
     lock_embedded_database,
     migrate,
     require_full_profile,
+    run_processes,
     run_server,
     stop_cleanly_on_signals,
     transport_options,
@@ -35,15 +36,24 @@ def serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.port
     if args.with_workers:
         require_full_profile(settings, "--with-workers")
+    if args.workers > 1:
+        # Each process has its own head registry and subscription hub: only
+        # Redis (heads, pub/sub) tells every process of the others' commits.
+        require_full_profile(settings, f"--workers {args.workers}")
     jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
     lock = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
-    app = create_app(settings, with_workers=args.with_workers)
+    try:
+        create_app(settings, with_workers=args.with_workers)  # bad settings fail here, once
+    except ValueError as exc:
+        fail(str(exc))
     profile = "full" if settings.full_profile else "embedded"
     if args.with_workers:
-        profile += ", with relay, fanout and cache projector in this process"
+        profile += ", with relay, fanout and cache projector in each process"
+    if args.workers > 1:
+        profile += f", {args.workers} processes"
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
         f"  profile:  {profile}\n"
@@ -51,14 +61,20 @@ def serve(args: argparse.Namespace) -> int:
         f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
-    try:
+
+    def serve_one() -> int:
         return run_server(
-            app,
+            create_app(settings, with_workers=args.with_workers),
             listener,
             log_level=args.log_level,
-            ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
+            ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages
             **transport_options(settings),
         )
+
+    try:
+        if args.workers == 1:
+            return serve_one()
+        return run_processes(args.workers, serve_one)
     finally:
         if lock is not None:
             lock.close()

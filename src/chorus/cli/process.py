@@ -6,10 +6,13 @@ traceback; SIGTERM and SIGINT exit 0 once a command took them over.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -210,3 +213,60 @@ def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: 
     server = uvicorn.Server(config)
     server.run(sockets=[listener])
     return 0 if server.started else STARTUP_FAILURE
+
+
+def run_processes(count: int, serve: Callable[[], int]) -> int:
+    """Run ``serve`` in ``count`` forked processes sharing the listening socket; wait for all.
+
+    The socket is bound before the fork, so the kernel hands each new
+    connection to one of them (the processes are stateless: the full
+    profile's Redis tells each of the others' commits). SIGTERM or SIGINT to
+    this process is passed to every child, each of which shuts down as a
+    single ``serve`` does. A child that dies is not restarted: the others
+    keep serving, and this process exits once all have.
+
+    Returns:
+        0 when every child exited 0, else the first other status.
+    """
+    children: list[int] = []
+    for _ in range(count):
+        pid = os.fork()
+        if pid == 0:  # the child: serve, and never return into the parent's code
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _end_with_parent()
+            status = 1
+            try:
+                status = serve()
+            finally:
+                os._exit(status)
+        children.append(pid)
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    statuses = []
+    for child in children:
+        while True:
+            try:
+                _, status = os.waitpid(child, 0)
+                break
+            except InterruptedError:
+                continue
+        statuses.append(os.waitstatus_to_exitcode(status))
+    return next((s for s in statuses if s != 0), 0)
+
+
+def _end_with_parent() -> None:
+    """Linux: this process gets SIGTERM when its parent dies (even by SIGKILL), not orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)

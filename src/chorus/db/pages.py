@@ -59,6 +59,21 @@ async def playlists_by_id(db: Database, playlist_ids: Collection[str]) -> dict[s
         return await listing.get_playlists(conn, playlist_ids)
 
 
+async def head_and_first_entries(
+    db: Database, playlist_id: str, count: int
+) -> tuple[Playlist, Sequence[Entry]] | None:
+    """A playlist's header and its first ``count`` live entries, read together (a snapshot's rows).
+
+    Returns:
+        ``(header, entries)`` at the header's version; ``None`` when there is no such playlist.
+    """
+    async with db.read() as conn:
+        header = (await listing.get_playlists(conn, [playlist_id])).get(playlist_id)
+        if header is None:
+            return None
+        return header, await repository.entries_page(conn, playlist_id, limit=count)
+
+
 async def roles_of(db: Database, user_id: str, playlist_ids: Collection[str]) -> dict[str, Role]:
     """The roles ``user_id`` holds in these playlists; playlists they are not in are absent."""
     async with db.read() as conn:

@@ -8,6 +8,8 @@ Called inside the command's transaction only (:mod:`chorus.db.store`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from sqlalchemy import bindparam, delete, insert, update
@@ -87,6 +89,18 @@ async def _upsert_entries(
     await conn.execute(stmt, [_entry_values(playlist_id, e) for e in entries])
 
 
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The rows that record one committed version: its log row and its outbox event.
+
+    ``log`` is the ``playlist_mutation`` row (also the idempotency record:
+    ``request_hash`` and the stored ``result``), ``event`` the ``outbox`` row.
+    """
+
+    log: dict[str, Any]
+    event: dict[str, Any]
+
+
 async def write_decision(
     conn: AsyncConnection,
     decision: Decision,
@@ -94,12 +108,36 @@ async def write_decision(
     operation_id: str,
     actor_id: str,
     request_hash: str,
+    group: list[Record] | None = None,
 ) -> None:
     """Apply ``decision`` and append its log row and outbox event.
+
+    Args:
+        group: in a group commit, the group's records so far: the entry and
+            member rows are written now (the next command reads them), the
+            log row and outbox event are appended to ``group`` and the header
+            is left for the end of the group (:func:`write_header`,
+            :func:`write_records`).
 
     Raises:
         sqlalchemy.exc.IntegrityError: the operation id was committed
             concurrently by the same actor (the caller replays it).
+    """
+    await write_changes(conn, decision)
+    done = record(decision, operation_id=operation_id, actor_id=actor_id, request_hash=request_hash)
+    if group is not None:
+        group.append(done)
+        return
+    if decision.outcome.version > 0:
+        await write_header(conn, decision.playlist)
+    await write_records(conn, [done])
+
+
+async def write_changes(conn: AsyncConnection, decision: Decision) -> None:
+    """The entry and member rows of ``decision`` (not the header, the log or the outbox).
+
+    A group commit writes these before deciding the next command, which
+    reads them; the header and the records can wait for the end of the group.
     """
     p = decision.playlist
     now = p.updated_at
@@ -142,24 +180,31 @@ async def write_decision(
             case MembersChanged():
                 await _write_member(conn, p, change)
             case DetailsUpdated() | PlaylistDeleted():
-                pass  # they live in the header, written below
+                pass  # they live in the header
             case _:
                 assert_never(change)
-    if decision.outcome.version > 0:
-        await conn.execute(update(playlist).where(playlist.c.id == p.id).values(_header_values(p)))
+
+
+async def write_header(conn: AsyncConnection, p: Playlist) -> None:
+    """The playlist row as ``p`` (an existing playlist: version, count, details, times)."""
+    await conn.execute(update(playlist).where(playlist.c.id == p.id).values(_header_values(p)))
+
+
+def record(decision: Decision, *, operation_id: str, actor_id: str, request_hash: str) -> Record:
+    """The log row and outbox event of ``decision``; the changes are encoded once for both."""
+    p = decision.playlist
+    now = p.updated_at
     wires = [encode_change(c) for c in decision.changes]
-    await conn.execute(
-        insert(playlist_mutation).values(
-            playlist_id=p.id,
-            version=p.version,
-            operation_id=operation_id,
-            actor_id=actor_id,
-            payload={"v": WIRE_VERSION, "changes": wires},
-            request_hash=request_hash,
-            result=outcome_to_json(decision.outcome),
-            committed_at=now,
-        )
-    )
+    log = {
+        "playlist_id": p.id,
+        "version": p.version,
+        "operation_id": operation_id,
+        "actor_id": actor_id,
+        "payload": {"v": WIRE_VERSION, "changes": wires},
+        "request_hash": request_hash,
+        "result": outcome_to_json(decision.outcome),
+        "committed_at": now,
+    }
     event: PlaylistEvent = {
         "v": WIRE_VERSION,
         "type": "PlaylistChanged",
@@ -170,9 +215,24 @@ async def write_decision(
         "committed_at": now.isoformat(),
         "changes": wires,
     }
-    await conn.execute(
-        insert(outbox).values(playlist_id=p.id, version=p.version, payload=event, created_at=now)
-    )
+    row = {"playlist_id": p.id, "version": p.version, "payload": event, "created_at": now}
+    return Record(log, row)
+
+
+async def write_records(conn: AsyncConnection, records: Sequence[Record]) -> None:
+    """Append the log rows, then the outbox events, of ``records`` (in version order).
+
+    One ``INSERT`` per table however many records (SQLAlchemy's
+    "insertmanyvalues"), so the outbox's ids keep the versions' order.
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: an operation id was committed
+            concurrently by the same actor.
+    """
+    if not records:
+        return
+    await conn.execute(insert(playlist_mutation), [r.log for r in records])
+    await conn.execute(insert(outbox), [r.event for r in records])
 
 
 async def _write_member(conn: AsyncConnection, p: Playlist, change: MembersChanged) -> None:

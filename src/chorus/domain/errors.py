@@ -93,4 +93,10 @@ class MediaNotFound(DomainError):
 
 
 class RateLimited(DomainError):
+    """Too much at once; ``retry_after_ms``, when known, says when a retry may get in."""
+
     code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms

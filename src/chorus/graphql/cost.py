@@ -9,10 +9,15 @@ The model (GitHub's and Shopify's, simplified):
   maximum, which the field then refuses) pays the cost of its list-typed
   children (``edges``, ``versions``) once per item of the page: a
   connection costs ``1 + page size × (cost of an edge) + the rest``;
-* a list without a page size of its own (a version's ``changes``, an add's
-  ``entries``) is counted as one item: its length is bounded by the input
-  limits (``CHORUS_MAX_MEDIA_PER_ADD``) and its items are loaded in one
-  batch with the page they belong to;
+* the entries of one version (``EntriesAdded.entries``,
+  ``EntriesMoved.entries``) are counted at the largest page size (100, the
+  same as ``CHORUS_MAX_MEDIA_PER_ADD`` and the per-edit limit): a version
+  may hold that many, so ``changes(first: 100)`` selecting them counts
+  100 × 100 entries (a sync that selects entries pages fewer versions);
+  a rebalance may move more, which this does not count;
+* any other list without a page size of its own (a version's ``changes``,
+  whose alternatives are added up below; a payload's ``entries``, bounded
+  by the request's own input) is counted as one item;
 * a fragment is expanded wherever it is spread, but its cost is computed
   once per request (variables resolved) and reused: the cost of a fragment
   bomb is found in time linear in the document;
@@ -62,6 +67,9 @@ from chorus.resolvers.context import RequestContext
 
 PAGE_ARGUMENTS = ("first", "last")
 """The arguments that set a field's page size."""
+
+VERSION_LISTS = frozenset({("EntriesAdded", "entries"), ("EntriesMoved", "entries")})
+"""Unpaged lists of one version's entries, counted at the largest page size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +146,10 @@ class CostCounter:
             return 0, is_list
         part = self.selection(node.selection_set, named)
         size = self._page_size(node, definition)
-        return 1 + part.once + (size if size is not None else 1) * part.per_item, is_list
+        cost = 1 + part.once + (size if size is not None else 1) * part.per_item
+        if (parent.name, node.name.value) in VERSION_LISTS:
+            cost *= self.page_size_max
+        return cost, is_list
 
     def _page_size(self, node: FieldNode, definition: GraphQLField) -> int | None:
         """The page size a field asks for; ``None`` for a field without one."""

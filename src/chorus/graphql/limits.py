@@ -66,7 +66,12 @@ class RequestLimits:
     max_expanded_fields: int = 10_000
     """Fields of the document with every fragment spread expanded (a fragment bomb's size)."""
     max_same_name_fields: int = 20
-    """Fields of one response name in one selection set, its inline fragments included."""
+    """Fields of one response name in one selection set, its inline fragments included;
+    also fields with a selection of one response name there, fragments spread in it included."""
+    max_schema_fields: int = 1
+    """``__schema`` fields of an operation, fragments expanded (one is a whole introspection)."""
+    max_type_fields: int = 10
+    """``__type`` fields of an operation, fragments expanded."""
     max_query_cost: int = 10_000
     """Largest cost of one operation (:mod:`chorus.graphql.cost`)."""
     page_size_default: int = 50
@@ -156,6 +161,65 @@ def _fields(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
         elif isinstance(selection, InlineFragmentNode):
             count += fold.of(selection.selection_set)
     return count
+
+
+def _named(name: str) -> Callable[[SelectionSetNode, FragmentFolder], int]:
+    """A fold counting the fields called ``name`` (aliases do not hide them)."""
+
+    def count(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
+        total = 0
+        for selection in selection_set.selections:
+            if isinstance(selection, FieldNode):
+                total += (selection.name.value == name) + fold.of(selection.selection_set)
+            elif isinstance(selection, FragmentSpreadNode):
+                total += fold.spread(selection.name.value)
+            elif isinstance(selection, InlineFragmentNode):
+                total += fold.of(selection.selection_set)
+        return total
+
+    return count
+
+
+class MergedSelections:
+    """Fields with a selection, by response name, that one selection set merges.
+
+    These are what graphql-core's ``OverlappingFieldsCanBeMergedRule``
+    compares pairwise and then recurses into: the set's own fields (inline
+    fragments flattened) and those of every fragment spread in it, each
+    distinct fragment once. Fifty fragments that each select
+    ``playlists { … }``, spread side by side, are 1,225 such pairs, each
+    compared all the way down: seconds of validation for 8 KB. A
+    fragment's names are computed once.
+    """
+
+    def __init__(self, fragments: dict[str, FragmentDefinitionNode]) -> None:
+        self._fragments = fragments
+        self._done: dict[str, Counter[str]] = {}
+        self._open: set[str] = set()
+
+    def of(self, selection_set: SelectionSetNode) -> Counter[str]:
+        names: Counter[str] = Counter()
+        spread: set[str] = set()
+        for selection in _flattened(selection_set):
+            if isinstance(selection, FragmentSpreadNode):
+                if selection.name.value not in spread:
+                    spread.add(selection.name.value)
+                    names.update(self._fragment(selection.name.value))
+            elif selection.selection_set is not None:
+                names[(selection.alias or selection.name).value] += 1
+        return names
+
+    def _fragment(self, name: str) -> Counter[str]:
+        if name in self._done:
+            return self._done[name]
+        fragment = self._fragments.get(name)
+        if fragment is None or name in self._open:
+            return Counter()  # unknown or cyclic: refused by validation
+        self._open.add(name)
+        names = self.of(fragment.selection_set)
+        self._open.discard(name)
+        self._done[name] = names
+        return names
 
 
 def _over_operations(
@@ -266,13 +330,16 @@ def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
 
     Counts fragment definitions, fragment spreads as written, the fields
     sharing one response name in each selection set (inline fragments
-    flattened into the set they sit in), then the fields the operations
-    expand to (each fragment counted once and multiplied by its spreads).
-    Every node is visited once.
+    flattened into the set they sit in), the fields with a selection of one
+    response name a set merges through its fragments
+    (:class:`MergedSelections`), the ``__schema`` and ``__type`` fields,
+    then the fields the operations expand to (each fragment counted once and
+    multiplied by its spreads). Each fragment's counts are computed once.
     """
     fragments = sum(isinstance(d, FragmentDefinitionNode) for d in document.definitions)
     if fragments > limits.max_fragments:
         return f"{fragments} fragments defined; the limit is {limits.max_fragments}"
+    merged = MergedSelections(_fragments(document))
     spreads = 0
     pending: list[SelectionSetNode] = [
         d.selection_set
@@ -280,8 +347,9 @@ def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
         if isinstance(d, OperationDefinitionNode | FragmentDefinitionNode)
     ]
     while pending:
+        selection_set = pending.pop()
         names: Counter[str] = Counter()
-        for selection in _flattened(pending.pop()):
+        for selection in _flattened(selection_set):
             if isinstance(selection, FragmentSpreadNode):
                 spreads += 1
                 continue
@@ -297,6 +365,17 @@ def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
                 f"field {name!r} is selected {repeats} times in one selection set; "
                 f"the limit is {limits.max_same_name_fields}"
             )
+        repeated = merged.of(selection_set).most_common(1)
+        if repeated and repeated[0][1] > limits.max_same_name_fields:
+            name, repeats = repeated[0]
+            return (
+                f"field {name!r} is selected {repeats} times in one selection set "
+                f"through its fragments; the limit is {limits.max_same_name_fields}"
+            )
+    for name, limit in (("__schema", limits.max_schema_fields), ("__type", limits.max_type_fields)):
+        found, _ = _over_operations(document, _named(name))
+        if found > limit:
+            return f"{found} {name} fields; the limit is {limit} (introspect once and cache it)"
     fields, _ = expanded_fields(document)
     if fields > limits.max_expanded_fields:
         return (

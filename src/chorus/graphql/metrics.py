@@ -128,6 +128,10 @@ class OperationMetrics(SchemaExtension):
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only what parsed and passed validation.
         self.validated = not self.execution_context.pre_execution_errors
+        context = self.execution_context.context
+        if isinstance(context, RequestContext):
+            # The HTTP view caches and tags only query answers (graphql/caching.py).
+            context.operation_type = self._operation_type()
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
             SUBSCRIPTIONS.labels(self._label()).inc()
         yield

@@ -12,7 +12,7 @@ from typing import Any
 
 import strawberry
 
-from chorus.domain.errors import DomainError, VersionConflict
+from chorus.domain.errors import DomainError, RateLimited, VersionConflict
 from chorus.domain.errors import ErrorCode as ErrorCodeEnum
 from chorus.graphql import ids
 from chorus.graphql.playlist import Playlist
@@ -31,12 +31,24 @@ class UserError:
     current_version: int | None = strawberry.field(
         default=None, description="With VERSION_CONFLICT: the playlist's version now."
     )
+    retry_after_ms: int | None = strawberry.field(
+        default=None,
+        description="With RATE_LIMITED, when known: milliseconds after which a retry (with "
+        "the same operationId) may get in.",
+    )
 
     @classmethod
     def from_error(cls, error: DomainError) -> UserError:
         current = error.current_version if isinstance(error, VersionConflict) else None
+        retry = error.retry_after_ms if isinstance(error, RateLimited) else None
         field = ["input", *error.field] if error.field else None
-        return cls(code=error.code, message=error.message, field=field, current_version=current)
+        return cls(
+            code=error.code,
+            message=error.message,
+            field=field,
+            current_version=current,
+            retry_after_ms=retry,
+        )
 
 
 @strawberry.interface(description="What every mutation returns.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import strawberry
+from strawberry.types.nodes import SelectedField, Selection
 
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Entry, Member
@@ -23,7 +24,9 @@ from chorus.graphql.connections import (
 )
 from chorus.graphql.history import PlaylistChangeBatch
 from chorus.graphql.types import (
+    UNFETCHED,
     ChorusInfo,
+    Media,
     Node,
     PlaylistEntry,
     PlaylistMember,
@@ -36,6 +39,26 @@ from chorus.resolvers import queries
 
 def _entry_cursor(e: Entry) -> str:
     return ids.entry_cursor(e.position_key, e.entry_id)
+
+
+def _selects_entry_media(info: ChorusInfo) -> bool:
+    """Whether this ``entries`` field selects ``edges { node { media } }`` (fragments included)."""
+    pending: list[Selection] = list(info.selected_fields)
+    path = ("entries", "edges", "node", "media")
+    depth_of: dict[int, int] = {id(s): 0 for s in pending}
+    while pending:
+        selection = pending.pop()
+        depth = depth_of[id(selection)]
+        if isinstance(selection, SelectedField):
+            if selection.name != path[depth]:
+                continue
+            if depth == len(path) - 1:
+                return True
+            depth += 1
+        for child in selection.selections:
+            depth_of[id(child)] = depth
+            pending.append(child)
+    return False
 
 
 def _member_cursor(m: Member) -> str:
@@ -78,6 +101,7 @@ class Playlist(Node):
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
+        info.context.reads.depends_on_viewer()
         return await info.context.loaders.role.load(self.record.id)
 
     @strawberry.field(
@@ -105,8 +129,15 @@ class Playlist(Node):
             before=before_key,
         )
         playlist_id = self.record.id
+        media: dict[str, Media | None] = {}
+        if _selects_entry_media(info):
+            # One batched catalog call for the page, and no coroutine per entry.
+            found = await queries.media_of(info.context, page.items)
+            media = {i: Media.from_record(m) if m else None for i, m in found.items()}
         edges, page_info = edges_and_page_info(
-            page, lambda e: PlaylistEntry.from_record(playlist_id, e), _entry_cursor
+            page,
+            lambda e: PlaylistEntry.from_record(playlist_id, e, media.get(e.media_id, UNFETCHED)),
+            _entry_cursor,
         )
         return PlaylistEntryConnection(
             edges=edges, page_info=page_info, total_count=page.total, version=page.version

@@ -8,6 +8,7 @@ page (``Playlist``, ``Viewer``) are in :mod:`chorus.graphql.playlist` and
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 import strawberry
 from strawberry.types import Info
@@ -66,6 +67,13 @@ class Media:
         )
 
 
+class Unfetched:
+    """The media of an entry not fetched with its page (loaded on demand)."""
+
+
+UNFETCHED = Unfetched()
+
+
 @strawberry.type(description="One entry of a playlist: a media reference at a position.")
 class PlaylistEntry(Node):
     id: strawberry.ID
@@ -79,7 +87,10 @@ class PlaylistEntry(Node):
     added_by_id: strawberry.Private[str]
 
     @classmethod
-    def from_record(cls, playlist_id: str, e: Entry) -> PlaylistEntry:
+    def from_record(
+        cls, playlist_id: str, e: Entry, media: Media | Unfetched | None = UNFETCHED
+    ) -> PlaylistEntry:
+        """The entry ``e`` of ``playlist_id``; ``media`` when it was fetched with its page."""
         return cls(
             id=strawberry.ID(ids.entry_global_id(playlist_id, e.entry_id)),
             entry_id=e.entry_id,
@@ -87,14 +98,26 @@ class PlaylistEntry(Node):
             media_id=e.media_id,
             added_at=e.added_at,
             added_by_id=e.added_by,
+            prefetched=media,
         )
 
     @strawberry.field
     def added_by(self) -> User:
         return User(id=strawberry.ID(self.added_by_id))
 
+    prefetched: strawberry.Private[Media | Unfetched | None] = UNFETCHED
+    """The media, when the page that made this entry fetched all its media at once."""
+
     @strawberry.field(description="Null when the catalog does not know the media or is down.")
-    async def media(self, info: ChorusInfo) -> Media | None:
+    def media(self, info: ChorusInfo) -> Media | None:
+        if not isinstance(self.prefetched, Unfetched):
+            return self.prefetched
+        # graphql-core awaits what a resolver returns when it is awaitable: an
+        # entry nobody prefetched loads its media through the request's
+        # DataLoader, and a prefetched page costs no coroutine per entry.
+        return cast(Media | None, self._load_media(info))
+
+    async def _load_media(self, info: ChorusInfo) -> Media | None:
         record = await info.context.loaders.media.load(self.media_id)
         return Media.from_record(record) if record else None
 

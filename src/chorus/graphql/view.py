@@ -24,11 +24,12 @@ on another origin may open a socket only from an origin of
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from cross_web import HTTPException
+from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from graphql import GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
@@ -49,13 +51,17 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from strawberry.types.execution import ExecutionResult, PreExecutionError
 from strawberry.types.unset import UnsetType
 
-from chorus.auth import Identity, InvalidToken, bearer_token, verify
+from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
+from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
+from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
 from chorus.logs import current_request_id
+from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
+from chorus.resolvers import responses
 from chorus.resolvers.context import RequestContext, Services
 
 MAX_OPERATION_ID = 128
@@ -194,12 +200,15 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         max_connections_per_user: int = 20,
         limits: RequestLimits | None = None,
         operation_names: OperationNames | None = None,
+        persisted: PersistedDocuments | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
-        super().__init__(build_schema(limits, operation_names), **kwargs)
-        self._secret = secret
+        self._operation_names = operation_names or OperationNames()
+        super().__init__(build_schema(limits, self._operation_names), **kwargs)
+        self._tokens = TokenVerifier(secret)
         self._max_connections_per_user = max_connections_per_user
+        self.persisted = persisted or PersistedDocuments()
         self.connections: Counter[str] = Counter()
 
     def identify(self, header: object) -> tuple[Identity | None, str | None]:
@@ -208,7 +217,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if header is not None and not isinstance(header, str):
                 raise InvalidToken("use 'Authorization: Bearer <token>'")
             token = bearer_token(header)
-            return (verify(self._secret, token) if token else None), None
+            return (self._tokens.verify(token) if token else None), None
         except InvalidToken as error:
             return None, str(error)
 
@@ -219,7 +228,35 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if isinstance(request, WebSocket):
             return RequestContext(services, None, "send the token in connection_init")
         identity, error = self.identify(request.headers.get("authorization"))
-        return RequestContext(services, identity.user_id if identity else None, error)
+        context = RequestContext(services, identity.user_id if identity else None, error)
+        request.state.chorus_context = context  # what the HTTP cache reads after execution
+        return context
+
+    def should_render_graphql_ide(self, request: Any) -> bool:
+        # A GET with only persisted-query extensions is a query, not a browser.
+        return bool(
+            super().should_render_graphql_ide(request)
+            and request.query_params.get("extensions") is None
+        )
+
+    async def parse_http_body(
+        self, request: AsyncHTTPRequestAdapter
+    ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        """Strawberry's reading of the request, with persisted documents resolved.
+
+        Raises:
+            PersistedQueryError: see :meth:`PersistedDocuments.resolve`.
+        """
+        data = await super().parse_http_body(request)
+        if isinstance(data, GraphQLRequestData):
+            query, _ = self.persisted.resolve(data.query, data.extensions)
+            if query is not data.query and isinstance(query, str):
+                data = dataclasses.replace(data, query=query)
+        return data
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> Any:
+        request.state.chorus_errors = bool(result.errors)
+        return await super().process_result(request, result)
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}
@@ -252,11 +289,81 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        request = Request(scope, receive=receive)
         try:
-            response = await self.run(Request(scope, receive=receive))
+            response = await self._answer(request)
         except HTTPException as error:
             response = error_response(error.status_code, error.reason, "BAD_REQUEST")
+        except PersistedQueryError as error:
+            response = error_response(error.status, error.message, error.code)
         await response(scope, receive, send)
+
+    async def _answer(self, request: Request) -> Response:
+        """An HTTP request's response: from the response cache when it may, else executed."""
+        operation = await read_operation(request, self.decode_json, self.persisted)
+        if operation is None:
+            return await self.run(request)
+        services: Services = request.app.state.services
+        # Learned names come from OperationMetrics, once an operation passed validation.
+        label = self._operation_names.label(operation.operation_name)
+        identity, _ = self.identify(request.headers.get("authorization"))
+        if identity is None or not responses.enabled(services):
+            return await self._execute(request, services, None, label)
+        asked = responses.AnswerRequest.of(
+            operation.document_sha256 or responses.document_hash(operation.document),
+            operation.operation_name,
+            operation.variables,
+            identity.user_id,
+        )
+        cached = await responses.lookup(services, asked)
+        if cached is None:
+            async with responses.flight(services, asked) as leads:
+                if leads:
+                    return await self._execute(request, services, asked, label)
+                cached = await responses.lookup(services, asked)
+            if cached is None:
+                return await self._execute(request, services, asked, label)
+        headers = query_headers(cached.etag)
+        if not_modified(request, cached.etag):
+            RESPONSE_CACHE.labels(label, "not_modified").inc()
+            return Response(status_code=304, headers=headers)
+        RESPONSE_CACHE.labels(label, "hit").inc()
+        RESPONSE_CACHE_SERVED_BYTES.inc(len(cached.body))
+        return Response(cached.body, media_type="application/json", headers=headers)
+
+    async def _execute(
+        self,
+        request: Request,
+        services: Services,
+        asked: responses.AnswerRequest | None,
+        label: str,
+    ) -> Response:
+        """Execute through strawberry; tag a query answer (``ETag`` …) and keep it if it may."""
+        taken = responses.ticket(services)
+        response = await self.run(request)
+        context: RequestContext | None = getattr(request.state, "chorus_context", None)
+        if (
+            context is None
+            or context.operation_type != "query"
+            or response.status_code != 200
+            or response.media_type != "application/json"
+        ):
+            response.headers["Cache-Control"] = NO_STORE
+            return response
+        body = bytes(response.body)
+        kept = None
+        if asked is not None and not getattr(request.state, "chorus_errors", True):
+            kept = await responses.remember(
+                services, asked, context, body, taken=taken, operation=label
+            )
+        RESPONSE_CACHE.labels(label, "miss" if kept is not None else "bypass").inc()
+        etag = kept.etag if kept is not None else responses.etag_of(body)
+        headers = query_headers(etag)
+        if not_modified(request, etag):
+            RESPONSE_CACHE.labels(label, "not_modified").inc()
+            return Response(status_code=304, headers=headers)
+        response.headers.update(headers)
+        return response
 
     def decode_json(self, data: str | bytes) -> object:
         """A body or frame as JSON, nested at most :data:`MAX_JSON_DEPTH` deep.

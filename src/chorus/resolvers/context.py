@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 
 from strawberry.dataloader import DataLoader
 
+from chorus.caches.heads import Heads
 from chorus.caches.reader import SnapshotCache
+from chorus.caches.responses import ResponseCache
 from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
 from chorus.db import pages
@@ -24,6 +26,7 @@ from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
+from chorus.resolvers.reads import ReadSet
 from chorus.subscriptions.hub import Hub
 
 
@@ -43,14 +46,19 @@ class Services:
     """Query cost points per user per minute (:mod:`chorus.graphql.cost`); ``None``: unlimited."""
     snapshots: SnapshotCache | None = None
     """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
+    responses: ResponseCache | None = None
+    """Whole answers by exact version (:mod:`chorus.resolvers.responses`); ``None``: off."""
+    heads: Heads | None = None
+    """The head versions answers are checked against; set whenever ``responses`` is."""
 
 
 class Loaders:
     """Per-request DataLoaders: one batched query or catalog call per kind of key."""
 
-    def __init__(self, services: Services, viewer_id: str | None) -> None:
+    def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
         self._services = services
         self._viewer_id = viewer_id
+        self._reads = reads
         self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
         self.role = DataLoader[str, Role | None](self._load_roles)
         self.media = DataLoader[str, Media | None](self._load_media)
@@ -60,6 +68,8 @@ class Loaders:
         """Snapshots whose header this request answered with; their first page goes with them."""
         self.sql_only: set[str] = set()
         """Playlists this request reads from SQL alone (it read or changed them there)."""
+        self.changed: set[str] = set()
+        """Playlists this request committed a change to (the projector snapshots those)."""
 
     def forget(self, playlist_id: str) -> None:
         """Drop what this request cached about a playlist (after it committed a change).
@@ -71,6 +81,7 @@ class Loaders:
             with contextlib.suppress(KeyError):
                 loader.clear(playlist_id)
         self.sql_only.add(playlist_id)
+        self.changed.add(playlist_id)
         self.served.pop(playlist_id, None)
 
     async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
@@ -92,9 +103,11 @@ class Loaders:
     async def _load_media(self, media_ids: list[str]) -> list[Media | None]:
         # A failing catalog must not fail the request: entries come back
         # with media null (DESIGN §8).
+        self._reads.read_media()
         try:
             found = await self._services.catalog.get_many(media_ids)
         except CatalogUnavailable:
+            self._reads.refuse("the catalog did not answer")
             return [None] * len(media_ids)
         return [found.get(i) for i in media_ids]
 
@@ -114,14 +127,19 @@ class RequestContext:
     """The ``connection_init`` payload of a WebSocket (set by strawberry)."""
     expires_at: datetime | None = None
     """When the WebSocket's token expires; later operations are refused."""
+    operation_type: str | None = None
+    """``query``, ``mutation`` or ``subscription`` once execution began (set by the schema)."""
     loaders: Loaders = field(init=False)
+    reads: ReadSet = field(init=False)
+    """What this request (or subscription event) read: what its answer may be cached by."""
 
     def __post_init__(self) -> None:
         self.renew_loaders()
 
     def renew_loaders(self) -> None:
-        """Fresh DataLoaders: nothing cached survives into the next event."""
-        self.loaders = Loaders(self.services, self.viewer_id)
+        """Fresh DataLoaders and reads: nothing cached survives into the next event."""
+        self.reads = ReadSet()
+        self.loaders = Loaders(self.services, self.viewer_id, self.reads)
 
     def viewer(self) -> str:
         """The authenticated user id.

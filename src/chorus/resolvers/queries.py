@@ -12,17 +12,18 @@ header and first page may come from its Redis snapshot instead, as
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
 from chorus.db.pages import EntriesPage, Page
-from chorus.domain.model import Entry, Member, Playlist, role_can_read
+from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
-from chorus.resolvers.snapshots import snapshot_first_page, snapshot_header
+from chorus.resolvers.snapshots import fill_on_miss, snapshot_first_page, snapshot_header
 from chorus.subscriptions.catchup import CatchUpPage, read_since
 
 
@@ -52,16 +53,23 @@ async def visible_playlist(
     ctx.viewer()
     snapshot = await snapshot_header(ctx, playlist_id, min_version)
     if snapshot is not None:
+        ctx.reads.playlist(snapshot.playlist)
         return snapshot.playlist
     playlist = await ctx.loaders.playlist.load(playlist_id)
     if playlist is None:
+        ctx.reads.refuse("a playlist that does not exist")
         return None
+    ctx.reads.playlist(playlist)
+    if playlist.visibility is Visibility.PUBLIC and not playlist.deleted:
+        fill_on_miss(ctx, playlist)
+        return playlist  # every viewer may read it: the role is not needed to decide
     role = await ctx.loaders.role.load(playlist_id)
     return playlist if role_can_read(role, playlist) else None
 
 
 async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
     """A live entry of a visible playlist, or ``None``."""
+    ctx.reads.refuse("an entry read by id does not name its version")
     return await pages.live_entry(ctx.services.db, playlist.id, entry_id)
 
 
@@ -83,17 +91,30 @@ async def entries_page(
     if after is None and before is None and not from_end:
         cached = snapshot_first_page(ctx, playlist, size)
         if cached is not None:
+            ctx.reads.version(playlist.id, cached.version)
             return cached
     page = await pages.entries_page(
         ctx.services.db, playlist.id, size=size, after=after, before=before, from_end=from_end
     )
-    return page if page is not None else EntriesPage((), False, False, 0, playlist.version)
+    if page is None:
+        ctx.reads.refuse("a playlist deleted while it was read")
+        return EntriesPage((), False, False, 0, playlist.version)
+    ctx.reads.version(playlist.id, page.version)
+    return page
+
+
+async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
+    """The media of these entries by media id, in one catalog batch (``None``: unknown, down)."""
+    ids = list(dict.fromkeys(e.media_id for e in entries))
+    found = await ctx.loaders.media.load_many(ids)
+    return dict(zip(ids, found, strict=True))
 
 
 async def members_page(
     ctx: RequestContext, playlist: Playlist, *, size: int, after: str | None
 ) -> Page[Member]:
     """Members of a visible playlist by user id, after the user id ``after``."""
+    ctx.reads.refuse("a members page does not name its version")
     return await pages.members_page(ctx.services.db, playlist.id, size=size, after_user=after)
 
 
@@ -106,6 +127,7 @@ async def viewer_playlists(
         Unauthenticated: no valid token.
     """
     viewer = ctx.viewer()
+    ctx.reads.refuse("the viewer's playlists have no version")
     return await pages.playlists_page(ctx.services.db, viewer, size=size, after=after)
 
 
@@ -119,6 +141,7 @@ async def changes(
         when the playlist is gone. ``since_version`` is not checked against the
         current version here (:func:`chorus.graphql.arguments.check_since_version`).
     """
+    ctx.reads.refuse("history depends on retention, not only on the version")
     page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))
     if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
@@ -135,6 +158,7 @@ async def search_media(
         ServiceUnavailable: the catalog does not answer.
     """
     ctx.viewer()
+    ctx.reads.refuse("search results have no version")
     try:
         # The catalog pages at least one item; ``first: 0`` still wants the total.
         found = await ctx.services.catalog.search(query, offset=offset, limit=max(size, 1))

@@ -12,7 +12,11 @@ stays the reference. The rule:
 2. The *first* page of entries of that same playlist object
    (:func:`snapshot_first_page`) comes from that same snapshot, with its
    count and version, when the snapshot holds the whole page.
-3. Every other read is SQL: later pages, ``last``, members, the viewer's
+3. A PUBLIC playlist whose snapshot missed is read from SQL, and its
+   snapshot is written from SQL in the background (:func:`fill_on_miss`,
+   read-through): popular playlists are cached whether or not anyone edits
+   them. A mutation's payload fills nothing: the projector snapshots commits.
+4. Every other read is SQL: later pages, ``last``, members, the viewer's
    role, history. Once a request reads (or changes) a playlist in SQL, it
    keeps doing so (``loaders.sql_only``), so its later reads of that
    playlist agree with the first.
@@ -24,6 +28,7 @@ the same either way (``tests/full/test_snapshots.py`` runs both).
 from __future__ import annotations
 
 from chorus.caches.snapshot import Snapshot
+from chorus.db import pages
 from chorus.db.pages import EntriesPage
 from chorus.domain.model import Playlist, Visibility
 from chorus.resolvers.context import RequestContext
@@ -53,6 +58,31 @@ async def snapshot_header(
         return None
     ctx.loaders.served[playlist_id] = snapshot
     return snapshot
+
+
+def fill_on_miss(ctx: RequestContext, playlist: Playlist) -> None:
+    """A PUBLIC playlist was read from SQL because its snapshot missed: fill it (read-through).
+
+    The snapshot is read again in its own transaction, in the background
+    (:meth:`~chorus.caches.reader.SnapshotCache.fill`): the request does not wait.
+    """
+    cache = ctx.services.snapshots
+    if cache is None or playlist.visibility is not Visibility.PUBLIC or playlist.deleted:
+        return
+    if playlist.id in ctx.loaders.changed:
+        return  # a mutation's own payload: the projector snapshots what commits change
+    db, page_size = ctx.services.db, cache.page_size
+
+    async def read() -> Snapshot | None:
+        found = await pages.head_and_first_entries(db, playlist.id, page_size + 1)
+        if found is None:
+            return None
+        header, entries = found
+        if header.visibility is not Visibility.PUBLIC or header.deleted:
+            return None
+        return Snapshot.read(header, entries, page_size)
+
+    cache.fill(playlist.id, read)
 
 
 def snapshot_first_page(ctx: RequestContext, playlist: Playlist, size: int) -> EntriesPage | None:

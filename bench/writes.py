@@ -1,0 +1,673 @@
+"""Write throughput over HTTP against the same transaction as raw SQL, in one run.
+
+Chorus is run as a user runs it: ``chorus serve`` processes (``--processes``,
+each on its own port; a command goes to the process that owns its playlist,
+``crc32(playlist id) % processes``, as a routing proxy would send it), on a
+temporary PostgreSQL database (migrated by ``serve``, dropped at the end),
+embedded events (the in-process relay stamps the outbox). A load process
+(its own interpreter, so the server's CPU is not shared with the client's
+Python) runs ``--clients`` keep-alive HTTP/1.1 connections, each sending one
+``addEntries`` after another: one Chinook media appended, a fresh
+``operationId``, ``baseVersion: 0`` (so every edit is rebased), on a playlist
+drawn at random from the workload's playlists.
+
+The peer, same run, same server, same tables: a pgbench script of the
+transaction an add is (lock the playlist row, insert the entry, bump the
+version, insert the log row, insert the outbox row; the payloads are copied
+from the log row and outbox row Chorus committed just before), 16 clients,
+prepared statements, on its own playlists made the same way.
+
+Chorus runs twice, side by side on the same database: with the owner queue
+and group commit (``group``) and with one transaction per command
+(``plain``, ``CHORUS_GROUP_COMMIT=false``, the path it shortcuts). The
+machine's load drifts, so each figure is taken in ``--rounds`` slices and the
+contenders take turns (group, plain, pgbench; spread, then hot), each slice
+after a 2 s warm-up that is not measured.
+
+Workloads: ``spread`` (``--playlists`` playlists, 18 by default) and ``hot``
+(one playlist). For each: requests (transactions) per second, p50 and p99
+latency in ms, and the ratio Chorus / raw SQL. Every answer is checked: a
+request error, a user error or a version that is not rebased counts as a
+failure and fails the run.
+
+``--sqlite`` adds the embedded profile's figures: Chorus on a SQLite file,
+against the same transaction run by Python's ``sqlite3`` in a loop on one
+connection (SQLite has one writer; WAL, ``synchronous=NORMAL`` as Chorus
+sets them) in another process.
+
+    python bench/writes.py [--seconds 12] [--rounds 3] [--clients 16] [--processes 1] [--sqlite]
+        [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import httpx
+import jwt
+
+if TYPE_CHECKING:
+    from tests.servers import ChorusServer
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+USER = "bench"
+MEDIA = "chinook:track:1"
+WARMUP_S = 2.0
+ADD = (
+    "mutation Add($input: AddEntriesInput!) { addEntries(input: $input) "
+    "{ version rebased replayed userErrors { code message } } }"
+)
+CREATE = (
+    "mutation Create($input: CreatePlaylistInput!) { createPlaylist(input: $input) "
+    "{ version playlist { id } userErrors { code message } } }"
+)
+
+
+def token(secret: str, user: str = USER) -> str:
+    return jwt.encode({"sub": user, "exp": int(time.time()) + 7200}, secret, algorithm="HS256")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured slice: each request's (transaction's) latency in ms, and the window in s."""
+
+    latencies: list[float]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One workload over all its slices: rate per second, latencies in milliseconds."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    count: int
+
+    @classmethod
+    def of(cls, samples: list[Sample]) -> Figure:
+        latencies = [x for s in samples for x in s.latencies]
+        seconds = sum(s.seconds for s in samples)
+        return cls(
+            len(latencies) / seconds,
+            statistics.median(latencies),
+            percentile(latencies, 0.99),
+            len(latencies),
+        )
+
+
+# --- the load process -------------------------------------------------------
+
+
+async def _client(
+    routes: dict[str, int],
+    authorization: str,
+    stop_at: float,
+    window_start: float,
+    latencies: list[float],
+    failures: list[str],
+) -> None:
+    """One client: a keep-alive connection per server port, one request after another."""
+    import random
+
+    rng = random.Random()
+    playlists = list(routes)
+    streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    while time.monotonic() < stop_at:
+        playlist_id = rng.choice(playlists)
+        port = routes[playlist_id]
+        if port not in streams:
+            streams[port] = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = streams[port]
+        body = json.dumps(
+            {
+                "query": ADD,
+                "variables": {
+                    "input": {
+                        "playlistId": playlist_id,
+                        "operationId": uuid.uuid4().hex,
+                        "baseVersion": 0,
+                        "mediaIds": [MEDIA],
+                    }
+                },
+            }
+        ).encode()
+        head = (
+            f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nAuthorization: {authorization}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        started = time.monotonic()
+        writer.write(head + body)
+        status = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        answer = json.loads(await reader.readexactly(length))
+        ended = time.monotonic()
+        payload = (answer.get("data") or {}).get("addEntries")
+        if b" 200 " not in status or payload is None or payload["userErrors"]:
+            failures.append(f"{status!r} {answer}"[:300])
+        elif not payload["rebased"] or payload["replayed"]:
+            failures.append(f"not a rebased fresh commit: {payload}")
+        elif window_start <= started:
+            latencies.append((ended - started) * 1000)
+    for _, writer in streams.values():
+        writer.close()
+
+
+def _load(
+    routes: dict[str, int],
+    authorization: str,
+    clients: int,
+    seconds: float,
+    out: multiprocessing.Queue[Any],
+) -> None:
+    async def run() -> tuple[list[float], list[str], float]:
+        latencies: list[float] = []
+        failures: list[str] = []
+        start = time.monotonic()
+        window_start = start + WARMUP_S
+        stop_at = window_start + seconds
+        await asyncio.gather(
+            *(
+                _client(routes, authorization, stop_at, window_start, latencies, failures)
+                for _ in range(clients)
+            )
+        )
+        # Requests started inside the window; the last ones end a little after it.
+        return latencies, failures, seconds
+
+    out.put(asyncio.run(run()))
+
+
+def load(routes: dict[str, int], authorization: str, clients: int, seconds: float) -> Sample:
+    """Run the load process against ``routes`` (playlist id → port) and measure."""
+    ctx = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[Any] = ctx.Queue()
+    process = ctx.Process(target=_load, args=(routes, authorization, clients, seconds, queue))
+    process.start()
+    latencies, failures, window = queue.get(timeout=seconds + 120)
+    process.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} failed requests, first: {failures[0]}")
+    return Sample(latencies, window)
+
+
+# --- Chorus -----------------------------------------------------------------
+
+
+def graphql(url: str, authorization: str, query: str, **variables: Any) -> dict[str, Any]:
+    response = httpx.post(
+        url,
+        json={"query": query, "variables": variables},
+        headers={"Authorization": authorization},
+        timeout=30,
+    )
+    response.raise_for_status()
+    body = response.json()
+    if body.get("errors"):
+        raise RuntimeError(body["errors"])
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+def create_playlists(server: ChorusServer, authorization: str, count: int) -> list[str]:
+    """``count`` playlists made through the API, each with one first entry; their global ids."""
+    ids = []
+    for n in range(count):
+        created = graphql(
+            server.url,
+            authorization,
+            CREATE,
+            input={"operationId": uuid.uuid4().hex, "title": f"Bench {n}"},
+        )["createPlaylist"]
+        assert not created["userErrors"], created
+        playlist_id = created["playlist"]["id"]
+        added = graphql(
+            server.url,
+            authorization,
+            ADD,
+            input={
+                "playlistId": playlist_id,
+                "operationId": uuid.uuid4().hex,
+                "baseVersion": 0,
+                "mediaIds": [MEDIA],
+            },
+        )["addEntries"]
+        assert not added["userErrors"], added
+        ids.append(playlist_id)
+    return ids
+
+
+class Servers:
+    """``processes`` ``chorus serve`` on one database, routed by playlist id."""
+
+    def __init__(self, database_url: str, data_dir: Path, processes: int, **env: str) -> None:
+        from tests.servers import TEST_SECRET, ChorusServer
+
+        self.secret = TEST_SECRET
+        self.servers = [
+            ChorusServer(database_url, data_dir, **env) for _ in range(max(1, processes))
+        ]
+
+    def __enter__(self) -> Servers:
+        try:
+            for server in self.servers:
+                server.start(timeout_s=60)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for server in self.servers:
+            server.stop()
+
+    def routes(self, playlist_ids: list[str]) -> dict[str, int]:
+        """Each playlist's owner process: ``crc32(id) % processes``."""
+        n = len(self.servers)
+        return {p: self.servers[zlib.crc32(p.encode()) % n].port for p in playlist_ids}
+
+
+@dataclass
+class Chorus:
+    """One way of running Chorus (a ``CHORUS_GROUP_COMMIT`` mode): servers and playlists."""
+
+    servers: Servers
+    authorization: str
+    routes: dict[str, dict[str, int]]
+    """Workload → its playlists' routes."""
+
+
+def started(
+    database_url: str, data_dir: Path, args: argparse.Namespace, mode: str, **env: str
+) -> Servers:
+    return Servers(
+        database_url, data_dir / mode, args.processes, CHORUS_GROUP_COMMIT=MODES[mode], **env
+    )
+
+
+def prepared(servers: Servers, args: argparse.Namespace) -> Chorus:
+    authorization = f"Bearer {token(servers.secret)}"
+    first = servers.servers[0]
+    spread = create_playlists(first, authorization, args.playlists)
+    hot = create_playlists(first, authorization, 1)
+    return Chorus(
+        servers,
+        authorization,
+        {"spread": servers.routes(spread), "hot": servers.routes(hot)},
+    )
+
+
+def interleaved(
+    chorus: dict[str, Chorus],
+    peer: dict[str, Any],
+    args: argparse.Namespace,
+) -> tuple[dict[str, dict[str, Figure]], dict[str, Figure]]:
+    """``--rounds`` rounds of short slices: each mode and the peer in turn, per workload.
+
+    The machine's load drifts (other processes); taking turns gives every
+    contender the same share of it, so the ratios hold even when the rates move.
+    """
+    seconds = args.seconds / args.rounds
+    samples: dict[str, dict[str, list[Sample]]] = {
+        m: {"spread": [], "hot": []} for m in [*chorus, "raw"]
+    }
+    for _ in range(args.rounds):
+        for workload in ("spread", "hot"):
+            for mode, c in chorus.items():
+                sample = load(c.routes[workload], c.authorization, args.clients, seconds)
+                samples[mode][workload].append(sample)
+            samples["raw"][workload].append(peer[workload](seconds))
+    figures = {m: {w: Figure.of(x) for w, x in by.items()} for m, by in samples.items()}
+    raw = figures.pop("raw")
+    return figures, raw
+
+
+# --- the raw SQL peers --------------------------------------------------------
+
+
+async def committed_rows(dsn: str) -> tuple[str, str, str]:
+    """A log row's ``payload`` and ``result`` and an outbox ``payload`` Chorus wrote for an add."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT m.payload, m.result, o.payload AS event FROM playlist_mutation m "
+            "JOIN outbox o USING (playlist_id, version) WHERE m.version > 0 "
+            "ORDER BY o.event_id DESC LIMIT 1"
+        )
+    finally:
+        await conn.close()
+    assert row is not None, "Chorus committed no add"
+    return row["payload"], row["result"], row["event"]
+
+
+PGBENCH_SCRIPT = """\
+\\set p random(0, {last})
+BEGIN;
+SELECT version FROM playlist WHERE id = '{prefix}' || :p FOR UPDATE;
+INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, added_at)
+  VALUES ('{prefix}' || :p, md5(random()::text), substr(md5(random()::text), 1, 8),
+          {media}, '{user}', now());
+UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, updated_at = now()
+  WHERE id = '{prefix}' || :p RETURNING version AS v \\gset
+INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload,
+                               request_hash, result, committed_at)
+  VALUES ('{prefix}' || :p, :v, md5(random()::text), '{user}', '{payload}'::jsonb,
+          md5(random()::text), '{result}'::jsonb, now());
+INSERT INTO outbox (playlist_id, version, payload, created_at)
+  VALUES ('{prefix}' || :p, :v, '{event}'::jsonb, now());
+COMMIT;
+"""
+
+
+def _sql_literal(document: str) -> str:
+    """``document`` (JSON) as a SQL string literal pgbench leaves alone.
+
+    pgbench reads ``:name`` anywhere in a script as a variable, so every colon
+    inside a JSON string is written as the escape ``\\u003a`` (the same value).
+    """
+
+    def hide(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(":", "\x00")
+        if isinstance(value, list):
+            return [hide(v) for v in value]
+        if isinstance(value, dict):
+            return {hide(k): hide(v) for k, v in value.items()}
+        return value
+
+    text = json.dumps(hide(json.loads(document))).replace("\\u0000", "\\u003a")
+    return text.replace("'", "''")
+
+
+async def _pgbench_playlists(dsn: str, prefix: str, count: int) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.executemany(
+            "INSERT INTO playlist (id, owner_id, title, visibility, collaborative, version, "
+            "membership_epoch, entry_count, created_at, updated_at) "
+            "VALUES ($1, $2, $1, 'PRIVATE', false, 0, 0, 0, now(), now())",
+            [(f"{prefix}{n}", USER) for n in range(count)],
+        )
+    finally:
+        await conn.close()
+
+
+def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: Path) -> Any:
+    """A function ``seconds → Sample`` running the transaction as a pgbench script on
+    ``playlists`` playlists of its own (made now), after a 2 s warm-up."""
+    binary = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+    payload, result, event = asyncio.run(committed_rows(dsn))
+    prefix = f"pgbench-{playlists}-"
+    asyncio.run(_pgbench_playlists(dsn, prefix, playlists))
+    script = PGBENCH_SCRIPT.format(
+        prefix=prefix,
+        last=playlists - 1,
+        media=" || chr(58) || ".join(f"'{part}'" for part in MEDIA.split(":")),
+        user=USER,
+        payload=_sql_literal(payload),
+        result=_sql_literal(result),
+        event=_sql_literal(event),
+    )
+    path = tmp / f"add-{playlists}.sql"
+    path.write_text(script)
+    base = [binary, "-n", "-M", "prepared", "-f", str(path), "-c", str(clients), "-j", "2"]
+    target = [*asyncpg_dsn_parts(dsn), database]
+
+    def run(seconds: float) -> Sample:
+        warm = subprocess.run([*base, "-T", "2", *target], check=False, capture_output=True)
+        if warm.returncode != 0:
+            raise RuntimeError(f"pgbench failed: {warm.stdout!r}{warm.stderr!r}")
+        logs = tmp / f"log-{uuid.uuid4().hex}"
+        logs.mkdir()
+        done = subprocess.run(
+            [*base, "-T", str(max(1, round(seconds))), "-l", f"--log-prefix={logs}/tx", *target],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or not re.search(r"failed transactions: 0 ", done.stdout):
+            raise RuntimeError(f"pgbench failed: {done.stdout}{done.stderr}")
+        latencies = [
+            int(line.split()[2]) / 1000
+            for log in logs.glob("tx*")
+            for line in log.read_text().splitlines()
+        ]
+        return Sample(latencies, max(1, round(seconds)))
+
+    return run
+
+
+def asyncpg_dsn_parts(dsn: str) -> list[str]:
+    from sqlalchemy.engine import make_url
+
+    url = make_url(dsn)
+    parts = ["-h", url.host or "127.0.0.1", "-p", str(url.port or 5432)]
+    if url.username:
+        parts += ["-U", url.username]
+    return parts
+
+
+SQLITE_TRANSACTION = [
+    ("SELECT version FROM playlist WHERE id = ?", ("p",)),
+    (
+        "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
+        "added_at) VALUES (?, ?, ?, ?, ?, ?)",
+        ("p", "id", "key", "media", "user", "now"),
+    ),
+    (
+        "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, "
+        "updated_at = ? WHERE id = ? RETURNING version",
+        ("now", "p"),
+    ),
+    (
+        "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload, "
+        "request_hash, result, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ("p", "v", "id", "user", "payload", "id", "result", "now"),
+    ),
+    (
+        "INSERT INTO outbox (playlist_id, version, payload, created_at) VALUES (?, ?, ?, ?)",
+        ("p", "v", "event", "now"),
+    ),
+]
+
+
+def _sqlite_peer(
+    path: str, playlists: int, seconds: float, out: multiprocessing.Queue[Any]
+) -> None:
+    """The transaction in a loop on one ``sqlite3`` connection; ``(count, latencies)``."""
+    import random
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    payload, result, event = conn.execute(
+        "SELECT m.payload, m.result, o.payload FROM playlist_mutation m JOIN outbox o "
+        "ON o.playlist_id = m.playlist_id AND o.version = m.version WHERE m.version > 0 "
+        "ORDER BY o.event_id DESC LIMIT 1"
+    ).fetchone()
+    now = "2026-01-01 00:00:00.000000"
+    for n in range(playlists):
+        conn.execute(
+            "INSERT OR IGNORE INTO playlist (id, owner_id, title, visibility, collaborative, "
+            "version, membership_epoch, entry_count, created_at, updated_at) "
+            "VALUES (?, ?, ?, 'PRIVATE', 0, 0, 0, 0, ?, ?)",
+            (f"sqlite-{playlists}-{n}", USER, "peer", now, now),
+        )
+    rng = random.Random()
+    latencies: list[float] = []
+    start = time.monotonic()
+    window_start = start + WARMUP_S
+    stop_at = window_start + seconds
+    while (started := time.monotonic()) < stop_at:
+        p = f"sqlite-{playlists}-{rng.randrange(playlists)}"
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SELECT version FROM playlist WHERE id = ?", (p,)).fetchone()
+        conn.execute(
+            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
+            "added_by, added_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (p, uuid.uuid4().hex, uuid.uuid4().hex[:8], MEDIA, USER, now),
+        )
+        (v,) = conn.execute(
+            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1, "
+            "updated_at = ? WHERE id = ? RETURNING version",
+            (now, p),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, "
+            "payload, request_hash, result, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (p, v, uuid.uuid4().hex, USER, payload, uuid.uuid4().hex, result, now),
+        )
+        conn.execute(
+            "INSERT INTO outbox (playlist_id, version, payload, created_at) VALUES (?, ?, ?, ?)",
+            (p, v, event, now),
+        )
+        conn.execute("COMMIT")
+        if started >= window_start:
+            latencies.append((time.monotonic() - started) * 1000)
+    conn.close()
+    out.put(latencies)
+
+
+def sqlite_peer(path: Path, playlists: int, seconds: float) -> Sample:
+    ctx = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[Any] = ctx.Queue()
+    process = ctx.Process(target=_sqlite_peer, args=(str(path), playlists, seconds, queue))
+    process.start()
+    latencies = queue.get(timeout=seconds + 120)
+    process.join()
+    return Sample(latencies, seconds)
+
+
+# --- the run ------------------------------------------------------------------
+
+
+MODES = {"group": "true", "plain": "false"}
+"""``CHORUS_GROUP_COMMIT`` of each way Chorus is measured: owner queue and group commit,
+or the one-transaction-per-command path it shortcuts."""
+
+
+def table(
+    title: str, chorus: dict[str, dict[str, Figure]], peer: dict[str, Figure], targets: bool
+) -> None:
+    print(f"\n{title}")
+    print(
+        f"{'workload':16}{'Chorus req/s':>13}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}{'/plain':>8}"
+    )
+    goals = {"spread": 0.35, "hot": 0.75}
+    for name, p in peer.items():
+        for mode, figures in chorus.items():
+            c = figures[name]
+            ratio = c.rate / p.rate
+            plain = chorus.get("plain", {}).get(name)
+            versus = f"{c.rate / plain.rate:>8.2f}" if plain and mode != "plain" else " " * 8
+            verdict = ""
+            if targets and mode == "group":
+                verdict = "  ok" if ratio >= goals[name] else f"  below target {goals[name]}"
+            print(
+                f"{name + ' ' + mode:16}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
+                f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}{versus}{verdict}"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=12.0, help="measured seconds per figure")
+    parser.add_argument("--rounds", type=int, default=3, help="slices each figure is taken in")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--processes", type=int, default=1, help="chorus serve processes")
+    parser.add_argument("--playlists", type=int, default=18, help="playlists of 'spread'")
+    parser.add_argument("--sqlite", action="store_true", help="also the embedded profile")
+    parser.add_argument(
+        "--postgres-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for serve")
+    parser.add_argument(
+        "--modes", default="group,plain", help="comma-separated: group (owner queue), plain"
+    )
+    args = parser.parse_args()
+    os.environ["CHORUS_TEST_POSTGRES_URL"] = args.postgres_url
+    from tests.servers import create_database, drop_database, postgres_url
+
+    env = dict(item.split("=", 1) for item in args.env)
+    modes = args.modes.split(",")
+    print(
+        f"{args.clients} clients, {args.seconds:.0f} s measured per figure in {args.rounds} "
+        f"slices taken in turn (each after a {WARMUP_S:.0f} s warm-up), "
+        f"{args.processes} chorus serve process(es) per mode, {os.cpu_count()} cores"
+    )
+    name = create_database()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        try:
+            url = postgres_url(name)
+            chorus = {
+                m: prepared(stack.enter_context(started(url, Path(tmp), args, m, **env)), args)
+                for m in modes
+            }
+            dsn = postgres_url(name, "postgresql")
+            peer = {
+                "spread": pgbench_runner(dsn, name, args.playlists, args.clients, Path(tmp)),
+                "hot": pgbench_runner(dsn, name, 1, args.clients, Path(tmp)),
+            }
+            figures, raw = interleaved(chorus, peer, args)
+        finally:
+            stack.close()
+            drop_database(name)
+        table("PostgreSQL: Chorus over HTTP against pgbench", figures, raw, targets=True)
+        if args.sqlite:
+            path = Path(tmp) / "sqlite" / "chorus.db"
+            sqlite_url = f"sqlite+aiosqlite:///{path}"
+            with contextlib.ExitStack() as lite:
+                chorus = {
+                    m: prepared(
+                        lite.enter_context(
+                            started(sqlite_url, Path(tmp) / "sqlite", args, m, **env)
+                        ),
+                        args,
+                    )
+                    for m in modes
+                }
+                sqlite_peers = {
+                    "spread": lambda seconds: sqlite_peer(path, args.playlists, seconds),
+                    "hot": lambda seconds: sqlite_peer(path, 1, seconds),
+                }
+                figures, raw = interleaved(chorus, sqlite_peers, args)
+            table("SQLite: Chorus over HTTP against sqlite3 in a loop", figures, raw, False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,386 @@
+"""The response cache and HTTP caching, against a running ``chorus serve`` (SQLite and PostgreSQL).
+
+Never wrong, never leaked: a cached answer is served only while every
+playlist it read is at the version it read, and only to its audience. Each
+rule is checked from outside: ``ETag`` / ``If-None-Match`` / ``304``, the
+caching headers, ``/metrics``' counters, persisted queries over GET, and
+answers racing edits. The plain path (cache off, a second server on the same
+PostgreSQL database) is the reference the cached answers must equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Api
+from tests.e2e.helpers import PLAYLIST, add, committed, create_playlist, mutate, track, version
+from tests.servers import ChorusServer, create_database, drop_database, postgres_url
+
+PAGE = """query Page($id: ID!) { playlist(id: $id) { id version title visibility
+  entries(first: 100) { version totalCount edges { node { id mediaId media { title } } } } } }"""
+PAGE_WITH_ROLE = """query Role($id: ID!) { playlist(id: $id) { version viewerRole
+  entries(first: 10) { edges { node { id } } } } }"""
+
+
+def post(api: Api, query: str, user: str | None = "alice", **kw: Any) -> httpx.Response:
+    variables = kw.pop("variables", {})
+    headers = kw.pop("headers", {})
+    if user:
+        headers["Authorization"] = f"Bearer {api.token(user)}"
+    body = {"query": query, "variables": variables}
+    return api.http.post(api.server.url, json=body, headers=headers, **kw)
+
+
+def cache_counts(server: ChorusServer) -> dict[str, float]:
+    """``chorus_response_cache_total`` by result, summed over operation names."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    counts: dict[str, float] = {}
+    pattern = r'^chorus_response_cache_total\{operation_name="[^"]*",result="(\w+)"\} (\S+)$'
+    for result, value in re.findall(pattern, text, re.MULTILINE):
+        counts[result] = counts.get(result, 0.0) + float(value)
+    return counts
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def public_playlist(api: Api, entries: int = 3) -> str:
+    pid = create_playlist(api, visibility="PUBLIC")
+    add(api, pid, [track(n) for n in range(1, entries + 1)], 0)
+    return pid
+
+
+def test_a_second_read_is_a_hit_with_the_same_body_and_etag(api: Api) -> None:
+    pid = public_playlist(api)
+    before = cache_counts(api.server)
+    first = post(api, PAGE, "bob", variables={"id": pid})
+    second = post(api, PAGE, "bob", variables={"id": pid})
+    assert first.status_code == second.status_code == 200
+    assert first.content == second.content
+    assert first.headers["etag"] == second.headers["etag"]
+    assert second.headers["cache-control"] == "private, no-cache"
+    assert second.headers["vary"] == "Authorization"
+    assert delta(before, cache_counts(api.server)) == {"miss": 1, "hit": 1}
+
+
+def test_a_public_answer_is_shared_by_every_viewer(api: Api) -> None:
+    pid = public_playlist(api)
+    before = cache_counts(api.server)
+    bodies = {post(api, PAGE, user, variables={"id": pid}).content for user in ("bob", "carol")}
+    assert len(bodies) == 1
+    assert delta(before, cache_counts(api.server)) == {"miss": 1, "hit": 1}
+
+
+def test_if_none_match_is_a_304_until_the_version_moves(api: Api) -> None:
+    pid = public_playlist(api)
+    etag = post(api, PAGE, variables={"id": pid}).headers["etag"]
+    before = cache_counts(api.server)
+    again = post(api, PAGE, variables={"id": pid}, headers={"If-None-Match": etag})
+    assert again.status_code == 304
+    assert again.content == b""
+    assert again.headers["etag"] == etag
+    assert delta(before, cache_counts(api.server)) == {"not_modified": 1}
+    add(api, pid, [track(9)], version(api, pid))
+    changed = post(api, PAGE, variables={"id": pid}, headers={"If-None-Match": etag})
+    assert changed.status_code == 200
+    assert changed.headers["etag"] != etag
+    assert track(9) in changed.text
+
+
+def test_an_edit_is_seen_at_once_by_the_next_read(api: Api) -> None:
+    pid = public_playlist(api)
+    for _ in range(2):
+        post(api, PAGE, "bob", variables={"id": pid})
+    done = add(api, pid, [track(7)], 1)
+    page = post(api, PAGE, "bob", variables={"id": pid}).json()["data"]["playlist"]
+    assert page["version"] == done["version"]
+    assert page["entries"]["totalCount"] == 4
+
+
+def test_a_removed_member_no_longer_gets_a_private_playlist(api: Api) -> None:
+    pid = create_playlist(api, visibility="PRIVATE")
+    add(api, pid, [track(1)], 0)
+    committed(
+        mutate(api, "setMemberRole", playlistId=pid, baseVersion=1, userId="bob", role="VIEWER")
+    )
+    for _ in range(2):
+        seen = post(api, PAGE, "bob", variables={"id": pid}).json()["data"]["playlist"]
+        assert seen is not None
+    # Another viewer never gets bob's answer: it is not shared.
+    assert post(api, PAGE, "carol", variables={"id": pid}).json()["data"]["playlist"] is None
+    committed(mutate(api, "removeMember", playlistId=pid, baseVersion=2, userId="bob"))
+    assert post(api, PAGE, "bob", variables={"id": pid}).json()["data"]["playlist"] is None
+
+
+def test_a_playlist_made_private_is_no_longer_served_to_strangers(api: Api) -> None:
+    pid = public_playlist(api)
+    for _ in range(2):
+        assert post(api, PAGE, "carol", variables={"id": pid}).json()["data"]["playlist"]
+    committed(mutate(api, "updatePlaylist", playlistId=pid, baseVersion=1, visibility="PRIVATE"))
+    assert post(api, PAGE, "carol", variables={"id": pid}).json()["data"]["playlist"] is None
+    mine = post(api, PAGE, "alice", variables={"id": pid}).json()["data"]["playlist"]
+    assert mine["visibility"] == "PRIVATE"
+
+
+def test_a_deleted_playlist_is_gone_from_the_cache(api: Api) -> None:
+    pid = public_playlist(api)
+    for _ in range(2):
+        assert post(api, PAGE, "carol", variables={"id": pid}).json()["data"]["playlist"]
+    committed(mutate(api, "deletePlaylist", playlistId=pid, baseVersion=1))
+    for user in ("carol", "alice"):
+        assert post(api, PAGE, user, variables={"id": pid}).json()["data"]["playlist"] is None
+
+
+def test_viewer_role_is_each_viewers_own(api: Api) -> None:
+    pid = public_playlist(api)
+    committed(
+        mutate(api, "setMemberRole", playlistId=pid, baseVersion=1, userId="bob", role="EDITOR")
+    )
+    before = cache_counts(api.server)
+    for _ in range(2):
+        roles = {
+            user: post(api, PAGE_WITH_ROLE, user, variables={"id": pid}).json()["data"]["playlist"][
+                "viewerRole"
+            ]
+            for user in ("bob", "carol", "alice")
+        }
+        assert roles == {"bob": "EDITOR", "carol": None, "alice": "OWNER"}
+    assert delta(before, cache_counts(api.server)) == {"miss": 3, "hit": 3}
+
+
+def test_requests_without_a_valid_token_are_never_cached(api: Api) -> None:
+    pid = public_playlist(api)
+    post(api, PAGE, "bob", variables={"id": pid})
+    before = cache_counts(api.server)
+    anonymous = post(api, PAGE, None, variables={"id": pid}).json()
+    assert anonymous["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    bad = post(
+        api, PAGE, None, variables={"id": pid}, headers={"Authorization": "Bearer nope.nope.x"}
+    ).json()
+    assert bad["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    assert delta(before, cache_counts(api.server)) == {"bypass": 2}
+
+
+def test_mutations_are_not_stored_by_anyone(api: Api) -> None:
+    response = post(
+        api,
+        "mutation M($input: CreatePlaylistInput!) { createPlaylist(input: $input) { version } }",
+        variables={"input": {"operationId": api.op(), "title": "T"}},
+    )
+    assert response.status_code == 200
+    assert response.headers["cache-control"] == "no-store"
+    assert "etag" not in response.headers
+
+
+def test_uncacheable_reads_still_get_an_etag(api: Api) -> None:
+    query = "query Mine { viewer { playlists(first: 5) { totalCount } } }"
+    before = cache_counts(api.server)
+    first = post(api, query)
+    second = post(api, query, headers={"If-None-Match": first.headers["etag"]})
+    assert second.status_code == 304
+    assert delta(before, cache_counts(api.server)) == {"bypass": 2, "not_modified": 1}
+
+
+def test_reads_racing_edits_name_their_version_and_never_lag_a_commit(api: Api) -> None:
+    """Every answer is what SQL holds at the version it names; none older than a known commit."""
+    pid = create_playlist(api, visibility="PUBLIC")
+    placed: dict[int, list[str]] = {0: []}
+    stop = threading.Event()
+    answers: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+
+    def reader(user: str) -> None:
+        client = Api(api.server)
+        try:
+            while not stop.is_set():
+                body = post(client, PAGE, user, variables={"id": pid}).json()
+                answers.append(body["data"]["playlist"])
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+        finally:
+            client.http.close()
+
+    readers = [threading.Thread(target=reader, args=(u,)) for u in ("bob", "bob", "carol")]
+    for t in readers:
+        t.start()
+    try:
+        current = 0
+        for n in range(1, 16):
+            done = add(api, pid, [track(n)], current)
+            current = done["version"]
+            placed[current] = placed[current - 1] + [e["id"] for e in done["entries"]]
+            after = post(api, PAGE, "bob", variables={"id": pid}).json()["data"]["playlist"]
+            assert after["version"] >= current
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert not failures, failures
+    assert len(answers) > 15
+    for answer in answers:
+        at = answer["version"]
+        assert answer["entries"]["version"] == at
+        assert [e["node"]["id"] for e in answer["entries"]["edges"]] == placed[at]
+
+
+# --- persisted queries over GET -------------------------------------------------------
+
+
+def sha(query: str) -> str:
+    return hashlib.sha256(query.encode()).hexdigest()
+
+
+def get(api: Api, params: dict[str, str], user: str = "alice", **headers: str) -> httpx.Response:
+    headers["Authorization"] = f"Bearer {api.token(user)}"
+    return api.http.get(api.server.url, params=params, headers=headers)
+
+
+def apq(digest: str) -> str:
+    return json.dumps({"persistedQuery": {"version": 1, "sha256Hash": digest}})
+
+
+def test_automatic_persisted_queries_over_get(api: Api) -> None:
+    pid = public_playlist(api)
+    query = PAGE.replace("query Page", "query Persisted")
+    params = {"extensions": apq(sha(query)), "variables": json.dumps({"id": pid})}
+    unknown = get(api, params)
+    assert unknown.status_code == 200
+    assert unknown.json()["errors"][0]["message"] == "PersistedQueryNotFound"
+    assert unknown.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+    registered = get(api, {**params, "query": query})
+    assert registered.status_code == 200
+    assert registered.json()["data"]["playlist"]["id"] == pid
+    by_hash = get(api, params, Accept="*/*")
+    assert by_hash.status_code == 200
+    assert by_hash.content == registered.content
+    assert by_hash.headers["vary"] == "Authorization"
+    assert get(api, params, **{"If-None-Match": by_hash.headers["etag"]}).status_code == 304
+
+
+def test_a_persisted_hash_must_be_the_documents(api: Api) -> None:
+    response = get(api, {"query": "{ viewer { user { id } } }", "extensions": apq("0" * 64)})
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+
+def test_a_mutation_over_get_is_refused(api: Api) -> None:
+    query = 'mutation { createPlaylist(input: {operationId: "g1", title: "x"}) { version } }'
+    response = get(api, {"query": query})
+    assert response.status_code in (400, 405)
+    assert version_count(api) == 0
+
+
+def version_count(api: Api) -> int:
+    """Playlists titled ``x`` the viewer owns (a refused mutation made none)."""
+    body = post(api, "{ viewer { playlists(first: 100) { edges { node { title } } } } }")
+    edges = body.json()["data"]["viewer"]["playlists"]["edges"]
+    return sum(1 for e in edges if e["node"]["title"] == "x")
+
+
+# --- the plain path as the reference; registered documents only --------------------
+
+
+@pytest.fixture(scope="module")
+def twin_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Api]]:
+    """Two servers on one PostgreSQL database: cache on (default) and cache off."""
+    data_dir = tmp_path_factory.mktemp("twins")
+    database = create_database()
+    url = postgres_url(database)
+    cached = ChorusServer(url, data_dir)
+    plain = ChorusServer(url, data_dir, CHORUS_RESPONSE_CACHE="false")
+    cached.start()
+    plain.start()
+    apis = (Api(cached), Api(plain))
+    yield apis
+    for a in apis:
+        a.http.close()
+    cached.stop()
+    plain.stop()
+    drop_database(database)
+
+
+def test_cached_answers_equal_the_plain_path(twin_servers: tuple[Api, Api]) -> None:
+    cached, plain = twin_servers
+    pid = create_playlist(cached, visibility="PUBLIC")
+    add(cached, pid, [track(n) for n in range(1, 30)], 0)
+    committed(
+        mutate(cached, "setMemberRole", playlistId=pid, baseVersion=1, userId="bob", role="EDITOR")
+    )
+    for step in range(3):
+        for user in ("alice", "bob", "carol"):
+            for query in (PAGE, PAGE_WITH_ROLE, PLAYLIST):
+                for _ in range(2):  # the second read of the cached server is a hit
+                    hot = post(cached, query, user, variables={"id": pid})
+                    ref = post(plain, query, user, variables={"id": pid})
+                    assert hot.json() == ref.json()
+                    assert hot.headers["etag"] == ref.headers["etag"]
+        add(cached, pid, [track(40 + step)], 2 + step)
+    counts = cache_counts(cached.server)
+    assert counts.get("hit", 0) > 0
+    assert cache_counts(plain.server).get("hit", 0) == 0
+
+
+def test_only_registered_documents_run_when_configured(tmp_path: Path) -> None:
+    allowed = "query Allowed { viewer { user { id } } }"
+    manifest = tmp_path / "documents.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "format": "apollo-persisted-query-manifest",
+                "version": 1,
+                "operations": [{"id": sha(allowed), "body": allowed, "name": "Allowed"}],
+            }
+        )
+    )
+    server = ChorusServer(
+        f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
+        tmp_path,
+        CHORUS_PERSISTED_DOCUMENTS=str(manifest),
+        CHORUS_PERSISTED_DOCUMENTS_ONLY="true",
+    )
+    server.start()
+    client = Api(server)
+    try:
+        by_hash = get(client, {"extensions": apq(sha(allowed))})
+        assert by_hash.json()["data"] == {"viewer": {"user": {"id": "alice"}}}
+        assert post(client, allowed).json()["data"] == by_hash.json()["data"]
+        other = "query Other { viewer { user { id } } }"
+        for refused in (
+            post(client, other),
+            get(client, {"query": other, "extensions": apq(sha(other))}),
+            get(client, {"extensions": apq(sha(other))}),
+        ):
+            assert refused.status_code == 400
+            assert refused.json()["errors"][0]["extensions"]["code"] == (
+                "PERSISTED_QUERY_NOT_ALLOWED"
+            )
+    finally:
+        client.http.close()
+        server.stop()
+
+
+def test_a_manifest_that_cannot_be_used_stops_start_up(tmp_path: Path) -> None:
+    manifest = tmp_path / "documents.json"
+    manifest.write_text(json.dumps({"operations": [{"id": "0" * 64, "body": "{ a }"}]}))
+    server = ChorusServer(
+        f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
+        tmp_path,
+        CHORUS_PERSISTED_DOCUMENTS=str(manifest),
+    )
+    try:
+        with pytest.raises(RuntimeError, match="not the SHA-256 of its body"):
+            server.start()
+        assert server.process is not None
+        assert server.process.wait(timeout=30) == 2
+    finally:
+        server.stop()  # closes its log
