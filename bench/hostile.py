@@ -141,9 +141,14 @@ class Attacks:
         self.seen[f"{response.status_code} {shown}"] += 1
 
     async def post(
-        self, body: bytes | dict[str, object], headers: dict[str, str] | None = None
+        self,
+        body: bytes | dict[str, object],
+        headers: dict[str, str] | None = None,
+        *,
+        anonymous: bool = False,
     ) -> None:
-        h = {"Content-Type": "application/json", **self.auth, **(headers or {})}
+        auth = {} if anonymous else self.auth
+        h = {"Content-Type": "application/json", **auth, **(headers or {})}
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
         try:
             self.note(await self.client.post(self.url, content=content, headers=h))
@@ -153,6 +158,24 @@ class Attacks:
     # 1
     async def validation_cost(self) -> None:
         await self.post({"query": fragment_bomb(self.bomb)})
+
+    async def merged_fragments(self) -> None:
+        """50 fragments each selecting ``playlists { … }`` side by side, new each time."""
+        u = uuid.uuid4().hex[:8]
+        body = (
+            "playlists(first: 1) { edges { node { id "
+            "entries(first: 1) { edges { node { id } } } } } }"
+        )
+        fragments = " ".join(f"fragment F{u}{i} on Viewer {{ {body} }}" for i in range(50))
+        spreads = " ".join(f"...F{u}{i % 50}" for i in range(100))
+        await self.post({"query": f"{{ viewer {{ {spreads} }} }} {fragments}"}, anonymous=True)
+
+    async def introspection_aliases(self) -> None:
+        """30 aliases of a whole ``__schema`` introspection, no token."""
+        whole = "__schema { types { name fields { name type { name ofType { name } } } } }"
+        u = uuid.uuid4().hex[:6]
+        document = "{ " + " ".join(f"a{u}{i}: {whole}" for i in range(30)) + " }"
+        await self.post({"query": document}, anonymous=True)
 
     # 2
     async def nested_json(self) -> None:
@@ -241,7 +264,8 @@ class Attacks:
     async def read_cost(self) -> None:
         fields = " ".join(
             f"a{i}: changes(sinceVersion: 0, first: 100)"
-            " { versions { version changes { __typename } } }"
+            " { versions { version changes { ... on EntriesAdded"
+            " { entries { id mediaId positionKey } } } } }"
             for i in range(30)
         )
         await self.post({"query": f'{{ playlist(id: "{self.playlist_id}") {{ {fields} }} }}'})
@@ -451,13 +475,15 @@ async def run_classes(
     await attacks.post(attacks.add("hostile-replay-1"))  # the edit the replays retry
     classes: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
         ("1 validation cost (fragment bomb)", attacks.validation_cost),
+        ("1 50 fragments merged side by side, no token", attacks.merged_fragments),
+        ("1 30 x __schema, no token", attacks.introspection_aliases),
         ("2 nested JSON (100k brackets)", attacks.nested_json),
         ("3 subscription over HTTP", attacks.subscription_over_http),
         ("4 token claims of the wrong type", attacks.token_claims),
         ("5 1 MiB header / 20,000 headers", attacks.transport),
         ("5 slowloris: 50 sockets, a header line per 0.5 s", None),
         ("6 replays past the rate limit", attacks.replays),
-        ("7 expensive read (30 x changes(first: 100))", attacks.read_cost),
+        ("7 expensive read (30 x changes(first: 100) with entries)", attacks.read_cost),
         ("8 CORS preflight, unlisted origin", attacks.cors),
         ("9 metrics label flood, no token", attacks.metrics_flood),
         ("10 second serve on the same SQLite", None),

@@ -39,6 +39,7 @@ from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.watch import watch_commits
+from chorus.domain.changes import PlaylistEvent
 from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
@@ -271,16 +272,37 @@ class _Events:
     checks: list[health.Check]
 
 
+class _HeadRaisingPublisher(BusPublisher):
+    """The embedded relay's publisher, which also raises the response cache's heads.
+
+    A commit of this process raised them already (``CommitHooks``); one of
+    another process (``chorus import`` beside the server) is learned here,
+    when the relay publishes it, so no cached answer outlives it by more
+    than the commit watch's poll and the relay's turn.
+    """
+
+    def __init__(self, bus: Bus, heads: Heads) -> None:
+        super().__init__(bus)
+        self._heads = heads
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        for event in events:
+            self._heads.committed(event["playlist_id"], event["version"])
+        await super().publish_batch(events)
+
+
 @asynccontextmanager
-async def _embedded_events(db: Database) -> AsyncIterator[_Events]:
+async def _embedded_events(db: Database, heads: Heads | None) -> AsyncIterator[_Events]:
     """The embedded profile: an in-process bus fed by an in-process relay.
 
     On SQLite the relay is also woken by commits of other processes (a
     ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
-    so their events reach this server's subscribers as promptly as its own.
+    so their events reach this server's subscribers as promptly as its own,
+    and ``heads`` (the response cache's, if on) hear of them.
     """
     bus = InProcessBus()
-    relay = OutboxRelay(db, BusPublisher(bus))
+    publisher = BusPublisher(bus) if heads is None else _HeadRaisingPublisher(bus, heads)
+    relay = OutboxRelay(db, publisher)
     tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
     if db.dialect == "sqlite":
         tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
@@ -349,13 +371,15 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
     checks = [health.database_check(db)]
     try:
         async with contextlib.AsyncExitStack() as stack:
+            answers = response_cache(settings)
+            versions: Heads | None
             if settings.full_profile:
                 events = await stack.enter_async_context(_full_events(settings, db, with_workers))
+                versions = heads(events.snapshots) if answers is not None else None
             else:
-                events = await stack.enter_async_context(_embedded_events(db))
+                versions = LocalHeads() if answers is not None else None
+                events = await stack.enter_async_context(_embedded_events(db, versions))
             checks += events.checks
-            answers = response_cache(settings)
-            versions = heads(events.snapshots) if answers is not None else None
             services = Services(
                 db=db,
                 store=store(settings, db, CommitHooks(events.relay, events.snapshots, versions)),

@@ -289,6 +289,13 @@ def _wait_for_streams(server: ChorusServer, count: int) -> None:
     raise AssertionError(f"the server never had {count} live streams: {health}")
 
 
+def _version(api: Api, playlist_id: str) -> int:
+    version: int = api.data("query($id: ID!) { playlist(id: $id) { version } }", id=playlist_id)[
+        "playlist"
+    ]["version"]
+    return version
+
+
 def test_a_cli_edit_reaches_a_running_servers_subscriber(tmp_path: Path) -> None:
     server = _sqlite(tmp_path)
     server.start()
@@ -296,6 +303,10 @@ def test_a_cli_edit_reaches_a_running_servers_subscriber(tmp_path: Path) -> None
     try:
         first = _import(server, _slice(tmp_path / "first.json", 100))
         playlist_id = first.stdout.split()[0]  # created (v0) and 100 entries added (v1)
+
+        # Read twice: the second answer comes from the response cache.
+        for _ in range(2):
+            assert _version(api, playlist_id) == 1
 
         async def watch() -> list[int]:
             ws = await _subscribe(server, playlist_id, since=1)
@@ -305,6 +316,8 @@ def test_a_cli_edit_reaches_a_running_servers_subscriber(tmp_path: Path) -> None
                 # 250 tracks: the first 100 replay, two more adds commit v2 and v3.
                 await asyncio.to_thread(_import, server, _slice(tmp_path / "more.json", 250))
                 versions = [(await _event(ws, DELIVERY_WAIT_S))["version"] for _ in range(2)]
+                # The relay that delivered them also ended the cached answer at v1.
+                assert await asyncio.to_thread(_version, api, playlist_id) == 3
                 # No repeat after them: the next event is the next edit, made over the API.
                 await asyncio.to_thread(add, api, playlist_id, ["chinook:track:1"], 3)
                 versions.append((await _event(ws))["version"])

@@ -33,6 +33,7 @@ from chorus.graphql.mutations import Mutation
 from chorus.graphql.query import Query
 from chorus.graphql.subscription import Subscription
 from chorus.graphql.types import PlaylistEntry
+from chorus.graphql.versioned import VersionedFieldsOnly
 
 DOCUMENT_CACHE_SIZE = 256
 """Documents whose parse and validation are kept (LRU, keyed by the document text)."""
@@ -162,6 +163,8 @@ def build_schema(
             RequireOperationName,
             lambda: QueryAliasLimit(limits.max_aliases),
             lambda: QueryCostLimit(limits),
+            # Only answers whose every field a playlist version names are cached.
+            VersionedFieldsOnly,
             ErrorPolicy,
         ],
     )
