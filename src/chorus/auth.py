@@ -108,9 +108,9 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip()
 
 
-def load_or_create_secret(data_dir: Path) -> str:
-    """The secret kept in ``data_dir/jwt-secret``, generated (mode 600) on first use."""
-    path = data_dir / "jwt-secret"
+def load_or_create_secret(data_dir: Path, name: str = "jwt-secret") -> str:
+    """The secret kept in ``data_dir/name``, generated (mode 600) on first use."""
+    path = data_dir / name
     if path.exists():
         return path.read_text().strip()
     data_dir.mkdir(parents=True, exist_ok=True)

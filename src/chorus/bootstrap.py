@@ -63,6 +63,14 @@ def jwt_secret(settings: Settings) -> str:
     return settings.jwt_secret or load_or_create_secret(Path(settings.data_dir))
 
 
+def library_secret(settings: Settings) -> bytes:
+    """The key of Liked Songs ids: configured, or generated and kept in ``CHORUS_DATA_DIR``."""
+    secret = settings.library_secret or load_or_create_secret(
+        Path(settings.data_dir), "library-secret"
+    )
+    return secret.encode()
+
+
 def database(settings: Settings) -> Database:
     """The engines for ``CHORUS_DATABASE_URL`` (connect lazily; the caller disposes)."""
     return Database(settings.database_url)
@@ -94,7 +102,9 @@ def store(
     settings: Settings, db: Database, on_commit: Callable[[str, int], None] | None = None
 ) -> PlaylistStore:
     """The unit of work over ``db`` with the configured limits."""
-    return PlaylistStore(db, limits=settings.limits, on_commit=on_commit)
+    return PlaylistStore(
+        db, limits=settings.limits, on_commit=on_commit, library_secret=library_secret(settings)
+    )
 
 
 def kafka_config(settings: Settings) -> KafkaConfig:

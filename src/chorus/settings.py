@@ -89,6 +89,27 @@ class Settings(BaseSettings):
     jwt_secret: str | None = Field(
         None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
     )
+    library_secret: str | None = Field(
+        None,
+        description="Key of the Liked Songs ids (HMAC of the user id); unset: generated in "
+        "data_dir. Changing it gives every user a new, empty Liked Songs.",
+    )
+    feed_push_max_followers: int = Field(
+        10_000,
+        ge=1,
+        description="A target with fewer followers is pushed (one feed row per follower); "
+        "from this many on it is pulled at read time.",
+    )
+    max_follows_per_user: int = Field(
+        1_000, ge=1, description="Playlists and users one user may follow."
+    )
+    feed_page_size_default: int = Field(20, ge=1, description="Feed items when `first` is unset.")
+    feed_page_size_max: int = Field(50, ge=1, description="Largest `first` of viewer.feed.")
+    feed_retention_days: int = Field(
+        30,
+        ge=1,
+        description="Days a feed item is kept (pushed rows) and looked back (pulled targets).",
+    )
     catalog_url: str | None = Field(
         None, description="Base URL of a separate catalog service; unset: the embedded catalog."
     )
@@ -227,6 +248,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _feed_page_sizes(self) -> Settings:
+        if self.feed_page_size_default > self.feed_page_size_max:
+            raise ValueError(
+                f"CHORUS_FEED_PAGE_SIZE_DEFAULT ({self.feed_page_size_default}) is above "
+                f"CHORUS_FEED_PAGE_SIZE_MAX ({self.feed_page_size_max})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _full_profile_together(self) -> Settings:
         if (self.redis_url is None) != (self.kafka_bootstrap_servers is None):
             raise ValueError(
@@ -275,7 +305,7 @@ class Settings(BaseSettings):
     def cors_allow_header_list(self) -> tuple[str, ...]:
         return _comma_list(self.cors_allow_headers)
 
-    @field_validator("jwt_secret")
+    @field_validator("jwt_secret", "library_secret")
     @classmethod
     def _long_secret(cls, value: str | None) -> str | None:
         if value is not None and len(value) < MIN_SECRET_LENGTH:

@@ -65,6 +65,12 @@ async def roles_of(db: Database, user_id: str, playlist_ids: Collection[str]) ->
         return await listing.get_roles(conn, user_id, playlist_ids)
 
 
+async def media_in(db: Database, playlist_id: str, media_ids: Collection[str]) -> set[str]:
+    """Which of ``media_ids`` have a live entry in the playlist (``ix_playlist_entry_media``)."""
+    async with db.read() as conn:
+        return await listing.media_in(conn, playlist_id, media_ids)
+
+
 async def live_entry(db: Database, playlist_id: str, entry_id: str) -> Entry | None:
     """The entry if it is live in the playlist, else ``None`` (a tombstone too)."""
     async with db.read() as conn:

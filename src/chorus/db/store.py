@@ -22,6 +22,7 @@ and replay it. A domain error rolls everything back.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -36,9 +37,23 @@ from chorus.db import repository
 from chorus.db.engine import Database
 from chorus.db.tables import playlist_mutation
 from chorus.db.writer import outcome_from_json, write_decision
-from chorus.domain.commands import CreatePlaylist, PlaylistCommand, request_hash
+from chorus.domain import library
+from chorus.domain.commands import (
+    CreatePlaylist,
+    LikeMedia,
+    PlaylistCommand,
+    UnlikeMedia,
+    request_hash,
+)
 from chorus.domain.errors import OperationIdReused
-from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
+from chorus.domain.handlers import (
+    Context,
+    Decision,
+    Outcome,
+    create_liked_songs,
+    create_playlist,
+    decide,
+)
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
@@ -64,6 +79,10 @@ async def _finish_even_if_cancelled(work: Coroutine[Any, Any, Committed]) -> Com
     return await asyncio.shield(work)
 
 
+_LIKED_SONGS_HASH = hashlib.sha256(b"CreateLikedSongs").hexdigest()
+"""The request hash stored with version 0 of a Liked Songs (no client sends it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Committed:
     """The answer to a command: its outcome, and whether it was a replay."""
@@ -82,6 +101,8 @@ class PlaylistStore:
         id_factory: makes playlist and entry ids.
         on_commit: called with ``(playlist_id, version)`` after each commit, not after
             a replay (wakes the outbox relay, bumps the cache's head version).
+        library_secret: the key of Liked Songs ids (:mod:`chorus.domain.library`);
+            ``None``: this store keeps no Liked Songs.
     """
 
     def __init__(
@@ -92,8 +113,10 @@ class PlaylistStore:
         clock: Callable[[], datetime] = utcnow,
         id_factory: Callable[[], str] = new_id,
         on_commit: Callable[[str, int], None] | None = None,
+        library_secret: bytes | None = None,
     ) -> None:
         self.db = db
+        self._library_secret = library_secret
         self.limits = limits
         self._clock = clock
         self._new_id = id_factory
@@ -118,6 +141,44 @@ class PlaylistStore:
         """
         return await _finish_even_if_cancelled(self._execute(command, actor_id))
 
+    def liked_songs_id(self, user_id: str) -> str:
+        """The id of ``user_id``'s Liked Songs, whether it exists yet or not.
+
+        Raises:
+            RuntimeError: the store was made without a library secret.
+        """
+        if self._library_secret is None:
+            raise RuntimeError("this store has no library secret")
+        return library.liked_songs_id(self._library_secret, user_id)
+
+    async def ensure_liked_songs(self, user_id: str) -> str:
+        """``user_id``'s Liked Songs id, after committing its version 0 if it was missing.
+
+        Concurrent first uses commit version 0 once: the loser of the race
+        finds the winner's row (SQLite has one writer; PostgreSQL's primary
+        key refuses the second insert).
+        """
+        playlist_id = self.liked_songs_id(user_id)
+        async with self.db.read() as conn:
+            if await repository.get_playlist(conn, playlist_id) is not None:
+                return playlist_id
+        await _finish_even_if_cancelled(self._create_liked_songs(playlist_id, user_id))
+        return playlist_id
+
+    async def _create_liked_songs(self, playlist_id: str, user_id: str) -> Committed:
+        decision = create_liked_songs(playlist_id, self._context(user_id))
+        try:
+            async with self.db.write() as conn:
+                if await repository.get_playlist(conn, playlist_id, for_update=True) is not None:
+                    return Committed(decision.outcome, replayed=True)
+                await self._write(
+                    conn, decision, library.CREATE_OPERATION_ID, user_id, _LIKED_SONGS_HASH
+                )
+        except IntegrityError:
+            return Committed(decision.outcome, replayed=True)  # a concurrent first use won
+        self._committed(decision.outcome)
+        return Committed(decision.outcome)
+
     async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
@@ -135,6 +196,12 @@ class PlaylistStore:
     async def _execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
+        if (
+            isinstance(command, LikeMedia | UnlikeMedia)
+            and self._library_secret is not None
+            and command.playlist_id == self.liked_songs_id(actor_id)
+        ):
+            await self.ensure_liked_songs(actor_id)
         try:
             async with self.db.write() as conn:
                 header = await repository.get_playlist(conn, command.playlist_id, for_update=True)

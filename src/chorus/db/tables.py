@@ -84,6 +84,8 @@ playlist = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),
+    # PLAYLIST, or a system playlist such as LIKED_SONGS (chorus.domain.library).
+    Column("kind", String(16), nullable=False, server_default="PLAYLIST"),
 )
 
 playlist_member = Table(
@@ -114,6 +116,15 @@ Index(
     playlist_entry.c.playlist_id,
     playlist_entry.c.position_key,
     playlist_entry.c.entry_id,
+    postgresql_where=playlist_entry.c.removed_at.is_(None),
+    sqlite_where=playlist_entry.c.removed_at.is_(None),
+)
+
+# A like's duplicate check and Media.viewerHasLiked: live entries by media id.
+Index(
+    "ix_playlist_entry_media",
+    playlist_entry.c.playlist_id,
+    playlist_entry.c.media_id,
     postgresql_where=playlist_entry.c.removed_at.is_(None),
     sqlite_where=playlist_entry.c.removed_at.is_(None),
 )

@@ -20,22 +20,26 @@ from chorus.graphql.inputs import (
     AddEntriesInput,
     CreatePlaylistInput,
     DeletePlaylistInput,
+    LikeMediaInput,
     MoveEntriesInput,
     RemoveEntriesInput,
     RemoveMemberInput,
     RevertPlaylistInput,
     SetMemberRoleInput,
+    UnlikeMediaInput,
     UpdatePlaylistInput,
 )
 from chorus.graphql.payloads import (
     AddEntriesPayload,
     CreatePlaylistPayload,
     DeletePlaylistPayload,
+    LikeMediaPayload,
     MoveEntriesPayload,
     RemoveEntriesPayload,
     RemoveMemberPayload,
     RevertPlaylistPayload,
     SetMemberRolePayload,
+    UnlikeMediaPayload,
     UpdatePlaylistPayload,
     common_fields,
     placed_entries,
@@ -216,3 +220,15 @@ class Mutation:
             ),
         )
         return DeletePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Put a media at the top of the viewer's Liked Songs (made on first use)."
+    )
+    async def like_media(self, info: ChorusInfo, input: LikeMediaInput) -> LikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=True)
+        return LikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(description="Take a media out of the viewer's Liked Songs.")
+    async def unlike_media(self, info: ChorusInfo, input: UnlikeMediaInput) -> UnlikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=False)
+        return UnlikeMediaPayload(**common_fields(result))

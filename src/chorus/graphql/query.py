@@ -41,6 +41,14 @@ class Viewer:
         page = await queries.viewer_playlists(info.context, size=size, after=position)
         return connection(page, Playlist.from_record, _playlist_cursor)
 
+    @strawberry.field(
+        description="The viewer's Liked Songs: a PRIVATE playlist only they see, made on "
+        "first use, newest like first. `likeMedia` / `unlikeMedia` change it; its title, "
+        "visibility and members never change and it cannot be deleted."
+    )
+    async def liked_songs(self, info: ChorusInfo) -> Playlist:
+        return Playlist.from_record(await queries.liked_songs(info.context))
+
 
 @strawberry.type
 class Query:

@@ -54,6 +54,14 @@ class Media:
     duration_ms: int | None = strawberry.field(description="Duration in milliseconds.")
     available: bool
 
+    @strawberry.field(
+        description="Whether the media is in the viewer's Liked Songs (one query per request "
+        "for every media asked)."
+    )
+    async def viewer_has_liked(self, info: ChorusInfo) -> bool:
+        info.context.viewer()
+        return await info.context.loaders.liked.load(self.id)
+
     @classmethod
     def from_record(cls, m: MediaRecord) -> Media:
         return cls(

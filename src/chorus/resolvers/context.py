@@ -54,6 +54,8 @@ class Loaders:
         self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
         self.role = DataLoader[str, Role | None](self._load_roles)
         self.media = DataLoader[str, Media | None](self._load_media)
+        self.liked = DataLoader[str, bool](self._load_liked)
+        """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
         self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
         """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
         self.served: dict[str, Snapshot] = {}
@@ -70,6 +72,7 @@ class Loaders:
         for loader in (self.playlist, self.role):
             with contextlib.suppress(KeyError):
                 loader.clear(playlist_id)
+        self.liked.clear_all()  # a like or unlike may have changed any answer
         self.sql_only.add(playlist_id)
         self.served.pop(playlist_id, None)
 
@@ -82,6 +85,14 @@ class Loaders:
             return [None] * len(playlist_ids)
         found = await pages.roles_of(self._services.db, self._viewer_id, playlist_ids)
         return [found.get(i) for i in playlist_ids]
+
+    async def _load_liked(self, media_ids: list[str]) -> list[bool]:
+        if self._viewer_id is None:
+            return [False] * len(media_ids)
+        # Not created yet reads as an empty playlist: no row, no entries.
+        playlist_id = self._services.store.liked_songs_id(self._viewer_id)
+        liked = await pages.media_in(self._services.db, playlist_id, media_ids)
+        return [m in liked for m in media_ids]
 
     async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
         cache = self._services.snapshots

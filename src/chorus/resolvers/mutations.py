@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db.store import Committed
-from chorus.domain.commands import AddEntries, CreatePlaylist, PlaylistCommand
+from chorus.domain.commands import (
+    AddEntries,
+    CreatePlaylist,
+    LikeMedia,
+    PlaylistCommand,
+    UnlikeMedia,
+)
 from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound, RateLimited
 from chorus.domain.limits import Limits
 from chorus.domain.validation import check_id
@@ -36,7 +42,9 @@ def _well_formed(media_id: str, limits: Limits) -> bool:
     return True
 
 
-async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
+async def _check_media(
+    ctx: RequestContext, media_ids: tuple[str, ...], field: tuple[str, ...] = ("mediaIds",)
+) -> None:
     """Raises :class:`MediaNotFound` for the first media id the catalog does not know.
 
     Malformed ids are left to the domain, which refuses them as ``INVALID_INPUT``
@@ -49,9 +57,8 @@ async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
         raise ServiceUnavailable(CATALOG_UNAVAILABLE) from None
     for i, media_id in enumerate(media_ids):
         if media_id in wanted and media_id not in known:
-            raise MediaNotFound(
-                f"media {media_id!r} is not in the catalog", field=("mediaIds", str(i))
-            )
+            at = (*field, str(i)) if field == ("mediaIds",) else field
+            raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=at)
 
 
 def _rate_limited(ctx: RequestContext, actor: str) -> RateLimited | None:
@@ -95,8 +102,24 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
             and len(command.media_ids) <= ctx.services.limits.max_media_per_add
         ):
             await _check_media(ctx, command.media_ids)
+        if isinstance(command, LikeMedia):
+            await _check_media(ctx, (command.media_id,), ("mediaId",))
         committed = await ctx.services.store.execute(command, actor)
     except DomainError as error:
         return MutationResult(command.operation_id, error=error, playlist_id=command.playlist_id)
     ctx.loaders.forget(command.playlist_id)
     return MutationResult(command.operation_id, committed, playlist_id=command.playlist_id)
+
+
+async def like(
+    ctx: RequestContext, operation_id: str, media_id: str, *, like: bool
+) -> MutationResult:
+    """Like (``like=True``) or unlike ``media_id`` in the viewer's Liked Songs.
+
+    Raises:
+        Unauthenticated: no valid token.
+        ServiceUnavailable: liking while the catalog does not answer.
+    """
+    playlist_id = ctx.services.store.liked_songs_id(ctx.viewer())
+    kind = LikeMedia if like else UnlikeMedia
+    return await execute(ctx, kind(playlist_id, operation_id, media_id))
