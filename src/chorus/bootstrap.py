@@ -35,8 +35,10 @@ from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
+from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
 from chorus.events.fanout import Fanout
+from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
@@ -49,7 +51,7 @@ from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 
-WORKERS = ("relay", "fanout", "project-cache")
+WORKERS = ("relay", "fanout", "project-cache", "feed")
 """The full profile's worker names, as the CLI spells them."""
 
 REDIS_SOCKET_TIMEOUT_S = 5.0
@@ -175,7 +177,7 @@ async def running_workers(
     client = redis_client(settings)
     workers = Workers()
     closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
-    if {"relay", "project-cache"} & set(names):
+    if {"relay", "project-cache", "feed"} & set(names):
         workers.checks.append(health.database_check(db))
     if {"fanout", "project-cache"} & set(names):
         workers.checks.append(health.redis_check(client))
@@ -199,6 +201,11 @@ async def running_workers(
             page_size=settings.snapshot_page_size,
         )
         workers.tasks.append(asyncio.create_task(projector.run(), name="cache-projector"))
+    if "feed" in names:
+        consumer = FeedConsumer(
+            config, db, settings.feed_limits, group_id=settings.kafka_feed_group
+        )
+        workers.tasks.append(asyncio.create_task(consumer.run(), name="feed-consumer"))
     try:
         yield workers
     finally:
@@ -241,10 +248,13 @@ class _Events:
 
 
 @asynccontextmanager
-async def _embedded_events(db: Database) -> AsyncIterator[_Events]:
-    """The embedded profile: an in-process bus fed by an in-process relay."""
+async def _embedded_events(settings: Settings, db: Database) -> AsyncIterator[_Events]:
+    """The embedded profile: an in-process bus fed by an in-process relay.
+
+    The relay writes the feed's pushed rows before each batch reaches the bus.
+    """
     bus = InProcessBus()
-    relay = OutboxRelay(db, BusPublisher(bus))
+    relay = OutboxRelay(db, FeedingPublisher(BusPublisher(bus), FeedSink(db, settings.feed_limits)))
     task = asyncio.create_task(relay.run(), name="outbox-relay")
     try:
         yield _Events(bus, relay, None, [])
@@ -313,11 +323,13 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
             if settings.full_profile:
                 events = await stack.enter_async_context(_full_events(settings, db, with_workers))
             else:
-                events = await stack.enter_async_context(_embedded_events(db))
+                events = await stack.enter_async_context(_embedded_events(settings, db))
             checks += events.checks
             services = Services(
                 db=db,
                 store=store(settings, db, CommitHooks(events.relay, events.snapshots)),
+                follows=FollowStore(db, settings.feed_limits),
+                feed_limits=settings.feed_limits,
                 catalog=media,
                 limits=settings.limits,
                 hub=Hub(events.bus, queue_size=settings.max_subscriber_lag),

@@ -16,8 +16,9 @@ from strawberry.http.websocket_origin import normalize_allowed_origins
 
 from chorus.auth import MIN_SECRET_LENGTH
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE
+from chorus.domain.follows import FeedLimits
 from chorus.domain.limits import Limits
-from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, PROJECTOR_GROUP
+from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, FEED_GROUP, PROJECTOR_GROUP
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 
@@ -77,6 +78,7 @@ class Settings(BaseSettings):
     )
     kafka_fanout_group: str = Field(FANOUT_GROUP, min_length=1)
     kafka_projector_group: str = Field(PROJECTOR_GROUP, min_length=1)
+    kafka_feed_group: str = Field(FEED_GROUP, min_length=1)
     snapshot_page_size: int = Field(
         SNAPSHOT_PAGE_SIZE, ge=1, description="Entries kept in a PUBLIC playlist's Redis snapshot."
     )
@@ -311,6 +313,16 @@ class Settings(BaseSettings):
         if value is not None and len(value) < MIN_SECRET_LENGTH:
             raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters")
         return value
+
+    @property
+    def feed_limits(self) -> FeedLimits:
+        return FeedLimits(
+            push_max_followers=self.feed_push_max_followers,
+            max_follows=self.max_follows_per_user,
+            page_size_default=self.feed_page_size_default,
+            page_size_max=self.feed_page_size_max,
+            retention_days=self.feed_retention_days,
+        )
 
     @property
     def limits(self) -> Limits:

@@ -39,7 +39,7 @@ def serve(args: argparse.Namespace) -> int:
     app = create_app(settings, with_workers=args.with_workers)
     profile = "full" if settings.full_profile else "embedded"
     if args.with_workers:
-        profile += ", with relay, fanout and cache projector in this process"
+        profile += ", with relay, fanout, cache projector and feed consumer in this process"
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
         f"  profile:  {profile}\n"

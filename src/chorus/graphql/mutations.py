@@ -15,7 +15,9 @@ import strawberry
 
 from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
+from chorus.domain.follows import Target, TargetKind
 from chorus.graphql import arguments
+from chorus.graphql.follows import FollowInput, FollowPayload, UnfollowInput
 from chorus.graphql.inputs import (
     AddEntriesInput,
     CreatePlaylistInput,
@@ -46,7 +48,7 @@ from chorus.graphql.payloads import (
     skipped_ids,
 )
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import mutations
+from chorus.resolvers import follows, mutations
 from chorus.resolvers.mutations import MutationResult
 
 
@@ -232,3 +234,25 @@ class Mutation:
     async def unlike_media(self, info: ChorusInfo, input: UnlikeMediaInput) -> UnlikeMediaPayload:
         result = await mutations.like(info.context, input.operation_id, input.media_id, like=False)
         return UnlikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Follow a playlist or a user; following again changes nothing. A PRIVATE "
+        "playlist needs read access; a user follows at most CHORUS_MAX_FOLLOWS_PER_USER targets."
+    )
+    async def follow(self, info: ChorusInfo, input: FollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=True)
+
+    @strawberry.mutation(description="Stop following; unfollowing again changes nothing.")
+    async def unfollow(self, info: ChorusInfo, input: UnfollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=False)
+
+
+async def _follow(info: ChorusInfo, kind: TargetKind, target_id: str, *, on: bool) -> FollowPayload:
+    info.context.viewer()
+    try:
+        target = arguments.follow_target(kind, target_id)
+    except DomainError as error:
+        return FollowPayload.from_outcome(
+            follows.FollowOutcome(Target(kind, target_id), following=False, error=error)
+        )
+    return FollowPayload.from_outcome(await follows.follow(info.context, target, on=on))

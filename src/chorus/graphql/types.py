@@ -14,6 +14,7 @@ from strawberry.types import Info
 
 from chorus.catalog.protocol import Media as MediaRecord
 from chorus.domain import positions
+from chorus.domain.follows import Target, TargetKind
 from chorus.domain.model import Entry, Member
 from chorus.domain.model import Role as RoleEnum
 from chorus.domain.model import Visibility as VisibilityEnum
@@ -43,6 +44,10 @@ class Node:
 @strawberry.type(description="A user: the `sub` of a valid token. Any user id may be a member.")
 class User:
     id: strawberry.ID = strawberry.field(description="The user id (the token's `sub`), as is.")
+
+    @strawberry.field(description="Users following this user.")
+    async def follower_count(self, info: ChorusInfo) -> int:
+        return await info.context.loaders.follower_count.load(Target(TargetKind.USER, self.id))
 
 
 @strawberry.type(description="Media metadata from the catalog.")

@@ -17,9 +17,12 @@ from strawberry.dataloader import DataLoader
 from chorus.caches.reader import SnapshotCache
 from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
-from chorus.db import pages
+from chorus.db import feed, pages
 from chorus.db.engine import Database
+from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
+from chorus.domain.changes import Change
+from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
@@ -43,6 +46,9 @@ class Services:
     """Query cost points per user per minute (:mod:`chorus.graphql.cost`); ``None``: unlimited."""
     snapshots: SnapshotCache | None = None
     """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
+    follows: FollowStore | None = None
+    """Follows and unfollows; ``None``: a process without the feed (some tests)."""
+    feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
 
 
 class Loaders:
@@ -55,6 +61,10 @@ class Loaders:
         self.role = DataLoader[str, Role | None](self._load_roles)
         self.media = DataLoader[str, Media | None](self._load_media)
         self.liked = DataLoader[str, bool](self._load_liked)
+        self.follower_count = DataLoader[Target, int](self._load_follower_counts)
+        """Followers of a playlist or user (one query per batch)."""
+        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](self._load_feed_changes)
+        """The changes of a feed item's version, from the log (one query per page)."""
         """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
         self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
         """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
@@ -93,6 +103,14 @@ class Loaders:
         playlist_id = self._services.store.liked_songs_id(self._viewer_id)
         liked = await pages.media_in(self._services.db, playlist_id, media_ids)
         return [m in liked for m in media_ids]
+
+    async def _load_follower_counts(self, targets: list[Target]) -> list[int]:
+        found = await pages.follower_counts(self._services.db, targets)
+        return [found.get(t, 0) for t in targets]
+
+    async def _load_feed_changes(self, keys: list[tuple[str, int]]) -> list[tuple[Change, ...]]:
+        found = await feed.changes_at(self._services.db, keys)
+        return [found.get(k, ()) for k in keys]
 
     async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
         cache = self._services.snapshots
