@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select, update
@@ -193,3 +193,18 @@ async def test_follows_are_idempotent_counted_and_bounded(
     assert not (await follows.unfollow(BOB, target)).changed
     async with database.read() as conn:
         assert await follower_counts(conn, [target]) == {}
+
+
+async def test_retention_hides_then_prunes_old_items(database: Database) -> None:
+    old = datetime.now(UTC) - timedelta(days=40)
+    ticks = iter(range(0, 100, 2))  # the playlist's commits: 0 s, 2 s, …
+    store = PlaylistStore(database, clock=lambda: old + timedelta(seconds=next(ticks)))
+    follows = FollowStore(database, PUSH, clock=lambda: old + timedelta(seconds=1))
+    p1 = await create(store)
+    await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))
+    await p1.add("m1")
+    assert (await relay(database, PUSH)).written == 1
+    for limits in (PUSH, PULL):
+        assert await read_all(database, BOB, limits) == []  # past the 30 days
+    assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 1
+    assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 0

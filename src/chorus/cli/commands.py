@@ -103,6 +103,7 @@ async def _compact_async(args: argparse.Namespace) -> int:
 
     from chorus import bootstrap
     from chorus.db.compaction import compact
+    from chorus.db.feed import prune_expired
 
     settings = load_settings()
     keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
@@ -116,9 +117,11 @@ async def _compact_async(args: argparse.Namespace) -> int:
             retry_window=timedelta(hours=settings.retry_window_hours),
             now=datetime.now(UTC),
         )
+        feed_rows = await prune_expired(db, settings.feed_limits, datetime.now(UTC))
     print(
         f"compacted {report.playlists} playlists: {report.log_rows_deleted} log rows, "
-        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows deleted"
+        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows, "
+        f"{feed_rows} feed rows past CHORUS_FEED_RETENTION_DAYS deleted"
     )
     return 0
 

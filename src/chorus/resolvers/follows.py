@@ -54,7 +54,8 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
             done = await store.unfollow(viewer, target)
     except DomainError as error:
         return FollowOutcome(target, following=not on, error=error)
-    ctx.loaders.follower_count.clear(target)
+    with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
+        ctx.loaders.follower_count.clear(target)
     return FollowOutcome(target, following=on, changed=done.changed)
 
 
