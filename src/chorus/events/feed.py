@@ -28,6 +28,7 @@ from chorus.events.consumer import ConsumerRunner, Record
 from chorus.events.kafka import KafkaConfig
 from chorus.events.relay import Publisher
 from chorus.events.wire import FEED_GROUP
+from chorus.metrics import FEED_ROWS_WRITTEN
 
 
 def committed_of(event: PlaylistEvent) -> feed.Committed:
@@ -74,6 +75,7 @@ class FeedSink:
         async with self._db.write() as conn:
             written = await feed.push(conn, versions, self._limits)
         self.written += written
+        FEED_ROWS_WRITTEN.inc(written)
         return written
 
 
