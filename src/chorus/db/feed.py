@@ -24,7 +24,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, exists, literal, or_, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    exists,
+    literal,
+    or_,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -143,14 +154,9 @@ def _item(row: object) -> FeedItem:
     )
 
 
-async def pushed_page(
-    conn: AsyncConnection,
-    viewer_id: str,
-    *,
-    horizon: datetime,
-    before: FeedKey | None,
-    limit: int,
-) -> list[FeedItem]:
+def pushed_query(
+    viewer_id: str, *, horizon: datetime, before: FeedKey | None, limit: int
+) -> Select[Any]:
     """Up to ``limit`` of the viewer's pushed rows older than ``before``, newest first.
 
     Only rows a follow still brings (followed since before the item; the
@@ -170,8 +176,13 @@ async def pushed_page(
             ),
         ),
     )
-    query = (
-        select(feed_item)
+    return (
+        select(
+            feed_item.c.playlist_id,
+            feed_item.c.version,
+            feed_item.c.actor_id,
+            feed_item.c.happened_at,
+        )
         .join(playlist, playlist.c.id == feed_item.c.playlist_id)
         .where(
             feed_item.c.follower_id == viewer_id,
@@ -187,21 +198,14 @@ async def pushed_page(
         )
         .limit(limit)
     )
-    return [_item(r) for r in await conn.execute(query)]
 
 
-async def pulled_page(
-    conn: AsyncConnection,
-    viewer_id: str,
-    followed: Follow,
-    *,
-    horizon: datetime,
-    before: FeedKey | None,
-    limit: int,
-) -> list[FeedItem]:
+def pulled_query(
+    viewer_id: str, followed: Follow, *, horizon: datetime, before: FeedKey | None, limit: int
+) -> Select[Any]:
     """Up to ``limit`` items a pulled target brings, older than ``before``, newest first.
 
-    One query on the mutation log (``ix_playlist_mutation_committed`` for a
+    One bounded read of the mutation log (``ix_playlist_mutation_committed`` for a
     playlist, ``ix_playlist_owner_id`` for a user's creations).
     """
     m = playlist_mutation
@@ -212,7 +216,7 @@ async def pulled_page(
         where.append(m.c.playlist_id == target.id)
     else:
         where += [playlist.c.owner_id == target.id, m.c.version == 0]
-    query = (
+    return (
         select(
             m.c.playlist_id,
             m.c.version,
@@ -228,7 +232,6 @@ async def pulled_page(
         .order_by(m.c.committed_at.desc(), m.c.playlist_id.desc(), m.c.version.desc())
         .limit(limit)
     )
-    return [_item(r) for r in await conn.execute(query)]
 
 
 async def prune(conn: AsyncConnection, older_than: datetime) -> int:
@@ -258,23 +261,29 @@ async def read_feed(
 ) -> FeedPage:
     """A page of the viewer's feed, newest first, in one read transaction.
 
-    Queries: the viewer's follows, their targets' counts, the pushed rows, and
-    one per pulled target — never one per follower or per item.
+    Three statements: the viewer's follows, their targets' counts, and one
+    ``UNION ALL`` of the pushed rows and one bounded read (``size + 1`` rows)
+    per pulled target — never one per follower or per item, and one round
+    trip however many targets are pulled.
     """
     horizon = limits.horizon(now)
     async with db.read() as conn:
         follows = await follows_of(conn, viewer_id)
         counts = await follower_counts(conn, [f.target for f in follows])
-        pages = [await pushed_page(conn, viewer_id, horizon=horizon, before=before, limit=size + 1)]
         pulled = [f for f in follows if not limits.pushed(counts.get(f.target, 0))]
-        for f in pulled:
-            pages.append(
-                await pulled_page(
-                    conn, viewer_id, f, horizon=horizon, before=before, limit=size + 1
-                )
-            )
-    items, has_next = merge(pages, size)
-    return FeedPage(items, has_next, len(pulled))
+        parts = [pushed_query(viewer_id, horizon=horizon, before=before, limit=size + 1)]
+        parts += [
+            pulled_query(viewer_id, f, horizon=horizon, before=before, limit=size + 1)
+            for f in pulled
+        ]
+        # Each part keeps its own ORDER BY … LIMIT inside a subquery (SQLite
+        # allows neither on a bare member of a compound SELECT).
+        subqueries = [part.subquery() for part in parts]
+        query = union_all(*(select(*sub.c) for sub in subqueries))
+        rows = await conn.execute(query)
+        items = [_item(r) for r in rows]
+    page, has_next = merge([items], size)
+    return FeedPage(page, has_next, len(pulled))
 
 
 async def changes_at(
