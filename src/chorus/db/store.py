@@ -141,6 +141,11 @@ class PlaylistStore:
         """
         return await _finish_even_if_cancelled(self._execute(command, actor_id))
 
+    @property
+    def keeps_liked_songs(self) -> bool:
+        """Whether this store was given a library secret (Liked Songs ids need one)."""
+        return self._library_secret is not None
+
     def liked_songs_id(self, user_id: str) -> str:
         """The id of ``user_id``'s Liked Songs, whether it exists yet or not.
 

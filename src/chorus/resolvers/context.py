@@ -97,7 +97,7 @@ class Loaders:
         return [found.get(i) for i in playlist_ids]
 
     async def _load_liked(self, media_ids: list[str]) -> list[bool]:
-        if self._viewer_id is None:
+        if self._viewer_id is None or not self._services.store.keeps_liked_songs:
             return [False] * len(media_ids)
         # Not created yet reads as an empty playlist: no row, no entries.
         playlist_id = self._services.store.liked_songs_id(self._viewer_id)
