@@ -7,7 +7,11 @@ Then, for each class of hostile input of issue 10, it measures a quiet second
 (the baseline) and an attack of ``--seconds`` with ``--concurrency``
 attackers, and prints per class the worst ``/healthz`` latency during the
 attack against the worst in the quiet second before it, and what the server
-answered the attacker.
+answered the attacker. Class 9 also counts the labels the made-up names got
+and tries ``/metrics`` without ``CHORUS_METRICS_TOKEN``; class 10 starts a
+second ``serve`` on the same file (refused: exit 2, one line), then runs
+``chorus import`` beside the server and notes how soon after each commit
+a WebSocket subscriber received it.
 
     python bench/hostile.py [--seconds 3] [--concurrency 8] [--port 8795]
 
@@ -29,14 +33,26 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import jwt
+import websockets
 
 SECRET = "bench-hostile-" + "x" * 40
 ORIGIN_OK = "http://localhost:5173"
 VIEWER = "{ viewer { playlists(first: 1) { totalCount } } }"
+METRICS_TOKEN = "bench-metrics-" + "m" * 20
+CLI = (sys.executable, "-m", "chorus.cli")
+WS_PROTOCOL = websockets.Subprotocol("graphql-transport-ws")
+EVENTS = """
+subscription Events($playlistId: ID!, $sinceVersion: Int!) {
+  playlistEvents(playlistId: $playlistId, sinceVersion: $sinceVersion) {
+    ... on PlaylistChanged { version committedAt }
+  }
+}
+"""
 
 
 def probe(port: int, out: str, stop_at: float) -> None:
@@ -106,6 +122,8 @@ class Attacks:
         self.client = httpx.AsyncClient(timeout=30)
         self.auth = {"Authorization": f"Bearer {token()}"}
         self.seen: collections.Counter[str] = collections.Counter()
+        self.cli_playlist = ""
+        """A playlist ``chorus import`` made, which class 10's second import extends."""
 
     def note(self, response: httpx.Response) -> None:
         try:
@@ -267,7 +285,63 @@ class Attacks:
             except (httpx.HTTPError, UnicodeEncodeError) as exc:
                 self.seen[type(exc).__name__] += 1
 
+    async def metrics_labels(self) -> None:
+        """After the flood: how many made-up names became labels; /metrics without the token."""
+        scraped = await self.client.get(
+            f"http://127.0.0.1:{self.port}/metrics",
+            headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+        )
+        made_up = {
+            line.split('operation_name="', 1)[1].split('"', 1)[0]
+            for line in scraped.text.splitlines()
+            if 'operation_name="Made' in line
+        }
+        self.seen[f"labels made up: {len(made_up)}"] += 1
+        refused = await self.client.get(f"http://127.0.0.1:{self.port}/metrics")
+        self.seen[f"/metrics without token {refused.status_code}"] += 1
+
     # 10
+    async def cli_edit(self, folder: Path) -> None:
+        """``chorus import`` beside the server extends a playlist a subscriber watches.
+
+        Notes how long after its commit (``committedAt``) each version reached
+        the subscriber (same machine, same clock).
+        """
+        playlist_id = self.cli_playlist
+        url = f"ws://127.0.0.1:{self.port}/graphql"
+        async with websockets.connect(url, subprotocols=[WS_PROTOCOL]) as ws:
+            await ws.send(json.dumps({"type": "connection_init", "payload": self.auth}))
+            await ws.recv()
+            variables = {"playlistId": playlist_id, "sinceVersion": 1}
+            await ws.send(
+                json.dumps(
+                    {
+                        "id": "1",
+                        "type": "subscribe",
+                        "payload": {"query": EVENTS, "variables": variables},
+                    }
+                )
+            )
+            await asyncio.sleep(0.5)  # the stream catches up (nothing after v1), then is live
+            importer = await asyncio.create_subprocess_exec(
+                *CLI, "import", "mpd", str(mpd_slice(folder / "more.json", 250)),
+                "--owner", "alice", env=self.env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            delays = []
+            try:
+                for _ in range(2):  # the adds of tracks 100-199 and 200-249: v2, v3
+                    message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                    event = message["payload"]["data"]["playlistEvents"]
+                    committed = datetime.fromisoformat(event["committedAt"]).timestamp()
+                    delays.append((time.time() - committed) * 1000)
+                    self.seen[f"v{event['version']}"] += 1
+            except TimeoutError:
+                self.seen["not delivered in 30 s"] += 1
+            await importer.wait()
+            if delays:
+                self.seen[f"delivered within {max(delays):.0f} ms of commit"] += 1
+
     def second_serve(self, seconds: float) -> None:
         env = dict(self.env, CHORUS_PORT=str(free_port()))
         second = subprocess.Popen(
@@ -277,8 +351,9 @@ class Attacks:
             stderr=subprocess.PIPE,
         )
         try:
-            code = second.wait(timeout=max(seconds, 10))
-            self.seen[f"second serve exit {code}"] += 1
+            code = second.wait(timeout=max(seconds, 60))  # its start-up only: a loaded machine
+            said = (second.stderr.read() if second.stderr else b"").decode().splitlines()
+            self.seen[f"exit {code}, {len(said)} line: {said[0][:48] if said else ''}…"] += 1
         except subprocess.TimeoutExpired:
             self.seen["second serve kept running"] += 1
             second.terminate()
@@ -324,6 +399,36 @@ def start_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[
     raise RuntimeError(f"chorus serve did not start; see {log}")
 
 
+def mpd_slice(path: Path, tracks: int) -> Path:
+    """A Million Playlist Dataset slice of one playlist (pid 1) with ``tracks`` tracks."""
+    items = [
+        {
+            "pos": i,
+            "track_uri": f"spotify:track:bench{i:04d}",
+            "track_name": f"Track {i}",
+            "artist_name": "Artist",
+            "album_name": "Album",
+            "duration_ms": 1000,
+        }
+        for i in range(tracks)
+    ]
+    playlist = {"pid": 1, "name": "Beside", "collaborative": "false", "tracks": items}
+    path.write_text(json.dumps({"playlists": [playlist]}))
+    return path
+
+
+def cli_import(env: dict[str, str], path: Path) -> str:
+    """``chorus import mpd`` of ``path`` for alice; the global id of its (first) playlist."""
+    done = subprocess.run(
+        [*CLI, "import", "mpd", str(path), "--owner", "alice"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()[0]
+
+
 def create_playlist(port: int) -> str:
     created = httpx.post(
         f"http://127.0.0.1:{port}/graphql",
@@ -339,7 +444,9 @@ def create_playlist(port: int) -> str:
 Window = tuple[str, tuple[float, float], tuple[float, float], int, dict[str, int]]
 
 
-async def run_classes(attacks: Attacks, seconds: float, concurrency: int) -> list[Window]:
+async def run_classes(
+    attacks: Attacks, seconds: float, concurrency: int, folder: Path
+) -> list[Window]:
     """Each class: a quiet second, then the attack; the windows and what was answered."""
     await attacks.post(attacks.add("hostile-replay-1"))  # the edit the replays retry
     classes: list[tuple[str, Callable[[], Awaitable[None]] | None]] = [
@@ -354,6 +461,7 @@ async def run_classes(attacks: Attacks, seconds: float, concurrency: int) -> lis
         ("8 CORS preflight, unlisted origin", attacks.cors),
         ("9 metrics label flood, no token", attacks.metrics_flood),
         ("10 second serve on the same SQLite", None),
+        ("10 chorus import beside serve, a subscriber", None),
         ("11 malformed X-Request-Id", attacks.request_ids),
     ]
     windows: list[Window] = []
@@ -368,10 +476,16 @@ async def run_classes(attacks: Attacks, seconds: float, concurrency: int) -> lis
         elif name.startswith("5 slowloris"):
             await asyncio.gather(*(attacks.slowloris(seconds) for _ in range(50)))
             sent = 50
+        elif name.startswith("10 chorus import"):
+            await attacks.cli_edit(folder)
+            sent = 1
         else:
             await asyncio.to_thread(attacks.second_serve, seconds)
             sent = 1
-        windows.append((name, quiet, (start, time.time()), sent, dict(attacks.seen)))
+        end = time.time()
+        if one == attacks.metrics_flood:
+            await attacks.metrics_labels()  # after the window: the scrape is no attack
+        windows.append((name, quiet, (start, end), sent, dict(attacks.seen)))
     await attacks.client.aclose()
     return windows
 
@@ -398,6 +512,7 @@ def main() -> None:
         CHORUS_PORT=str(port),
         CHORUS_RATE_LIMIT_PER_MINUTE="30",
         CHORUS_CORS_ORIGINS=ORIGIN_OK,
+        CHORUS_METRICS_TOKEN=METRICS_TOKEN,
     )
     server = start_server(env, port, folder / "server.log")
     samples_file = folder / "probe.txt"
@@ -406,8 +521,9 @@ def main() -> None:
     )
     try:
         attacks = Attacks(port, env, create_playlist(port), args.bomb_fragments)
+        attacks.cli_playlist = cli_import(env, mpd_slice(folder / "first.json", 100))
         prober.start()
-        windows = asyncio.run(run_classes(attacks, args.seconds, args.concurrency))
+        windows = asyncio.run(run_classes(attacks, args.seconds, args.concurrency, folder))
         time.sleep(0.5)
     finally:
         if prober.is_alive():

@@ -16,7 +16,8 @@ their own processes, or here with ``with_workers``.
 
 Routes: ``/graphql`` (POST queries and mutations; GET opens GraphiQL;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
-``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus).
+``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus; only
+with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>`` when that is set).
 
 Middleware, outermost first: the request id (every response carries it),
 CORS (``CHORUS_CORS_ORIGINS``, the same list the WebSocket handshake checks),
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp
 
 from chorus import bootstrap, health
 from chorus.graphql.limits import RequestLimits
+from chorus.graphql.metrics import OperationNames
 from chorus.graphql.view import ChorusGraphQL
 from chorus.logs import REQUEST_ID_HEADER
 from chorus.middleware import BodySizeLimit, RequestId
@@ -88,6 +90,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
         max_subscriptions_per_connection=settings.max_ws_operations,
         max_connections_per_user=settings.max_ws_connections_per_user,
         allowed_origins=origins,
+        operation_names=OperationNames(settings.metrics_operation_name_list),
         limits=RequestLimits(
             max_fragments=settings.max_fragments,
             max_fragment_spreads=settings.max_fragment_spreads,
@@ -108,6 +111,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
         lifespan=lifespan,
     )
     app.state.graphql = graphql_app
+    app.state.metrics_token = settings.metrics_token
     asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
     if origins:
         asgi = CORSMiddleware(

@@ -2,11 +2,16 @@
 
 Tokens must carry ``sub`` and ``exp``; expired tokens, a wrong signature and
 any algorithm other than HS256 (``alg: none`` included) are rejected. Any
-valid ``sub`` is a user: there is no user table.
+valid ``sub`` is a user: there is no user table. PyJWT checks the signature;
+:func:`verify` checks every claim itself, so that a token holding anything at
+all (claims of the wrong type, a header that is not an object, bytes that are
+not UTF-8) is an :class:`InvalidToken` and never a server error.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +25,14 @@ from chorus.domain.validation import is_user_id
 ALGORITHM = "HS256"
 MIN_SECRET_LENGTH = 32
 DEFAULT_TTL = timedelta(days=30)
+MAX_TOKEN_LENGTH = 4096
+"""Longest bearer token accepted (characters); a Chorus token is under 200."""
+MAX_NUMERIC_DATE = 253_402_300_799
+"""The last second of year 9999 (seconds since 1970), the latest ``exp``, ``nbf`` or ``iat``."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
+_JWS = jwt.PyJWS()
 
 
 class InvalidToken(Exception):
@@ -61,37 +74,105 @@ def verify_token(secret: str, token: str) -> str:
     return verify(secret, token).user_id
 
 
-def verify(secret: str, token: str) -> Identity:
-    """The identity of a valid token.
+def verify(secret: str, token: str, *, now: datetime | None = None) -> Identity:
+    """The identity of a valid token, whatever its header and claims hold.
+
+    PyJWT checks only the form and the signature (HS256); every claim Chorus
+    relies on is checked here, its type and its range, so that no value in a
+    token raises anything but :class:`InvalidToken`:
+
+    * the token: at most :data:`MAX_TOKEN_LENGTH` characters of base64url
+      and two dots (a compact JWS);
+    * ``sub``: a user id (:func:`check_user_id`);
+    * ``exp`` (required), ``nbf`` and ``iat`` (optional): NumericDates, JSON
+      numbers (not booleans) of seconds since 1970 between 0 and the end of
+      year 9999; ``exp`` must be after ``now``, ``nbf`` and ``iat`` not after it;
+    * ``aud``: absent (Chorus mints none; a token naming an audience was
+      made for another service).
+
+    Other claims and header fields (``kid``, ``typ``, ``iss``, nested
+    values) are ignored.
+
+    Args:
+        secret: the HS256 key.
+        token: the compact token, without ``Bearer``.
+        now: the time to check against (UTC; default: the clock).
 
     Raises:
         InvalidToken: expired, not yet valid, badly signed, wrong algorithm,
-            malformed, or without a usable ``sub``.
+            malformed, or without a usable ``sub``; its message says which.
     """
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
+    if not _COMPACT_JWS.fullmatch(token):
+        raise InvalidToken("the token is malformed (not three base64url parts)")
     try:
-        claims = jwt.decode(
-            token, secret, algorithms=[ALGORITHM], options={"require": ["sub", "exp"]}
-        )
-    except jwt.ExpiredSignatureError:
-        raise InvalidToken("the token has expired") from None
-    except jwt.ImmatureSignatureError:
-        raise InvalidToken("the token is not valid yet (nbf/iat in the future)") from None
+        payload = _JWS.decode(token, secret, algorithms=[ALGORITHM])
     except jwt.InvalidSignatureError:
         raise InvalidToken("the token's signature is not valid") from None
     except jwt.InvalidAlgorithmError:
         raise InvalidToken(f"the token must be signed with {ALGORITHM}") from None
-    except jwt.PyJWTError:
+    except (jwt.PyJWTError, ValueError, TypeError, RecursionError):
+        # PyJWT reads the header before it checks the signature: whatever an
+        # unsigned header holds must end here, never as a server error.
         raise InvalidToken("the token is malformed") from None
+    claims = _claims(payload)
+    return Identity(_subject(claims), _check_times(claims, now or datetime.now(UTC)))
+
+
+def _claims(payload: bytes) -> dict[str, object]:
+    try:
+        claims = json.loads(payload)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise InvalidToken("the token is malformed (its claims are not JSON)") from None
+    if not isinstance(claims, dict):
+        raise InvalidToken("the token is malformed (its claims are not a JSON object)")
+    if "aud" in claims:
+        raise InvalidToken("the token names an audience: it was made for another service")
+    return claims
+
+
+def _subject(claims: dict[str, object]) -> str:
     sub = claims.get("sub")
     try:
-        user_id = check_user_id(sub) if isinstance(sub, str) else check_user_id("")
+        return check_user_id(sub if isinstance(sub, str) else "")
     except ValueError:
-        raise InvalidToken("the token's subject is not a valid user id") from None
-    try:  # PyJWT checked that exp is a number in the future, not that it is a date
-        expires_at = datetime.fromtimestamp(claims["exp"], UTC)
-    except (ValueError, OverflowError, OSError):
-        raise InvalidToken("the token is malformed (exp is not a date)") from None
-    return Identity(user_id, expires_at)
+        raise InvalidToken("the token's subject (sub) is not a valid user id") from None
+
+
+def _numeric_date(claims: dict[str, object], name: str) -> datetime | None:
+    """Claim ``name`` as a UTC time, ``None`` when absent.
+
+    Raises:
+        InvalidToken: not a number (booleans are not), or outside 0 to
+            :data:`MAX_NUMERIC_DATE` (NaN, infinities and huge integers included).
+    """
+    if name not in claims:
+        return None
+    value = claims[name]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_NUMERIC_DATE  # False for NaN
+    ):
+        raise InvalidToken(
+            f"the token is malformed ({name} must be a number of seconds since 1970)"
+        )
+    return _EPOCH + timedelta(seconds=value)
+
+
+def _check_times(claims: dict[str, object], now: datetime) -> datetime:
+    """``exp`` as a UTC time, after checking ``exp``, ``nbf`` and ``iat`` against ``now``."""
+    expires_at = _numeric_date(claims, "exp")
+    not_before = _numeric_date(claims, "nbf")
+    issued_at = _numeric_date(claims, "iat")
+    if expires_at is None:
+        raise InvalidToken("the token has no expiry (exp)")
+    if expires_at <= now:
+        raise InvalidToken("the token has expired")
+    if (not_before is not None and not_before > now) or (issued_at is not None and issued_at > now):
+        raise InvalidToken("the token is not valid yet (nbf/iat in the future)")
+    return expires_at
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -37,6 +37,7 @@ from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
+from chorus.db.watch import watch_commits
 from chorus.events.fanout import Fanout
 from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
@@ -252,14 +253,20 @@ async def _embedded_events(settings: Settings, db: Database) -> AsyncIterator[_E
     """The embedded profile: an in-process bus fed by an in-process relay.
 
     The relay writes the feed's pushed rows before each batch reaches the bus.
+    On SQLite the relay is also woken by commits of other processes (a
+    ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
+    so their events reach this server's subscribers as promptly as its own.
     """
     bus = InProcessBus()
     relay = OutboxRelay(db, FeedingPublisher(BusPublisher(bus), FeedSink(db, settings.feed_limits)))
-    task = asyncio.create_task(relay.run(), name="outbox-relay")
+    tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
+    if db.dialect == "sqlite":
+        tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
     try:
         yield _Events(bus, relay, None, [])
     finally:
-        await cancel_and_wait(task)
+        for task in reversed(tasks):
+            await cancel_and_wait(task)
         await bus.aclose()
 
 

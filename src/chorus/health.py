@@ -8,6 +8,9 @@ run concurrently, each bounded by :data:`PROBE_TIMEOUT_S`.
 
 What the handlers read from ``request.app.state`` (set by the lifespan):
 
+* ``metrics_token``: ``str | None`` — ``CHORUS_METRICS_TOKEN``: when set,
+  ``/metrics`` answers only ``Authorization: Bearer <it>`` (set by the app
+  factory);
 * ``readiness``: ``Sequence[Check]`` — the checks ``/readyz`` runs;
 * ``services``: :class:`~chorus.resolvers.context.Services` — ``/metrics``
   reads the outbox backlog through ``services.db`` and live subscribers from
@@ -20,6 +23,7 @@ Checks that keep a client (Kafka) are closed with :func:`close_checks`.
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -209,8 +213,42 @@ async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
     OUTBOX_OLDEST_AGE.set(oldest_age_s)
 
 
+def metrics_allowed(request: Request) -> bool:
+    """Whether the request may read ``/metrics``.
+
+    ``request.app.state.metrics_token`` (``CHORUS_METRICS_TOKEN``) unset or
+    ``None``: anyone may (keep ``/metrics`` behind the network edge); set:
+    only a request with ``Authorization: Bearer <it>``, compared in
+    constant time.
+    """
+    expected: str | None = getattr(request.app.state, "metrics_token", None)
+    if expected is None:
+        return True
+    scheme, _, sent = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        sent.strip().encode(), expected.encode()
+    )
+
+
 async def metrics(request: Request) -> Response:
-    """The process's metrics in the Prometheus text format."""
+    """The process's metrics in the Prometheus text format.
+
+    401 ``UNAUTHENTICATED`` (with ``WWW-Authenticate: Bearer``) when
+    :func:`metrics_allowed` says no; nothing is read then.
+    """
+    if not metrics_allowed(request):
+        return JSONResponse(
+            {
+                "errors": [
+                    {
+                        "message": "/metrics needs 'Authorization: Bearer <CHORUS_METRICS_TOKEN>'",
+                        "extensions": {"code": "UNAUTHENTICATED"},
+                    }
+                ]
+            },
+            status_code=401,
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
     services: Services | None = getattr(request.app.state, "services", None)
     if services is None:
         await refresh_state_gauges(None, None)
@@ -226,6 +264,7 @@ __all__ = [
     "database_check",
     "kafka_check",
     "metrics",
+    "metrics_allowed",
     "readyz",
     "redis_check",
     "refresh_state_gauges",

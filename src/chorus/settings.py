@@ -8,6 +8,8 @@ variable; nothing is guessed.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
@@ -39,6 +41,18 @@ DEFAULT_CORS_ALLOW_HEADERS = (
 Apollo Client names itself in ``apollographql-client-*`` and Apollo's CSRF
 prevention asks for ``apollo-require-preflight`` or
 ``X-Apollo-Operation-Name``; urql and others send ``graphql-client-*``."""
+
+
+MIN_METRICS_TOKEN_LENGTH = 16
+"""The shortest ``CHORUS_METRICS_TOKEN`` accepted (characters)."""
+
+OPERATION_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,99}")
+"""A name ``CHORUS_METRICS_OPERATION_NAMES`` may list: the rule of
+:data:`chorus.graphql.metrics.OPERATION_NAME` (a test keeps them equal; not
+imported, so reading settings does not load the schema)."""
+
+MAX_METRICS_OPERATION_NAMES = 1_000
+"""The most names ``CHORUS_METRICS_OPERATION_NAMES`` may list (each is a series per type)."""
 
 
 def _comma_list(value: str | None) -> tuple[str, ...]:
@@ -183,6 +197,18 @@ class Settings(BaseSettings):
         description="HTTP and WebSocket connections open at once, per process; a request "
         "on one more gets 503.",
     )
+    metrics_operation_names: str | None = Field(
+        None,
+        description="Comma-separated GraphQL operation names that always get their own "
+        "operation_name label in /metrics; other names are labelled only once an "
+        "authenticated caller sent them (docs/operations.md); unset: none.",
+    )
+    metrics_token: str | None = Field(
+        None,
+        description="When set, GET /metrics needs 'Authorization: Bearer <this>' (at least "
+        f"{MIN_METRICS_TOKEN_LENGTH} characters, no spaces); unset: /metrics is open, so keep "
+        "it behind the network edge.",
+    )
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
 
@@ -306,6 +332,35 @@ class Settings(BaseSettings):
     @property
     def cors_allow_header_list(self) -> tuple[str, ...]:
         return _comma_list(self.cors_allow_headers)
+
+    @field_validator("metrics_operation_names")
+    @classmethod
+    def _operation_names(cls, value: str | None) -> str | None:
+        names = _comma_list(value)
+        bad = [n for n in names if not OPERATION_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(
+                f"{bad[0]!r} is not a GraphQL operation name (letters, digits and _, "
+                "not starting with a digit, at most 100 characters)"
+            )
+        if len(set(names)) > MAX_METRICS_OPERATION_NAMES:
+            raise ValueError(f"at most {MAX_METRICS_OPERATION_NAMES} names")
+        return value
+
+    @property
+    def metrics_operation_name_list(self) -> tuple[str, ...]:
+        return _comma_list(self.metrics_operation_names)
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _metrics_token(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if len(value) < MIN_METRICS_TOKEN_LENGTH:
+            raise ValueError(f"must be at least {MIN_METRICS_TOKEN_LENGTH} characters")
+        if not value.isascii() or any(c.isspace() or not c.isprintable() for c in value):
+            raise ValueError("must be printable ASCII without spaces (it goes in a header)")
+        return value
 
     @field_validator("jwt_secret", "library_secret")
     @classmethod

@@ -12,7 +12,8 @@ and the consumers split the topic's partitions.
 
 A worker process run with ``--port`` answers ``/healthz`` (its event loop
 answers), ``/readyz`` (the servers its workers need answer, naming the one
-that does not) and ``/metrics`` on that port, like an API process.
+that does not) and ``/metrics`` on that port, like an API process (with
+``CHORUS_METRICS_TOKEN`` set, ``/metrics`` needs it as a bearer token).
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ async def _healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "alive", "workers": request.app.state.names})
 
 
-def probe_app(names: Sequence[str], checks: Sequence[health.Check]) -> Starlette:
+def probe_app(
+    names: Sequence[str], checks: Sequence[health.Check], metrics_token: str | None = None
+) -> Starlette:
     """The HTTP endpoints of a worker process: ``/healthz``, ``/readyz``, ``/metrics``.
 
     ``/readyz`` and ``/metrics`` answer as an API process's do
     (:mod:`chorus.health`); ``checks`` are the workers'
-    :attr:`~chorus.bootstrap.Workers.checks`.
+    :attr:`~chorus.bootstrap.Workers.checks`; ``metrics_token``
+    (``CHORUS_METRICS_TOKEN``) guards ``/metrics`` when set.
     """
     app = Starlette(
         routes=[
@@ -56,6 +60,7 @@ def probe_app(names: Sequence[str], checks: Sequence[health.Check]) -> Starlette
     )
     app.state.names = list(names)
     app.state.readiness = list(checks)
+    app.state.metrics_token = metrics_token
     return app
 
 
@@ -82,7 +87,7 @@ async def run_until_stopped(
             waits = {stopped, *workers.tasks}
             server = serving = None
             if listener is not None:
-                app = probe_app(names, workers.checks)
+                app = probe_app(names, workers.checks, settings.metrics_token)
                 server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
                 # While it serves, uvicorn holds SIGINT and SIGTERM: it stops
                 # on one, then hands it on to the handlers above.

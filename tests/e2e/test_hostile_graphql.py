@@ -195,6 +195,17 @@ PLAYLISTS_402 = (
 """Costs 2 + 100 × (edge + node + owner + entries) = 402."""
 
 
+BIG_MUTATION = """
+mutation Big($input: CreatePlaylistInput!) {
+  createPlaylist(input: $input) {
+    version
+    playlist { entries(first: 100) { edges { node { id media { title } } } } }
+  }
+}
+"""
+"""A mutation whose selection costs more than a spent budget has left."""
+
+
 def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     first = budget.gql(PLAYLISTS_402, user="carol")
     assert "errors" not in first, first
@@ -211,6 +222,14 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     message = body["errors"][0]["message"]
     assert "costs 402" in message
     assert "1000 a minute" in message
+    # Mutations spend the mutation rate limit, not this budget: a spent budget
+    # never refuses the retry that tells a client whether its edit committed.
+    left = body["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]
+    created = budget.gql(
+        BIG_MUTATION, user="carol", input={"operationId": budget.op(), "title": "Past the budget"}
+    )
+    assert created["extensions"]["cost"]["requestedQueryCost"] > left + 100, created
+    assert created["data"]["createPlaylist"]["version"] == 0, created
     # Introspection is never charged, and another user has a budget of their own.
     assert "errors" not in budget.gql(get_introspection_query(), user="carol")
     assert "errors" not in budget.gql(PLAYLISTS_402, user="dave")

@@ -22,12 +22,12 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from strawberry.schema.exceptions import CannotGetOperationTypeError
 
-from chorus import health
+from chorus import health, settings
 from chorus.auth import mint_token
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import CreatePlaylist
-from chorus.graphql.metrics import OperationNames
+from chorus.graphql.metrics import OPERATION_NAME, OperationNames
 from chorus.graphql.schema import build_schema
 from chorus.resolvers.context import Services
 from chorus.subscriptions.bus import InProcessBus
@@ -190,7 +190,7 @@ async def test_metrics_answers_while_the_database_is_away(client_for: Any) -> No
 
 
 async def test_operations_are_timed_by_type_and_name() -> None:
-    schema = build_schema()
+    schema = build_schema(operation_names=OperationNames(["HealthProbe"]))
 
     def count(operation_type: str, name: str) -> float:
         return _sample(
@@ -215,7 +215,7 @@ async def test_operations_are_timed_by_type_and_name() -> None:
 
 
 async def test_subscriptions_are_counted_not_timed() -> None:
-    schema = build_schema()
+    schema = build_schema(operation_names=OperationNames(["WatchHealth"]))
     labels = {"operation_name": "WatchHealth"}
     before = _sample("chorus_graphql_subscriptions_total", **labels)
     stream = await schema.subscribe(
@@ -236,18 +236,28 @@ async def test_subscriptions_are_counted_not_timed() -> None:
     assert timed == 0.0
 
 
-def test_operation_names_are_bounded() -> None:
-    names = OperationNames(limit=2)
-    assert [names.label(n) for n in ["A", "B", "C", "A", None, ""]] == [
+def test_operation_names_are_learned_only_from_authenticated_callers_and_bounded() -> None:
+    names = OperationNames(["Configured"], limit=3, per_user=2)
+    assert names.label("Made1") == "other"  # no authenticated caller: nothing learned
+    assert names.label("Configured") == "Configured"
+    assert [names.label(n, "alice") for n in ["A", "B", "C", "A", None, ""]] == [
         "A",
         "B",
-        "other",
+        "other",  # alice taught two names already
         "A",
         "anonymous",
         "anonymous",
     ]
-    assert OperationNames().label("not a name!") == "other"
-    assert OperationNames().label("x" * 101) == "other"
+    assert names.label("A") == "A"  # once learned, anyone's operation of that name counts
+    assert names.label("C", "bob") == "C"
+    assert names.label("D", "carol") == "other"  # three learned in all
+    assert names.label("Configured", "carol") == "Configured"
+    assert OperationNames().label("not a name!", "alice") == "other"
+    assert OperationNames().label("x" * 101, "alice") == "other"
+
+
+def test_settings_accept_the_operation_names_the_label_accepts() -> None:
+    assert settings.OPERATION_NAME.pattern == OPERATION_NAME.pattern
 
 
 @pytest.fixture

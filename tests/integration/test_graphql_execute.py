@@ -42,6 +42,10 @@ class CountingCatalog:
         return None
 
 
+async def _knows_nothing(media_ids: Sequence[str]) -> dict[str, Media]:
+    return {}
+
+
 async def _playlist(store: PlaylistStore, entries: int) -> str:
     created = await store.create(CreatePlaylist("c", "Mix"), "alice")
     pid = created.outcome.playlist_id
@@ -129,6 +133,25 @@ async def test_adding_while_the_catalog_is_down_is_a_clean_retryable_error(
     )
     assert retried.errors is None
     assert retried.data["addEntries"]["version"] == 2
+    # The catalog down again: a retry of what committed still learns so ...
+    mutation = mutation.replace("{ version }", "{ version replayed }")
+    again = await _run(
+        database, CountingCatalog(down=True), mutation, id=ids.to_global_id("Playlist", pid)
+    )
+    assert again.errors is None, again.errors
+    assert again.data["addEntries"] == {"version": 2, "replayed": True}
+    # ... and so does one whose media the catalog has dropped since.
+    forgetful = CountingCatalog()
+    forgetful.get_many = _knows_nothing  # type: ignore[method-assign]
+    dropped = await _run(database, forgetful, mutation, id=ids.to_global_id("Playlist", pid))
+    assert dropped.data["addEntries"] == {"version": 2, "replayed": True}
+    # while a new edit is refused as before.
+    new = mutation.replace('"x"', '"z"')
+    refused = await _run(
+        database, CountingCatalog(down=True), new, id=ids.to_global_id("Playlist", pid)
+    )
+    assert refused.errors is not None
+    assert refused.errors[0].extensions == {"code": "SERVICE_UNAVAILABLE"}
 
 
 async def test_rate_limited_mutations_are_a_user_error_and_commit_nothing(

@@ -48,6 +48,10 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_MAX_CONNECTIONS": "0"}, "CHORUS_MAX_CONNECTIONS"),
         ({"CHORUS_KEEP_ALIVE_TIMEOUT_S": "-1"}, "CHORUS_KEEP_ALIVE_TIMEOUT_S"),
         ({"CHORUS_CORS_MAX_AGE_S": "-1"}, "CHORUS_CORS_MAX_AGE_S"),
+        ({"CHORUS_METRICS_OPERATION_NAMES": "Good, 1Bad"}, "CHORUS_METRICS_OPERATION_NAMES"),
+        ({"CHORUS_METRICS_OPERATION_NAMES": "x" * 101}, "CHORUS_METRICS_OPERATION_NAMES"),
+        ({"CHORUS_METRICS_TOKEN": "short"}, "CHORUS_METRICS_TOKEN"),
+        ({"CHORUS_METRICS_TOKEN": "a token with spaces in"}, "CHORUS_METRICS_TOKEN"),
     ],
 )
 @pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache", "feed"])

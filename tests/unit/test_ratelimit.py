@@ -18,3 +18,15 @@ def test_buckets_are_bounded() -> None:
     for user in ("a", "b", "c"):
         assert limiter.allow(user)
     assert limiter.allow("a")  # "a" was dropped as least recently used: a fresh bucket
+
+
+def test_a_refund_gives_tokens_back_up_to_a_full_bucket() -> None:
+    now = [0.0]
+    limiter = RateLimiter(3, clock=lambda: now[0])
+    assert limiter.allow("alice", 2)
+    limiter.refund("alice")
+    assert limiter.available("alice") == 2
+    limiter.refund("alice", 5)
+    assert limiter.available("alice") == 3
+    limiter.refund("bob")  # a user not seen yet already has a full bucket
+    assert limiter.available("bob") == 3

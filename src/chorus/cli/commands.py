@@ -17,6 +17,7 @@ from chorus.cli.process import (
     fail,
     listen,
     load_settings,
+    lock_embedded_database,
     migrate,
     require_full_profile,
     run_server,
@@ -33,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     port = args.port if args.port is not None else settings.port
     if args.with_workers:
         require_full_profile(settings, "--with-workers")
+    lock = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
@@ -47,13 +49,17 @@ def serve(args: argparse.Namespace) -> int:
         f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
-    return run_server(
-        app,
-        listener,
-        log_level=args.log_level,
-        ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
-        **transport_options(settings),
-    )
+    try:
+        return run_server(
+            app,
+            listener,
+            log_level=args.log_level,
+            ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages too
+            **transport_options(settings),
+        )
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 def worker(args: argparse.Namespace) -> int:

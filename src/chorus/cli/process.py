@@ -10,7 +10,8 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import IO, Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -76,6 +77,60 @@ def migrate(settings: Settings, *, wait: bool) -> None:
                 time.sleep(delay)
             except KeyboardInterrupt:
                 raise SystemExit(130) from None
+
+
+SERVE_LOCK_SUFFIX = ".serve-lock"
+"""The lock file beside an embedded database: ``chorus.db`` → ``chorus.db.serve-lock``."""
+
+
+def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
+    """Make this process the only ``chorus serve`` of its SQLite file (embedded profile).
+
+    An embedded server's events travel on its in-process bus: a second
+    server on the same file would not hear the first's commits, nor its
+    subscribers the second's (CLI commands beside one server are fine: it
+    publishes what they commit). The lock is an OS lock (``flock``) on
+    :data:`SERVE_LOCK_SUFFIX` beside the file, held while the returned file
+    stays open, released by the OS however the process ends (``kill -9``
+    too), so a stale lock file never blocks a start.
+
+    Returns:
+        The open lock file (keep it until the server stops); ``None`` when
+        there is nothing to lock: the full profile, PostgreSQL, an
+        in-memory database. A ``file:`` URI locks the file it names.
+
+    Exits:
+        2 with one line when another ``chorus serve`` holds the lock.
+    """
+    import fcntl
+
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.database_url)
+    database = url.database or ""
+    if database.startswith("file:"):  # a URI filename: file:/path?mode=…, file:///path
+        database = database.removeprefix("file:").split("?", 1)[0].removeprefix("//localhost")
+        database = "/" + database.lstrip("/") if database.startswith("//") else database
+        if url.query.get("mode") == "memory" or "mode=memory" in (url.database or ""):
+            database = ":memory:"
+    if settings.full_profile or url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return None
+    path = Path(database).expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = (path.parent / (path.name + SERVE_LOCK_SUFFIX)).open("ab")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        fail(
+            f"another chorus serve is running on {path}: the embedded profile serves one "
+            "database file from one process; for several API processes use the full "
+            "profile (PostgreSQL, Kafka, Redis: docs/full-profile.md)"
+        )
+    except OSError as error:
+        lock.close()
+        fail(f"cannot lock {lock.name}: {error.strerror or error}")
+    return lock
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -184,6 +184,24 @@ class PlaylistStore:
         self._committed(decision.outcome)
         return Committed(decision.outcome)
 
+    async def replay(
+        self, command: CreatePlaylist | PlaylistCommand, actor_id: str
+    ) -> Committed | None:
+        """The stored result of ``command`` if ``actor_id`` already committed it, else ``None``.
+
+        One indexed read, without the playlist lock: a commit that lands
+        after it is not seen, so a ``None`` means "not committed when looked
+        up", which is what a refusal (``RATE_LIMITED``) may then truthfully
+        say. :meth:`execute` and :meth:`create` look up again under the lock.
+
+        Raises:
+            InvalidInput: a malformed operation id.
+            OperationIdReused: the operation id committed a different request.
+        """
+        check_operation_id(command.operation_id, self.limits)
+        async with self.db.read() as conn:
+            return await self._stored(conn, actor_id, command.operation_id, request_hash(command))
+
     async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)

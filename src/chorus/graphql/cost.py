@@ -236,7 +236,8 @@ class QueryCostLimit(SchemaExtension):
     Runs when execution starts (validation passed, variables known):
     over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
     left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
-    set) → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
+    set; queries only, mutations spend ``CHORUS_RATE_LIMIT_PER_MINUTE``)
+    → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
     The response's ``extensions.cost`` says ``requestedQueryCost`` and
     ``maximum``, plus ``throttleStatus`` when the budget is on.
     """
@@ -274,7 +275,10 @@ class QueryCostLimit(SchemaExtension):
         if not isinstance(request, RequestContext) or request.viewer_id is None:
             return None
         budget = request.services.query_budget
-        if budget is None:
+        # Mutations have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which
+        # a retry of a committed edit does not spend: charging them here would
+        # refuse the retry that learns whether the edit committed.
+        if budget is None or self.execution_context.operation_type is OperationType.MUTATION:
             return None
         allowed = found.introspection_only or budget.allow(request.viewer_id, cost)
         available = budget.available(request.viewer_id)

@@ -6,10 +6,14 @@ validation and execution, on HTTP and WebSocket alike) into
 A subscription lives as long as its client wants, so it is counted
 (``chorus_graphql_subscriptions_total``) when it starts, never timed.
 
-Operation names are chosen by clients, so the label is bounded: the first
-:data:`MAX_OPERATION_NAMES` distinct names keep their own series, later
-ones share ``other``; an operation without a name is ``anonymous``, and a
-request whose operation cannot be determined (a syntax error, an unknown
+Operation names are chosen by clients, so a name becomes a label only when
+a client cannot mint it at will (:class:`OperationNames`): it is configured
+(``CHORUS_METRICS_OPERATION_NAMES``), or it was first sent by an
+authenticated caller in an operation that passed validation — at most
+:data:`MAX_OPERATION_NAMES_PER_USER` names learned from one user and
+:data:`MAX_OPERATION_NAMES` in all, per process. Any other name is
+``other``; an operation without a name is ``anonymous``, and a request
+whose operation cannot be determined (a syntax error, an unknown
 ``operationName``) is ``operation_type="unknown"``.
 """
 
@@ -17,46 +21,82 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 
+from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
+from chorus.resolvers.context import RequestContext
+from chorus.resolvers.errors import Unauthenticated
 
 MAX_OPERATION_NAMES = 200
-"""Distinct operation names with their own series, per process."""
+"""Names learned from callers that get their own series, per process (configured ones aside)."""
+
+MAX_OPERATION_NAMES_PER_USER = 20
+"""Names one user may add to the labels, per process."""
 
 ANONYMOUS = "anonymous"
 OTHER = "other"
 UNKNOWN = "unknown"
 
-_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,99}")
+OPERATION_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,99}")
+"""A GraphQL name of at most 100 characters: what may become a label."""
+
+_REFUSED = frozenset({"GRAPHQL_VALIDATION_FAILED", "RATE_LIMITED"})
+"""Codes of an operation refused when execution starts (its cost): not learned from."""
 
 
 class OperationNames:
-    """The operation-name label: client-chosen names, at most ``limit`` of them.
+    """The operation-name label: configured names, plus names learned from authenticated callers.
 
-    A name counts once it is seen; the set never shrinks, so a name keeps
-    its series for the life of the process.
+    Args:
+        always: names that always have their own series (each a GraphQL name).
+        limit: learned names, in all.
+        per_user: learned names per user.
+
+    A learned name keeps its series for the life of the process, whoever
+    sends it later; the sets never shrink.
     """
 
-    def __init__(self, limit: int = MAX_OPERATION_NAMES) -> None:
+    def __init__(
+        self,
+        always: Iterable[str] = (),
+        *,
+        limit: int = MAX_OPERATION_NAMES,
+        per_user: int = MAX_OPERATION_NAMES_PER_USER,
+    ) -> None:
+        self._always = frozenset(always)
         self._limit = limit
-        self._seen: set[str] = set()
+        self._per_user = per_user
+        self._learned: set[str] = set()
+        self._taught: Counter[str] = Counter()
 
-    def label(self, name: str | None) -> str:
+    def label(self, name: str | None, learned_from: str | None = None) -> str:
+        """The label of an operation named ``name``.
+
+        Args:
+            name: the operation's name, as the client sent it.
+            learned_from: the authenticated user whose operation passed
+                validation, who may add ``name`` to the labels; ``None``
+                (no token, or a refused operation): nothing is learned.
+        """
         if not name:
             return ANONYMOUS
-        if name in self._seen:
+        if name in self._always or name in self._learned:
             return name
-        if len(self._seen) >= self._limit or not _NAME.fullmatch(name):
+        if (
+            learned_from is None
+            or len(self._learned) >= self._limit
+            or self._taught[learned_from] >= self._per_user
+            or not OPERATION_NAME.fullmatch(name)
+        ):
             return OTHER
-        self._seen.add(name)
+        self._learned.add(name)
+        self._taught[learned_from] += 1
         return name
-
-
-_names = OperationNames()
 
 
 class OperationMetrics(SchemaExtension):
@@ -65,6 +105,10 @@ class OperationMetrics(SchemaExtension):
     Register it first among the schema's extensions so the time covers the
     others (parsing, validation, limits).
     """
+
+    def __init__(self, names: OperationNames) -> None:
+        self.names = names
+        self.validated = False
 
     def on_operation(self) -> Iterator[None]:
         started = time.perf_counter()
@@ -77,16 +121,32 @@ class OperationMetrics(SchemaExtension):
         operation_type = self._operation_type()
         if operation_type == OperationType.SUBSCRIPTION.value:
             return
-        if operation_type == UNKNOWN:  # the requested name is not even in the document
-            name = UNKNOWN
-        else:
-            name = _names.label(self.execution_context.operation_name)
+        # UNKNOWN: the requested name is not even in the document.
+        name = UNKNOWN if operation_type == UNKNOWN else self._label()
         REQUEST_SECONDS.labels(operation_type, name).observe(seconds)
 
     def on_execute(self) -> Iterator[None]:
+        # Strawberry executes only what parsed and passed validation.
+        self.validated = not self.execution_context.pre_execution_errors
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
-            SUBSCRIPTIONS.labels(_names.label(self.execution_context.operation_name)).inc()
+            SUBSCRIPTIONS.labels(self._label()).inc()
         yield
+        result = self.execution_context.result
+        if result is not None and result.data is None and any(map(_refused, result.errors or ())):
+            self.validated = False  # over the cost limit or budget: nothing ran
+
+    def _label(self) -> str:
+        context = self.execution_context
+        return self.names.label(context.operation_name, self._learned_from())
+
+    def _learned_from(self) -> str | None:
+        request = self.execution_context.context
+        if not self.validated or not isinstance(request, RequestContext):
+            return None
+        try:
+            return request.viewer()
+        except Unauthenticated:
+            return None
 
     def _operation_type(self) -> str:
         try:
@@ -95,4 +155,14 @@ class OperationMetrics(SchemaExtension):
             return UNKNOWN
 
 
-__all__ = ["MAX_OPERATION_NAMES", "OperationMetrics", "OperationNames"]
+def _refused(error: GraphQLError) -> bool:
+    return (error.extensions or {}).get("code") in _REFUSED
+
+
+__all__ = [
+    "MAX_OPERATION_NAMES",
+    "MAX_OPERATION_NAMES_PER_USER",
+    "OPERATION_NAME",
+    "OperationMetrics",
+    "OperationNames",
+]

@@ -27,7 +27,7 @@ from chorus.graphql.limits import (
     RequireOperationName,
     ShapeCheckedValidationCache,
 )
-from chorus.graphql.metrics import OperationMetrics
+from chorus.graphql.metrics import OperationMetrics, OperationNames
 from chorus.graphql.mutations import Mutation
 from chorus.graphql.query import Query
 from chorus.graphql.subscription import Subscription
@@ -121,12 +121,16 @@ class ChorusParserCache(ParserCache):
         yield
 
 
-def build_schema(limits: RequestLimits | None = None) -> strawberry.Schema:
+def build_schema(
+    limits: RequestLimits | None = None, operation_names: OperationNames | None = None
+) -> strawberry.Schema:
     """The Chorus schema with its request limits (DESIGN §4).
 
     Args:
         limits: the document's limits (tokens, shape, depth, aliases, cost);
             unset: the defaults of :class:`~chorus.graphql.limits.RequestLimits`.
+        operation_names: the ``operation_name`` label of the metrics
+            (:mod:`chorus.graphql.metrics`); unset: only learned names.
 
     The order of the extensions is the order of the checks: tokens while
     parsing, then the document's shape, then validation (cached; depth and
@@ -135,6 +139,7 @@ def build_schema(limits: RequestLimits | None = None) -> strawberry.Schema:
     limits in the request context.
     """
     limits = limits or RequestLimits()
+    names = operation_names or OperationNames()
     return ChorusSchema(
         query=Query,
         mutation=Mutation,
@@ -142,7 +147,7 @@ def build_schema(limits: RequestLimits | None = None) -> strawberry.Schema:
         types=[PlaylistEntry],
         extensions=[
             # First, so its time covers parsing, validation and the limits.
-            OperationMetrics,
+            lambda: OperationMetrics(names),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
             # Clients send the same few documents over and over: parse and
             # validate each once (LRU, keyed by the document text).

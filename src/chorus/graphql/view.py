@@ -49,6 +49,7 @@ from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, bearer_token, verify
 from chorus.graphql.limits import RequestLimits
+from chorus.graphql.metrics import OperationNames
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONTooDeep, decode_json
 from chorus.graphql.schema import build_schema
 from chorus.logs import current_request_id
@@ -190,10 +191,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         *,
         max_connections_per_user: int = 20,
         limits: RequestLimits | None = None,
+        operation_names: OperationNames | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
-        super().__init__(build_schema(limits), **kwargs)
+        super().__init__(build_schema(limits, operation_names), **kwargs)
         self._secret = secret
         self._max_connections_per_user = max_connections_per_user
         self.connections: Counter[str] = Counter()

@@ -17,7 +17,13 @@ from chorus.domain.commands import (
     PlaylistCommand,
     UnlikeMedia,
 )
-from chorus.domain.errors import DomainError, InvalidInput, MediaNotFound, RateLimited
+from chorus.domain.errors import (
+    DomainError,
+    InvalidInput,
+    MediaNotFound,
+    OperationIdReused,
+    RateLimited,
+)
 from chorus.domain.limits import Limits
 from chorus.domain.validation import check_id
 from chorus.resolvers.context import RequestContext
@@ -61,26 +67,92 @@ async def _check_media(
             raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=at)
 
 
-def _rate_limited(ctx: RequestContext, actor: str) -> RateLimited | None:
+async def _check_media_unless_replay(
+    ctx: RequestContext, command: AddEntries | LikeMedia, actor: str
+) -> Committed | None:
+    """Check the media of ``command``; if the catalog refuses, answer a committed retry instead.
+
+    A retry must learn whether its edit committed even while the catalog is
+    down (or has since dropped a track), so only a failed check pays for the
+    operation-id look-up.
+
+    Raises:
+        ServiceUnavailable, MediaNotFound: the check failed and ``command``
+            has not committed; ``OperationIdReused``: its id committed with
+            another input.
+    """
+    try:
+        if isinstance(command, LikeMedia):
+            await _check_media(ctx, (command.media_id,), ("mediaId",))
+        else:
+            await _check_media(ctx, command.media_ids)
+    except (ServiceUnavailable, MediaNotFound):
+        stored = await ctx.services.store.replay(command, actor)
+        if stored is None:
+            raise
+        return stored
+    return None
+
+
+async def _charge(
+    ctx: RequestContext, command: CreatePlaylist | PlaylistCommand, actor: str
+) -> Committed | DomainError | None:
+    """Take the command's token from the actor's rate limit, if one is set.
+
+    ``None``: go ahead (a token taken, or no limit). When the bucket is
+    empty, a retry of a command that already committed is still answered:
+    its stored result (``replayed``), or ``OPERATION_ID_REUSED`` for the same
+    operation id with another input; otherwise ``RATE_LIMITED``, and nothing
+    is committed.
+    """
     limiter = ctx.services.rate_limiter
     if limiter is None or limiter.allow(actor):
         return None
+    try:
+        stored = await ctx.services.store.replay(command, actor)
+    except DomainError as error:
+        return error
+    if stored is not None:
+        return stored
     return RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+
+
+def _refund_if_free(ctx: RequestContext, actor: str, answer: Committed | DomainError) -> None:
+    """A replay (or a reused operation id) found under the lock cost nothing: give its token back.
+
+    This is the race of a retry with its own first attempt: both took a
+    token, the first committed, the retry waited for it and replays.
+    """
+    limiter = ctx.services.rate_limiter
+    free = isinstance(answer, OperationIdReused) or (
+        isinstance(answer, Committed) and answer.replayed
+    )
+    if limiter is not None and free:
+        limiter.refund(actor)
 
 
 async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
     """Create a playlist owned by the viewer.
 
+    A retry of a committed create returns its stored result and costs none
+    of the rate limit (:func:`_charge`).
+
     Raises:
         Unauthenticated: no valid token.
     """
     actor = ctx.viewer()
-    if limited := _rate_limited(ctx, actor):
-        return MutationResult(command.operation_id, error=limited)
-    try:
-        committed = await ctx.services.store.create(command, actor)
-    except DomainError as error:
-        return MutationResult(command.operation_id, error=error)
+    admitted = await _charge(ctx, command, actor)
+    if isinstance(admitted, DomainError):
+        return MutationResult(command.operation_id, error=admitted)
+    if admitted is not None:
+        committed = admitted
+    else:
+        try:
+            committed = await ctx.services.store.create(command, actor)
+        except DomainError as error:
+            _refund_if_free(ctx, actor, error)
+            return MutationResult(command.operation_id, error=error)
+        _refund_if_free(ctx, actor, committed)
     return MutationResult(
         command.operation_id, committed, playlist_id=committed.outcome.playlist_id
     )
@@ -89,24 +161,33 @@ async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> Mutat
 async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResult:
     """Run ``command`` as the viewer.
 
+    A retry of a committed command returns its stored result and costs none
+    of the rate limit (:func:`_charge`).
+
     Raises:
         Unauthenticated: no valid token.
         ServiceUnavailable: adding media while the catalog does not answer.
     """
     actor = ctx.viewer()
-    if limited := _rate_limited(ctx, actor):
-        return MutationResult(command.operation_id, error=limited, playlist_id=command.playlist_id)
+    admitted = await _charge(ctx, command, actor)
+    if isinstance(admitted, DomainError):
+        return MutationResult(command.operation_id, error=admitted, playlist_id=command.playlist_id)
+    if admitted is not None:
+        return MutationResult(command.operation_id, admitted, playlist_id=command.playlist_id)
     try:
-        if (
+        if isinstance(command, LikeMedia) or (
             isinstance(command, AddEntries)
             and len(command.media_ids) <= ctx.services.limits.max_media_per_add
         ):
-            await _check_media(ctx, command.media_ids)
-        if isinstance(command, LikeMedia):
-            await _check_media(ctx, (command.media_id,), ("mediaId",))
+            stored = await _check_media_unless_replay(ctx, command, actor)
+            if stored is not None:
+                _refund_if_free(ctx, actor, stored)
+                return MutationResult(command.operation_id, stored, playlist_id=command.playlist_id)
         committed = await ctx.services.store.execute(command, actor)
     except DomainError as error:
+        _refund_if_free(ctx, actor, error)
         return MutationResult(command.operation_id, error=error, playlist_id=command.playlist_id)
+    _refund_if_free(ctx, actor, committed)
     ctx.loaders.forget(command.playlist_id)
     return MutationResult(command.operation_id, committed, playlist_id=command.playlist_id)
 

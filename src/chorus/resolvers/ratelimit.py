@@ -4,7 +4,9 @@ A token bucket per user and process: ``per_minute`` tokens a minute on
 average, bursts of up to ``per_minute``. Mutations take one token each
 (``CHORUS_RATE_LIMIT_PER_MINUTE``); refused commands come back as the
 ``RATE_LIMITED`` user error, committing nothing; the client retries later
-with the same operation id. Operations take their cost
+with the same operation id. A retry of a command that already committed is
+free: it is answered from the store and its token is given back
+(:meth:`RateLimiter.refund`), even when the bucket is empty. Operations take their cost
 (:mod:`chorus.graphql.cost`, ``CHORUS_QUERY_COST_PER_MINUTE``); a refused
 one is the top-level ``RATE_LIMITED`` error and runs nothing.
 """
@@ -45,6 +47,15 @@ class RateLimiter:
         if len(self._buckets) > self._max_users:
             del self._buckets[next(iter(self._buckets))]
         return allowed
+
+    def refund(self, user_id: str, cost: float = 1) -> None:
+        """Give back ``cost`` tokens taken for work that turned out free (a replay).
+
+        The bucket never holds more than ``per_minute``.
+        """
+        tokens = min(float(self.per_minute), self.available(user_id) + cost)
+        self._buckets.pop(user_id, None)
+        self._buckets[user_id] = (tokens, self._clock())
 
     def available(self, user_id: str) -> float:
         """Tokens in the user's bucket now (a user not seen yet has a full one)."""

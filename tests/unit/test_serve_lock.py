@@ -1,0 +1,70 @@
+"""One ``chorus serve`` per SQLite file: the lock beside it, whatever spelling names the file.
+
+``flock`` locks belong to an open file, so a second lock taken in this very
+process conflicts just as another process's would (the e2e tests start real
+servers); every spelling of one file's path must meet the same lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from chorus.cli.process import lock_embedded_database
+from chorus.settings import Settings
+
+
+def _lock(url: str, **settings: str) -> IO[bytes] | None:
+    return lock_embedded_database(Settings(database_url=url, **settings))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "sqlite+aiosqlite:///{d}/chorus.db",
+        "sqlite+aiosqlite:///{d}/./sub/../chorus.db",
+        "sqlite+aiosqlite:///{d}/link.db",
+        "sqlite+aiosqlite:///file:{d}/chorus.db?uri=true",
+        "sqlite+aiosqlite:///file://{d}/chorus.db?uri=true",
+    ],
+)
+def test_every_spelling_of_one_file_meets_the_same_lock(
+    tmp_path: Path, spelling: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "chorus.db").touch()
+    (tmp_path / "link.db").symlink_to(tmp_path / "chorus.db")
+    held = _lock(f"sqlite+aiosqlite:///{tmp_path}/chorus.db")
+    assert held is not None
+    with pytest.raises(SystemExit) as refused:
+        _lock(spelling.format(d=tmp_path))
+    assert refused.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert f"another chorus serve is running on {tmp_path / 'chorus.db'}" in line
+    assert "full profile" in line
+    assert held is not None
+    held.close()
+    again = _lock(spelling.format(d=tmp_path))  # released: the next one starts
+    assert again is not None
+    again.close()
+
+
+def test_other_files_and_other_profiles_are_not_locked(tmp_path: Path) -> None:
+    held = _lock(f"sqlite+aiosqlite:///{tmp_path}/a.db")
+    other = _lock(f"sqlite+aiosqlite:///{tmp_path}/b.db")
+    assert other is not None
+    for nothing in (
+        "sqlite+aiosqlite://",
+        "sqlite+aiosqlite:///:memory:",
+        "sqlite+aiosqlite:///file:mem?mode=memory&uri=true",
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/chorus",
+    ):
+        assert _lock(nothing) is None
+    full = {"kafka_bootstrap_servers": "127.0.0.1:9092", "redis_url": "redis://127.0.0.1:6379/0"}
+    assert _lock(f"sqlite+aiosqlite:///{tmp_path}/a.db", **full) is None
+    for lock in (held, other):
+        assert lock is not None
+        lock.close()
