@@ -232,8 +232,8 @@ class SecretUnusable(Exception):
     """The secret file or its directory cannot be used; ``str(error)`` says why, in one line."""
 
 
-def load_or_create_secret(data_dir: Path) -> str:
-    """The secret kept in ``data_dir/jwt-secret``, generated (mode 600) on first use.
+def load_or_create_secret(data_dir: Path, name: str = "jwt-secret") -> str:
+    """The secret kept in ``data_dir/name``, generated (mode 600) on first use.
 
     A kept secret is held to the rule of ``CHORUS_JWT_SECRET``: at least
     :data:`MIN_SECRET_LENGTH` characters once surrounding white space is
@@ -244,7 +244,7 @@ def load_or_create_secret(data_dir: Path) -> str:
             UTF-8 text or cannot be read; or ``data_dir`` is not a directory
             or the secret cannot be created in it (not writable).
     """
-    path = data_dir / "jwt-secret"
+    path = data_dir / name
     if data_dir.exists() and not data_dir.is_dir():
         raise SecretUnusable(f"the data directory {data_dir} is not a directory")
     try:

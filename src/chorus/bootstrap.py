@@ -37,10 +37,12 @@ from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
+from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
 from chorus.db.watch import watch_commits
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.fanout import Fanout
+from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
@@ -53,7 +55,7 @@ from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 
-WORKERS = ("relay", "fanout", "project-cache")
+WORKERS = ("relay", "fanout", "project-cache", "feed")
 """The full profile's worker names, as the CLI spells them."""
 
 REDIS_SOCKET_TIMEOUT_S = 5.0
@@ -71,6 +73,14 @@ def jwt_secret(settings: Settings) -> str:
             (:func:`~chorus.auth.load_or_create_secret`).
     """
     return settings.jwt_secret or load_or_create_secret(Path(settings.data_dir))
+
+
+def library_secret(settings: Settings) -> bytes:
+    """The key of Liked Songs ids: configured, or generated and kept in ``CHORUS_DATA_DIR``."""
+    secret = settings.library_secret or load_or_create_secret(
+        Path(settings.data_dir), "library-secret"
+    )
+    return secret.encode()
 
 
 def database(settings: Settings) -> Database:
@@ -111,6 +121,7 @@ def store(
         group_commit=settings.group_commit,
         queue_size=settings.owner_queue_size,
         queue_per_user=settings.owner_queue_per_user,
+        library_secret=library_secret(settings),
     )
 
 
@@ -182,7 +193,7 @@ async def running_workers(
     client = redis_client(settings)
     workers = Workers()
     closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
-    if {"relay", "project-cache"} & set(names):
+    if {"relay", "project-cache", "feed"} & set(names):
         workers.checks.append(health.database_check(db))
     if {"fanout", "project-cache"} & set(names):
         workers.checks.append(health.redis_check(client))
@@ -206,6 +217,11 @@ async def running_workers(
             page_size=settings.snapshot_page_size,
         )
         workers.tasks.append(asyncio.create_task(projector.run(), name="cache-projector"))
+    if "feed" in names:
+        consumer = FeedConsumer(
+            config, db, settings.feed_limits, group_id=settings.kafka_feed_group
+        )
+        workers.tasks.append(asyncio.create_task(consumer.run(), name="feed-consumer"))
     try:
         yield workers
     finally:
@@ -292,9 +308,12 @@ class _HeadRaisingPublisher(BusPublisher):
 
 
 @asynccontextmanager
-async def _embedded_events(db: Database, heads: Heads | None) -> AsyncIterator[_Events]:
+async def _embedded_events(
+    settings: Settings, db: Database, heads: Heads | None
+) -> AsyncIterator[_Events]:
     """The embedded profile: an in-process bus fed by an in-process relay.
 
+    The relay writes the feed's pushed rows before each batch reaches the bus.
     On SQLite the relay is also woken by commits of other processes (a
     ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
     so their events reach this server's subscribers as promptly as its own,
@@ -302,7 +321,7 @@ async def _embedded_events(db: Database, heads: Heads | None) -> AsyncIterator[_
     """
     bus = InProcessBus()
     publisher = BusPublisher(bus) if heads is None else _HeadRaisingPublisher(bus, heads)
-    relay = OutboxRelay(db, publisher)
+    relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
     tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
     if db.dialect == "sqlite":
         tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
@@ -378,11 +397,13 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 versions = heads(events.snapshots) if answers is not None else None
             else:
                 versions = LocalHeads() if answers is not None else None
-                events = await stack.enter_async_context(_embedded_events(db, versions))
+                events = await stack.enter_async_context(_embedded_events(settings, db, versions))
             checks += events.checks
             services = Services(
                 db=db,
                 store=store(settings, db, CommitHooks(events.relay, events.snapshots, versions)),
+                follows=FollowStore(db, settings.feed_limits),
+                feed_limits=settings.feed_limits,
                 catalog=media,
                 limits=settings.limits,
                 hub=Hub(events.bus, queue_size=settings.max_subscriber_lag),

@@ -59,6 +59,9 @@ CONSUMER_LAG = Gauge(
     "Records between a consumer's position and the partition end, summed over partitions.",
     ["group"],
 )
+FEED_ROWS_WRITTEN = Counter(
+    "chorus_feed_rows_written_total", "Feed rows pushed to followers (repeats write none)."
+)
 LIVE_SUBSCRIBERS = Gauge("chorus_live_subscribers", "Subscription streams open in this process.")
 SNAPSHOT_READS = Counter(
     "chorus_snapshot_reads_total",

@@ -18,8 +18,9 @@ from strawberry.http.websocket_origin import normalize_allowed_origins
 
 from chorus.auth import MIN_SECRET_LENGTH
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE
+from chorus.domain.follows import FeedLimits
 from chorus.domain.limits import Limits
-from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, PROJECTOR_GROUP
+from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, FEED_GROUP, PROJECTOR_GROUP
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 
@@ -94,6 +95,7 @@ class Settings(BaseSettings):
     )
     kafka_fanout_group: str = Field(FANOUT_GROUP, min_length=1)
     kafka_projector_group: str = Field(PROJECTOR_GROUP, min_length=1)
+    kafka_feed_group: str = Field(FEED_GROUP, min_length=1)
     snapshot_page_size: int = Field(
         SNAPSHOT_PAGE_SIZE, ge=1, description="Entries kept in a PUBLIC playlist's Redis snapshot."
     )
@@ -105,6 +107,27 @@ class Settings(BaseSettings):
     )
     jwt_secret: str | None = Field(
         None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
+    )
+    library_secret: str | None = Field(
+        None,
+        description="Key of the Liked Songs ids (HMAC of the user id); unset: generated in "
+        "data_dir. Changing it gives every user a new, empty Liked Songs.",
+    )
+    feed_push_max_followers: int = Field(
+        10_000,
+        ge=1,
+        description="A target with fewer followers is pushed (one feed row per follower); "
+        "from this many on it is pulled at read time.",
+    )
+    max_follows_per_user: int = Field(
+        1_000, ge=1, description="Playlists and users one user may follow."
+    )
+    feed_page_size_default: int = Field(20, ge=1, description="Feed items when `first` is unset.")
+    feed_page_size_max: int = Field(50, ge=1, description="Largest `first` of viewer.feed.")
+    feed_retention_days: int = Field(
+        30,
+        ge=1,
+        description="Days a feed item is kept (pushed rows) and looked back (pulled targets).",
     )
     catalog_url: str | None = Field(
         None, description="Base URL of a separate catalog service; unset: the embedded catalog."
@@ -307,6 +330,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _feed_page_sizes(self) -> Settings:
+        if self.feed_page_size_default > self.feed_page_size_max:
+            raise ValueError(
+                f"CHORUS_FEED_PAGE_SIZE_DEFAULT ({self.feed_page_size_default}) is above "
+                f"CHORUS_FEED_PAGE_SIZE_MAX ({self.feed_page_size_max})"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _full_profile_together(self) -> Settings:
         if (self.redis_url is None) != (self.kafka_bootstrap_servers is None):
             raise ValueError(
@@ -402,12 +434,22 @@ class Settings(BaseSettings):
             raise ValueError("must be printable ASCII without spaces (it goes in a header)")
         return value
 
-    @field_validator("jwt_secret")
+    @field_validator("jwt_secret", "library_secret")
     @classmethod
     def _long_secret(cls, value: str | None) -> str | None:
         if value is not None and len(value) < MIN_SECRET_LENGTH:
             raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters")
         return value
+
+    @property
+    def feed_limits(self) -> FeedLimits:
+        return FeedLimits(
+            push_max_followers=self.feed_push_max_followers,
+            max_follows=self.max_follows_per_user,
+            page_size_default=self.feed_page_size_default,
+            page_size_max=self.feed_page_size_max,
+            retention_days=self.feed_retention_days,
+        )
 
     @property
     def limits(self) -> Limits:

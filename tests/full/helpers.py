@@ -48,6 +48,7 @@ def full_profile_env(bootstrap_servers: str, redis_url: str) -> dict[str, str]:
         "CHORUS_KAFKA_IDEMPOTENT_PRODUCER": "false",  # Tansu refuses InitProducerId
         "CHORUS_KAFKA_FANOUT_GROUP": f"fanout-{suffix}",
         "CHORUS_KAFKA_PROJECTOR_GROUP": f"projector-{suffix}",
+        "CHORUS_KAFKA_FEED_GROUP": f"feed-{suffix}",
         "CHORUS_REDIS_URL": redis_url,
     }
 

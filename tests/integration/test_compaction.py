@@ -304,7 +304,8 @@ async def test_chorus_compact_prints_its_report(database: Database, database_url
     done = chorus("compact", "--keep-versions", "5", CHORUS_DATABASE_URL=database_url)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "compacted 1 playlists: 8 log rows, 0 tombstones, 0 outbox rows deleted"
+        "compacted 1 playlists: 8 log rows, 0 tombstones, 0 outbox rows, "
+        "0 feed rows past CHORUS_FEED_RETENTION_DAYS deleted"
     )
     assert await log.floor() == 8
     assert await log.log_rows() == [8, 9, 10, 11, 12]

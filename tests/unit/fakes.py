@@ -21,7 +21,14 @@ from chorus.domain import positions
 from chorus.domain.changes import ChangeWire, decode_change, encode_change
 from chorus.domain.commands import CreatePlaylist, PlaylistCommand, SetMemberRole
 from chorus.domain.fold import PlaylistState
-from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
+from chorus.domain.handlers import (
+    Context,
+    Decision,
+    Outcome,
+    create_liked_songs,
+    create_playlist,
+    decide,
+)
 from chorus.domain.model import Entry, Role, Visibility
 
 SortKey = tuple[str, str]
@@ -58,12 +65,16 @@ class MemoryPlaylist:
         visibility: Visibility = Visibility.PRIVATE,
         collaborative: bool = False,
         description: str | None = None,
+        liked_songs: bool = False,
     ) -> None:
         self._ids = (f"e{n:06d}" for n in itertools.count())
         self._ops = (f"op-{n}" for n in itertools.count())
         self._clock = (START + timedelta(seconds=n) for n in itertools.count())
-        command = CreatePlaylist("op-create", title, description, visibility, collaborative)
-        decision = create_playlist(command, PLAYLIST_ID, self.context(owner))
+        if liked_songs:
+            decision = create_liked_songs(PLAYLIST_ID, self.context(owner))
+        else:
+            command = CreatePlaylist("op-create", title, description, visibility, collaborative)
+            decision = create_playlist(command, PLAYLIST_ID, self.context(owner))
         self.created_at = decision.playlist.created_at
         self.state = PlaylistState.create(PLAYLIST_ID, decision.changes[0])  # type: ignore[arg-type]
         assert self.state.playlist == decision.playlist
@@ -115,6 +126,11 @@ class MemoryPlaylist:
             i += 1
         self.reads += len(out)
         return out
+
+    async def live_with_media(self, media_id: str) -> Sequence[Entry]:
+        found = [e for e in self.live() if e.media_id == media_id]
+        self.reads += len(found)
+        return found
 
     async def role_of(self, user_id: str) -> Role | None:
         return self.state.members.get(user_id)

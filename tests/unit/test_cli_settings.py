@@ -64,7 +64,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_METRICS_TOKEN": "a token with spaces in"}, "CHORUS_METRICS_TOKEN"),
     ],
 )
-@pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache"])
+@pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache", "feed"])
 def test_bad_full_profile_settings_exit_2_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -82,7 +82,7 @@ def test_bad_full_profile_settings_exit_2_naming_the_variable(
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["relay", "fanout", "project-cache"])
+@pytest.mark.parametrize("command", ["relay", "fanout", "project-cache", "feed"])
 def test_workers_refuse_the_embedded_profile(
     capsys: pytest.CaptureFixture[str], command: str
 ) -> None:

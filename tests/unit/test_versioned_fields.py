@@ -15,6 +15,12 @@ UNVERSIONED_FIELDS = frozenset(
         "Viewer.playlists",  # which playlists a user has: no one version names it
         "Playlist.members",  # a members page does not name its version
         "Playlist.changes",  # history depends on retention too
+        "Playlist.followerCount",  # follows move no playlist version
+        "User.followerCount",
+        "Media.viewerHasLiked",  # the viewer's Liked Songs, not the page's playlist
+        "Viewer.likedSongs",  # made on first use: its read may create it
+        "Viewer.following",
+        "Viewer.feed",  # rows written by the feed consumer, no version
     }
 )
 """Fields reachable by a query that a cached answer must not hold."""
@@ -62,6 +68,11 @@ _BELOW_UNVERSIONED = frozenset(
         "MediaConnection",
         "MediaEdge",
         "UserError",
+        "FeedConnection",
+        "FeedEdge",
+        "FeedItem",
+        "FollowConnection",
+        "FollowEdge",
     ]
     for field in SCHEMA.type_map[kind].fields  # type: ignore[attr-defined]
 )

@@ -17,10 +17,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Final, Literal, TypedDict, cast
+from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 from chorus.domain.changes import EntryWire, entry_from_wire, entry_to_wire
-from chorus.domain.model import Entry, Playlist, Visibility
+from chorus.domain.model import Entry, Playlist, PlaylistKind, Visibility
 
 SNAPSHOT_FORMAT: Final = 1
 """The ``"v"`` of the snapshot JSON; bump it (and :data:`~chorus.caches.keys.KEY_PREFIX`)
@@ -46,6 +46,8 @@ class PlaylistHeaderWire(TypedDict):
     created_at: str
     updated_at: str
     deleted_at: str | None
+    kind: NotRequired[str]
+    """Absent from snapshots written before system playlists: ``PLAYLIST``."""
 
 
 class SnapshotWire(TypedDict):
@@ -129,6 +131,7 @@ def _header_to_wire(playlist: Playlist) -> PlaylistHeaderWire:
     """Every field of the header, in field order; times as ISO 8601."""
     wire: dict[str, Any] = {f.name: getattr(playlist, f.name) for f in fields(playlist)}
     wire["visibility"] = playlist.visibility.value
+    wire["kind"] = playlist.kind.value
     for name in _TIMES:
         wire[name] = wire[name].isoformat() if wire[name] is not None else None
     return cast(PlaylistHeaderWire, wire)
@@ -140,8 +143,13 @@ def _header_from_wire(wire: PlaylistHeaderWire) -> Playlist:
     Raises:
         KeyError, TypeError, ValueError: a field is missing or malformed.
     """
-    values: dict[str, Any] = {f.name: wire[f.name] for f in fields(Playlist)}  # type: ignore[literal-required]
+    values: dict[str, Any] = {
+        f.name: wire[f.name]  # type: ignore[literal-required]
+        for f in fields(Playlist)
+        if f.name != "kind"
+    }
     values["visibility"] = Visibility(values["visibility"])
+    values["kind"] = PlaylistKind(wire.get("kind", PlaylistKind.PLAYLIST.value))
     for name in _TIMES:
         values[name] = datetime.fromisoformat(values[name]) if values[name] is not None else None
     return Playlist(**values)

@@ -6,6 +6,7 @@
     chorus relay                  full profile: outbox → Kafka
     chorus fanout                 full profile: Kafka → Redis pub/sub
     chorus project-cache          full profile: Kafka → Redis snapshots
+    chorus feed                   full profile: Kafka → pushed feed rows in SQL
     chorus token USER             print a bearer token for USER
     chorus export-schema          print the schema as SDL (schema.graphql)
     chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
@@ -55,7 +56,8 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     serve.add_argument(
         "--with-workers",
         action="store_true",
-        help="full profile: also run the relay, fanout and cache projector in this process",
+        help="full profile: also run the relay, fanout, cache projector and feed consumer "
+        "in this process",
     )
     serve.set_defaults(run=commands.serve)
 
@@ -63,6 +65,7 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         ("relay", "full profile: publish the outbox to Kafka"),
         ("fanout", "full profile: Kafka events to Redis pub/sub"),
         ("project-cache", "full profile: Kafka events to Redis snapshots of PUBLIC playlists"),
+        ("feed", "full profile: Kafka events to the pushed feed rows of followers"),
     ):
         worker = subparsers.add_parser(name, help=text)
         worker.add_argument(

@@ -51,7 +51,7 @@ def serve(args: argparse.Namespace) -> int:
         fail(str(exc))
     profile = "full" if settings.full_profile else "embedded"
     if args.with_workers:
-        profile += ", with relay, fanout and cache projector in each process"
+        profile += ", with relay, fanout, cache projector and feed consumer in this process"
     if args.workers > 1:
         profile += f", {args.workers} processes"
     print(
@@ -127,6 +127,7 @@ async def _compact_async(args: argparse.Namespace) -> int:
 
     from chorus import bootstrap
     from chorus.db.compaction import compact
+    from chorus.db.feed import prune_expired
 
     settings = load_settings()
     keep_days = args.keep_days if args.keep_days is not None else settings.log_keep_days
@@ -140,9 +141,11 @@ async def _compact_async(args: argparse.Namespace) -> int:
             retry_window=timedelta(hours=settings.retry_window_hours),
             now=datetime.now(UTC),
         )
+        feed_rows = await prune_expired(db, settings.feed_limits, datetime.now(UTC))
     print(
         f"compacted {report.playlists} playlists: {report.log_rows_deleted} log rows, "
-        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows deleted"
+        f"{report.tombstones_deleted} tombstones, {report.outbox_rows_deleted} outbox rows, "
+        f"{feed_rows} feed rows past CHORUS_FEED_RETENTION_DAYS deleted"
     )
     return 0
 

@@ -14,8 +14,8 @@ from sqlalchemy import ColumnElement, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.repository import playlist_from_row
-from chorus.db.tables import UTCDateTime, playlist, playlist_member
-from chorus.domain.model import Member, Playlist, Role
+from chorus.db.tables import UTCDateTime, playlist, playlist_entry, playlist_member
+from chorus.domain.model import Member, Playlist, PlaylistKind, Role
 
 
 async def get_playlists(
@@ -70,6 +70,8 @@ def _of_user(user_id: str) -> tuple[ColumnElement[bool], ...]:
         playlist.c.id == playlist_member.c.playlist_id,
         playlist_member.c.user_id == user_id,
         playlist.c.deleted_at.is_(None),
+        # Liked Songs has its own field (viewer.likedSongs), not a place in this list.
+        playlist.c.kind == PlaylistKind.PLAYLIST.value,
     )
 
 
@@ -99,3 +101,15 @@ async def playlists_of(
 async def count_playlists_of(conn: AsyncConnection, user_id: str) -> int:
     query = select(func.count()).select_from(playlist).where(*_of_user(user_id))
     return int(await conn.scalar(query) or 0)
+
+
+async def media_in(conn: AsyncConnection, playlist_id: str, media_ids: Collection[str]) -> set[str]:
+    """Which of ``media_ids`` have a live entry in the playlist (``ix_playlist_entry_media``)."""
+    if not media_ids:
+        return set()
+    query = select(playlist_entry.c.media_id).where(
+        playlist_entry.c.playlist_id == playlist_id,
+        playlist_entry.c.removed_at.is_(None),
+        playlist_entry.c.media_id.in_(list(media_ids)),
+    )
+    return {row.media_id for row in await conn.execute(query)}

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from chorus.db import listing, repository
+from chorus.db import follows, listing, repository
 from chorus.db.engine import Database
+from chorus.domain.follows import Follow, Target, TargetKind
 from chorus.domain.model import Entry, Member, Playlist, Role
 from chorus.domain.ports import SortKey
 
@@ -78,6 +79,34 @@ async def roles_of(db: Database, user_id: str, playlist_ids: Collection[str]) ->
     """The roles ``user_id`` holds in these playlists; playlists they are not in are absent."""
     async with db.read() as conn:
         return await listing.get_roles(conn, user_id, playlist_ids)
+
+
+async def media_in(db: Database, playlist_id: str, media_ids: Collection[str]) -> set[str]:
+    """Which of ``media_ids`` have a live entry in the playlist (``ix_playlist_entry_media``)."""
+    async with db.read() as conn:
+        return await listing.media_in(conn, playlist_id, media_ids)
+
+
+async def follower_counts(db: Database, targets: Collection[Target]) -> dict[Target, int]:
+    """Followers of each target; targets nobody follows are absent."""
+    async with db.read() as conn:
+        return await follows.follower_counts(conn, targets)
+
+
+async def following_page(
+    db: Database,
+    follower_id: str,
+    kind: TargetKind | None,
+    *,
+    after: tuple[datetime, str, str] | None,
+    size: int,
+) -> Page[Follow]:
+    """The follower's follows of ``kind`` (any: ``None``), newest first."""
+    async with db.read() as conn:
+        items, total = await follows.following_page(
+            conn, follower_id, kind, after=after, limit=size + 1
+        )
+    return Page(items[:size], len(items) > size, after is not None, total)
 
 
 async def live_entry(db: Database, playlist_id: str, entry_id: str) -> Entry | None:

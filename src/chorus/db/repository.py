@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import Change, ChangeWire, decode_change
 from chorus.domain.committed import CommittedVersion
-from chorus.domain.model import Entry, Member, Playlist, Role, Visibility
+from chorus.domain.model import Entry, Member, Playlist, PlaylistKind, Role, Visibility
 from chorus.domain.ports import SortKey
 from chorus.domain.revert import undo
 
@@ -53,6 +53,7 @@ def playlist_from_row(row: Any) -> Playlist:
         created_at=m["created_at"],
         updated_at=m["updated_at"],
         deleted_at=m["deleted_at"],
+        kind=PlaylistKind(m["kind"]),
     )
 
 
@@ -176,6 +177,16 @@ async def get_entries(
     return {r.entry_id: entry_from_row(r) for r in rows}
 
 
+async def live_with_media(conn: AsyncConnection, playlist_id: str, media_id: str) -> list[Entry]:
+    """Live entries of ``media_id`` in list order (``ix_playlist_entry_media``)."""
+    rows = await conn.execute(
+        select(*_entry_columns)
+        .where(*_live(playlist_id), playlist_entry.c.media_id == media_id)
+        .order_by(playlist_entry.c.position_key, playlist_entry.c.entry_id)
+    )
+    return [entry_from_row(r) for r in rows]
+
+
 def _decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
     wires: list[ChangeWire] = payload["changes"]
     return tuple(decode_change(w) for w in wires)
@@ -276,6 +287,9 @@ class SqlPlaylistView:
             self._conn, self._playlist_id, after=position, limit=limit + len(exclude)
         )
         return [e for e in rows if e.entry_id not in exclude][:limit]
+
+    async def live_with_media(self, media_id: str) -> Sequence[Entry]:
+        return await live_with_media(self._conn, self._playlist_id, media_id)
 
     async def role_of(self, user_id: str) -> Role | None:
         return await get_role(self._conn, self._playlist_id, user_id)

@@ -40,6 +40,7 @@ unavailable is answered to each command at once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -55,10 +56,25 @@ from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.db.owners import OwnerQueues
 from chorus.db.tables import playlist_mutation
 from chorus.db.writer import outcome_from_json, write_decision
+from chorus.domain import library
 from chorus.domain.changes import MembersChanged
-from chorus.domain.commands import CreatePlaylist, PlaylistCommand, RevertPlaylist, request_hash
+from chorus.domain.commands import (
+    CreatePlaylist,
+    LikeMedia,
+    PlaylistCommand,
+    RevertPlaylist,
+    UnlikeMedia,
+    request_hash,
+)
 from chorus.domain.errors import DomainError, OperationIdReused
-from chorus.domain.handlers import Context, Decision, Outcome, create_playlist, decide
+from chorus.domain.handlers import (
+    Context,
+    Decision,
+    Outcome,
+    create_liked_songs,
+    create_playlist,
+    decide,
+)
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import Playlist, Role
 from chorus.domain.validation import check_operation_id
@@ -92,6 +108,10 @@ async def _finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
     operation id replays whatever it committed.
     """
     return await asyncio.shield(work)
+
+
+_LIKED_SONGS_HASH = hashlib.sha256(b"CreateLikedSongs").hexdigest()
+"""The request hash stored with version 0 of a Liked Songs (no client sends it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +152,8 @@ class PlaylistStore:
             transaction per command.
         queue_size, queue_per_user, max_group: the owner queue's bounds
             (:class:`~chorus.db.owners.OwnerQueues`).
+        library_secret: the key of Liked Songs ids (:mod:`chorus.domain.library`);
+            ``None``: this store keeps no Liked Songs.
     """
 
     def __init__(
@@ -146,8 +168,10 @@ class PlaylistStore:
         queue_size: int = OWNER_QUEUE_SIZE,
         queue_per_user: int = OWNER_QUEUE_PER_USER,
         max_group: int = MAX_GROUP,
+        library_secret: bytes | None = None,
     ) -> None:
         self.db = db
+        self._library_secret = library_secret
         self.limits = limits
         self._clock = clock
         self._new_id = id_factory
@@ -183,8 +207,57 @@ class PlaylistStore:
         if self.owners is None:
             return await _finish_even_if_cancelled(self._execute(command, actor_id))
         check_operation_id(command.operation_id, self.limits)
+        if (
+            isinstance(command, LikeMedia | UnlikeMedia)
+            and self._library_secret is not None
+            and command.playlist_id == self.liked_songs_id(actor_id)
+        ):
+            await self.ensure_liked_songs(actor_id)  # a group locks a row that exists
         waiting = _Command(command, actor_id, request_hash(command))
         return await self.owners.submit(command.playlist_id, actor_id, waiting)
+
+    @property
+    def keeps_liked_songs(self) -> bool:
+        """Whether this store was given a library secret (Liked Songs ids need one)."""
+        return self._library_secret is not None
+
+    def liked_songs_id(self, user_id: str) -> str:
+        """The id of ``user_id``'s Liked Songs, whether it exists yet or not.
+
+        Raises:
+            RuntimeError: the store was made without a library secret.
+        """
+        if self._library_secret is None:
+            raise RuntimeError("this store has no library secret")
+        return library.liked_songs_id(self._library_secret, user_id)
+
+    async def ensure_liked_songs(self, user_id: str) -> str:
+        """``user_id``'s Liked Songs id, after committing its version 0 if it was missing.
+
+        Concurrent first uses commit version 0 once: the loser of the race
+        finds the winner's row (SQLite has one writer; PostgreSQL's primary
+        key refuses the second insert).
+        """
+        playlist_id = self.liked_songs_id(user_id)
+        async with self.db.read() as conn:
+            if await repository.get_playlist(conn, playlist_id) is not None:
+                return playlist_id
+        await _finish_even_if_cancelled(self._create_liked_songs(playlist_id, user_id))
+        return playlist_id
+
+    async def _create_liked_songs(self, playlist_id: str, user_id: str) -> Committed:
+        decision = create_liked_songs(playlist_id, self._context(user_id))
+        try:
+            async with self.db.write() as conn:
+                if await repository.get_playlist(conn, playlist_id, for_update=True) is not None:
+                    return Committed(decision.outcome, replayed=True)
+                await self._write(
+                    conn, decision, library.CREATE_OPERATION_ID, user_id, _LIKED_SONGS_HASH
+                )
+        except IntegrityError:
+            return Committed(decision.outcome, replayed=True)  # a concurrent first use won
+        self._committed(decision.outcome)
+        return Committed(decision.outcome)
 
     async def replay(
         self, command: CreatePlaylist | PlaylistCommand, actor_id: str
@@ -221,6 +294,12 @@ class PlaylistStore:
     async def _execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
+        if (
+            isinstance(command, LikeMedia | UnlikeMedia)
+            and self._library_secret is not None
+            and command.playlist_id == self.liked_songs_id(actor_id)
+        ):
+            await self.ensure_liked_songs(actor_id)
         try:
             async with self.db.write() as conn:
                 header = await repository.get_playlist(conn, command.playlist_id, for_update=True)

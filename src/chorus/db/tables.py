@@ -84,6 +84,8 @@ playlist = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("deleted_at", UTCDateTime),
+    # PLAYLIST, or a system playlist such as LIKED_SONGS (chorus.domain.library).
+    Column("kind", String(16), nullable=False, server_default="PLAYLIST"),
 )
 
 playlist_member = Table(
@@ -118,6 +120,15 @@ Index(
     sqlite_where=playlist_entry.c.removed_at.is_(None),
 )
 
+# A like's duplicate check and Media.viewerHasLiked: live entries by media id.
+Index(
+    "ix_playlist_entry_media",
+    playlist_entry.c.playlist_id,
+    playlist_entry.c.media_id,
+    postgresql_where=playlist_entry.c.removed_at.is_(None),
+    sqlite_where=playlist_entry.c.removed_at.is_(None),
+)
+
 playlist_mutation = Table(
     "playlist_mutation",
     metadata,
@@ -133,6 +144,15 @@ playlist_mutation = Table(
     # id from replaying (or blocking) another user's command.
     UniqueConstraint("actor_id", "operation_id"),
 )
+
+# The feed pulls a large target's recent versions (chorus.db.feed): by time, per playlist.
+Index(
+    "ix_playlist_mutation_committed",
+    playlist_mutation.c.playlist_id,
+    playlist_mutation.c.committed_at,
+)
+# A followed user's playlists, for the feed's pull side.
+Index("ix_playlist_owner_id", playlist.c.owner_id)
 
 outbox = Table(
     "outbox",
@@ -171,3 +191,49 @@ catalog_media = Table(
     Column("search_text", Text, nullable=False),
     Column("added_at", UTCDateTime, nullable=False),
 )
+
+# One follows relation for every kind of target (chorus.domain.follows):
+# PLAYLIST targets are playlist ids, USER targets user ids.
+follow = Table(
+    "follow",
+    metadata,
+    Column("follower_id", ID, primary_key=True),
+    Column("target_kind", String(16), primary_key=True),
+    Column("target_id", ID, primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+# A target's followers: the push side's INSERT … SELECT and the counts.
+Index("ix_follow_target", follow.c.target_kind, follow.c.target_id, follow.c.created_at)
+
+# Followers per target, kept with every follow and unfollow, so deciding push or
+# pull for an event and Playlist.followerCount read one row, not count them.
+follow_count = Table(
+    "follow_count",
+    metadata,
+    Column("target_kind", String(16), primary_key=True),
+    Column("target_id", ID, primary_key=True),
+    Column("follower_count", Integer, nullable=False),
+)
+
+# The push side of the feed: one row per follower and playlist version, written
+# at least once by the feed consumer (ON CONFLICT DO NOTHING on the key). Thin:
+# ids and the time only.
+feed_item = Table(
+    "feed_item",
+    metadata,
+    Column("follower_id", ID, primary_key=True),
+    Column("playlist_id", String(64), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("actor_id", ID, nullable=False),
+    Column("happened_at", UTCDateTime, nullable=False),
+)
+# A follower's feed, newest first.
+Index(
+    "ix_feed_item_order",
+    feed_item.c.follower_id,
+    feed_item.c.happened_at,
+    feed_item.c.playlist_id,
+    feed_item.c.version,
+)
+# Retention deletes by age.
+Index("ix_feed_item_happened_at", feed_item.c.happened_at)

@@ -38,6 +38,7 @@ from chorus.domain.model import Entry, Playlist, Role
 def _header_values(p: Playlist) -> dict[str, Any]:
     values = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
     values["visibility"] = p.visibility.value
+    values["kind"] = p.kind.value
     return values
 
 

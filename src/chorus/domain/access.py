@@ -6,6 +6,10 @@
   the playlist is collaborative; VIEWER reads.
 * Only the owner changes members, visibility and collaboration, and deletes;
   any member may remove themselves.
+* A system playlist (Liked Songs) is its owner's alone: only ``likeMedia`` /
+  ``unlikeMedia`` add to it (so a media is never in it twice), its details
+  and members never change and it is never deleted; the owner may still
+  reorder, remove and revert its entries. Likes go to no other playlist.
 
 Access is checked before anything else about a command (its base version,
 its arguments), so a refused actor learns nothing more than that. A command
@@ -22,12 +26,14 @@ from chorus.domain.commands import (
     UNSET,
     AddEntries,
     DeletePlaylist,
+    LikeMedia,
     MoveEntries,
     PlaylistCommand,
     RemoveEntries,
     RemoveMember,
     RevertPlaylist,
     SetMemberRole,
+    UnlikeMedia,
     UpdatePlaylist,
 )
 from chorus.domain.errors import Forbidden, NotFound
@@ -51,6 +57,11 @@ def _owner(role: Role | None, what: str) -> None:
         raise Forbidden(f"only the owner may {what}")
 
 
+def _not_system(playlist: Playlist, what: str) -> None:
+    if playlist.system:
+        raise Forbidden(f"{playlist.title} cannot {what}")
+
+
 def authorize(
     command: PlaylistCommand, playlist: Playlist, role: Role | None, actor_id: str
 ) -> None:
@@ -61,14 +72,23 @@ def authorize(
             one this module has a rule for.
     """
     match command:
-        case AddEntries() | MoveEntries() | RemoveEntries() | RevertPlaylist():
+        case LikeMedia() | UnlikeMedia():
+            if not playlist.system:
+                raise Forbidden("likes go to Liked Songs only")
+            _owner(role, "like or unlike media")
+        case AddEntries():
+            _not_system(playlist, "be added to; use likeMedia")
+            _edit(playlist, role)
+        case MoveEntries() | RemoveEntries() | RevertPlaylist():
             _edit(playlist, role)
         case UpdatePlaylist():
+            _not_system(playlist, "be renamed or shared")
             if command.title is not UNSET or command.description is not UNSET:
                 _edit(playlist, role)
             if command.visibility is not UNSET or command.collaborative is not UNSET:
                 _owner(role, "change visibility or collaboration")
         case SetMemberRole():
+            _not_system(playlist, "have members")
             _owner(role, "change members")
         case RemoveMember():
             if command.user_id != actor_id:
@@ -76,6 +96,7 @@ def authorize(
             elif role is None:
                 raise Forbidden("you are not a member of this playlist")
         case DeletePlaylist():
+            _not_system(playlist, "be deleted")
             _owner(role, "delete the playlist")
         case _:
             if TYPE_CHECKING:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, TypedDict, assert_never
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, assert_never
 
-from chorus.domain.model import Entry, Role, Visibility
+from chorus.domain.model import Entry, PlaylistKind, Role, Visibility
 
 WIRE_VERSION = 1
 
@@ -39,6 +39,7 @@ class PlaylistCreated:
     owner_id: str
     details: Details
     created_at: datetime
+    kind: PlaylistKind = PlaylistKind.PLAYLIST
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,8 @@ class PlaylistCreatedWire(TypedDict):
     owner_id: str
     details: DetailsWire
     created_at: str
+    kind: NotRequired[str]
+    """Absent in versions written before system playlists: ``PLAYLIST``."""
 
 
 class EntriesAddedWire(TypedDict):
@@ -227,12 +230,15 @@ def encode_change(change: Change) -> ChangeWire:
     """The JSON-ready form of ``change``."""
     match change:
         case PlaylistCreated():
-            return {
+            created: PlaylistCreatedWire = {
                 "type": "PlaylistCreated",
                 "owner_id": change.owner_id,
                 "details": _details_wire(change.details),
                 "created_at": change.created_at.isoformat(),
             }
+            if change.kind is not PlaylistKind.PLAYLIST:
+                created["kind"] = change.kind.value
+            return created
         case EntriesAdded():
             return {"type": "EntriesAdded", "entries": [entry_to_wire(e) for e in change.entries]}
         case EntriesMoved():
@@ -276,6 +282,7 @@ def decode_change(wire: ChangeWire) -> Change:
                 owner_id=wire["owner_id"],
                 details=_details(wire["details"]),
                 created_at=datetime.fromisoformat(wire["created_at"]),
+                kind=PlaylistKind(wire.get("kind", PlaylistKind.PLAYLIST.value)),
             )
         case "EntriesAdded":
             return EntriesAdded(tuple(entry_from_wire(e) for e in wire["entries"]))

@@ -144,7 +144,33 @@ class DeletePlaylist:
     strict: bool = False
 
 
-PlaylistCommand = (
+@dataclass(frozen=True, slots=True)
+class LikeMedia:
+    """Put ``media_id`` at the top of the actor's Liked Songs; a no-op when it is there.
+
+    ``playlist_id`` is the actor's Liked Songs (:func:`chorus.domain.library.liked_songs_id`).
+    Likes commute, so there is no base version: the command always applies
+    to the current version.
+    """
+
+    playlist_id: str
+    operation_id: str
+    media_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnlikeMedia:
+    """Take ``media_id`` out of the actor's Liked Songs; a no-op when it is not there."""
+
+    playlist_id: str
+    operation_id: str
+    media_id: str
+
+
+LibraryCommand = LikeMedia | UnlikeMedia
+"""Commands on a user's Liked Songs; they carry no base version."""
+
+VersionedCommand = (
     AddEntries
     | MoveEntries
     | RemoveEntries
@@ -154,6 +180,8 @@ PlaylistCommand = (
     | RevertPlaylist
     | DeletePlaylist
 )
+"""Commands that name the version the client last applied (``base_version``, ``strict``)."""
+PlaylistCommand = VersionedCommand | LibraryCommand
 Command = CreatePlaylist | PlaylistCommand
 
 

@@ -34,6 +34,7 @@ def created(playlist_id: str, change: ch.PlaylistCreated) -> Playlist:
         entry_count=0,
         created_at=change.created_at,
         updated_at=change.created_at,
+        kind=change.kind,
     )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import assert_never
 
-from chorus.domain import revert
+from chorus.domain import library, revert
 from chorus.domain.access import authorize, readable
 from chorus.domain.changes import (
     Change,
@@ -46,18 +46,22 @@ from chorus.domain.commands import (
     AddEntries,
     CreatePlaylist,
     DeletePlaylist,
+    LikeMedia,
     MoveEntries,
+    Placement,
     PlaylistCommand,
     RemoveEntries,
     RemoveMember,
     RevertPlaylist,
     SetMemberRole,
+    UnlikeMedia,
     UpdatePlaylist,
+    VersionedCommand,
 )
 from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound, VersionConflict
 from chorus.domain.fold import advance, created
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
-from chorus.domain.model import Entry, Playlist, Role
+from chorus.domain.model import Entry, Playlist, PlaylistKind, Role
 from chorus.domain.placement import find_anchor, gap, place
 from chorus.domain.ports import PlaylistView
 from chorus.domain.validation import (
@@ -110,7 +114,16 @@ class Decision:
 
 
 def _check_base_version(command: PlaylistCommand, playlist: Playlist) -> bool:
-    """Whether the command must be rebased; raises when it may not be applied."""
+    """Whether the command must be rebased; raises when it may not be applied.
+
+    Likes carry no base version: they commute with everything, so never rebase.
+    """
+    if isinstance(command, LikeMedia | UnlikeMedia):
+        return False
+    return _check_versioned(command, playlist)
+
+
+def _check_versioned(command: VersionedCommand, playlist: Playlist) -> bool:
     base = command.base_version
     if base < 0 or base > playlist.version:
         raise InvalidInput(
@@ -139,6 +152,21 @@ def create_playlist(command: CreatePlaylist, playlist_id: str, ctx: Context) -> 
         collaborative=command.collaborative,
     )
     change = PlaylistCreated(owner_id=ctx.actor_id, details=details, created_at=ctx.now)
+    return Decision(created(playlist_id, change), (change,), Outcome(playlist_id, 0))
+
+
+def create_liked_songs(playlist_id: str, ctx: Context) -> Decision:
+    """Version 0 of the actor's Liked Songs (:mod:`chorus.domain.library`).
+
+    The store commits it under :data:`~chorus.domain.library.CREATE_OPERATION_ID`,
+    which no client can send, so it needs no operation-id check.
+    """
+    change = PlaylistCreated(
+        owner_id=ctx.actor_id,
+        details=library.LIKED_SONGS_DETAILS,
+        created_at=ctx.now,
+        kind=PlaylistKind.LIKED_SONGS,
+    )
     return Decision(created(playlist_id, change), (change,), Outcome(playlist_id, 0))
 
 
@@ -195,8 +223,29 @@ async def _handle(
             return await _revert_playlist(command, p, view)
         case DeletePlaylist():
             return [PlaylistDeleted(ctx.now)], [], []
+        case LikeMedia():
+            return await _like_media(command, p, view, ctx)
+        case UnlikeMedia():
+            return await _unlike_media(command, view, ctx)
         case _:
             assert_never(command)
+
+
+async def _like_media(cmd: LikeMedia, p: Playlist, view: PlaylistView, ctx: Context) -> Handled:
+    """Newest like first: the media goes before the first entry, unless it is there."""
+    check_id(cmd.media_id, ("mediaId",), ctx.limits, "a media id")
+    if await view.live_with_media(cmd.media_id):
+        return [], [], []
+    first = await view.live_after(None, 1)
+    placement = Placement(before=first[0].entry_id) if first else Placement()
+    return await _place_media(p, view, ctx, (cmd.media_id,), placement, ("mediaId",))
+
+
+async def _unlike_media(cmd: UnlikeMedia, view: PlaylistView, ctx: Context) -> Handled:
+    check_id(cmd.media_id, ("mediaId",), ctx.limits, "a media id")
+    liked = await view.live_with_media(cmd.media_id)
+    changes: list[Change] = [EntriesRemoved(tuple(liked))] if liked else []
+    return changes, [], []
 
 
 async def _add_entries(cmd: AddEntries, p: Playlist, view: PlaylistView, ctx: Context) -> Handled:
@@ -210,16 +259,27 @@ async def _add_entries(cmd: AddEntries, p: Playlist, view: PlaylistView, ctx: Co
     for i, media_id in enumerate(cmd.media_ids):
         check_id(media_id, ("mediaIds", str(i)), limits, "a media id")
     check_placement(cmd.placement, limits)
-    if p.entry_count + len(cmd.media_ids) > limits.max_entries:
-        raise LimitExceeded(
-            f"a playlist holds at most {limits.max_entries} entries", field=("mediaIds",)
-        )
-    anchor = await find_anchor(view, cmd.placement, {})
-    low, high = await gap(view, cmd.placement, anchor, frozenset())
-    keys, rebalanced = await place(view, low, high, len(cmd.media_ids), frozenset())
+    return await _place_media(p, view, ctx, cmd.media_ids, cmd.placement, ("mediaIds",))
+
+
+async def _place_media(
+    p: Playlist,
+    view: PlaylistView,
+    ctx: Context,
+    media_ids: tuple[str, ...],
+    placement: Placement,
+    field: tuple[str, ...],
+) -> Handled:
+    """New entries for ``media_ids`` at ``placement``, within the entry limit."""
+    limits = ctx.limits
+    if p.entry_count + len(media_ids) > limits.max_entries:
+        raise LimitExceeded(f"a playlist holds at most {limits.max_entries} entries", field=field)
+    anchor = await find_anchor(view, placement, {})
+    low, high = await gap(view, placement, anchor, frozenset())
+    keys, rebalanced = await place(view, low, high, len(media_ids), frozenset())
     added = [
         Entry(ctx.new_id(), key, media_id, ctx.actor_id, ctx.now)
-        for key, media_id in zip(keys, cmd.media_ids, strict=True)
+        for key, media_id in zip(keys, media_ids, strict=True)
     ]
     changes: list[Change] = [EntriesMoved(rebalanced)] if rebalanced else []
     changes.append(EntriesAdded(tuple(added)))

@@ -25,6 +25,16 @@ class Role(StrEnum):
     """Read only."""
 
 
+class PlaylistKind(StrEnum):
+    """Whether a playlist is the user's own list or one the system keeps for them."""
+
+    PLAYLIST = "PLAYLIST"
+    """An ordinary playlist, made by ``createPlaylist``."""
+    LIKED_SONGS = "LIKED_SONGS"
+    """A user's Liked Songs (:mod:`chorus.domain.library`): PRIVATE, owner-only,
+    title fixed, not deletable; changed by ``likeMedia`` / ``unlikeMedia``."""
+
+
 class Visibility(StrEnum):
     PUBLIC = "PUBLIC"
     """Readable by every authenticated user."""
@@ -53,10 +63,16 @@ class Playlist:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None = None
+    kind: PlaylistKind = PlaylistKind.PLAYLIST
 
     @property
     def deleted(self) -> bool:
         return self.deleted_at is not None
+
+    @property
+    def system(self) -> bool:
+        """A playlist the system keeps for its owner (Liked Songs), not one they made."""
+        return self.kind is not PlaylistKind.PLAYLIST
 
 
 @dataclass(frozen=True, slots=True)

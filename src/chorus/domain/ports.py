@@ -44,6 +44,10 @@ class PlaylistView(Protocol):
         """
         ...
 
+    async def live_with_media(self, media_id: str) -> Sequence[Entry]:
+        """The live entries holding ``media_id``, in list order (a like's duplicate check)."""
+        ...
+
     async def role_of(self, user_id: str) -> Role | None:
         """The role ``user_id`` holds in the playlist, ``None`` for a non-member."""
         ...

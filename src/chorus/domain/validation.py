@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from chorus.domain.commands import Placement
 from chorus.domain.errors import InvalidInput, LimitExceeded
+from chorus.domain.library import SYSTEM_OPERATION_PREFIX
 from chorus.domain.limits import DEFAULT_LIMITS, MAX_ID_LENGTH, Limits
 
 
@@ -45,6 +46,11 @@ def check_operation_id(operation_id: str, limits: Limits = DEFAULT_LIMITS) -> No
     if not operation_id or len(operation_id) > n or not operation_id.isprintable():
         raise InvalidInput(
             f"operationId must be 1–{n} printable characters", field=("operationId",)
+        )
+    if operation_id.startswith(SYSTEM_OPERATION_PREFIX):
+        raise InvalidInput(
+            f"operationIds starting with {SYSTEM_OPERATION_PREFIX!r} are reserved",
+            field=("operationId",),
         )
 
 

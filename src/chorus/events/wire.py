@@ -25,6 +25,8 @@ FANOUT_GROUP = "chorus-fanout"
 """The fanout's consumer group (``CHORUS_KAFKA_FANOUT_GROUP``)."""
 PROJECTOR_GROUP = "chorus-cache-projector"
 """The cache projector's consumer group (``CHORUS_KAFKA_PROJECTOR_GROUP``)."""
+FEED_GROUP = "chorus-feed"
+"""The feed consumer's group (``CHORUS_KAFKA_FEED_GROUP``)."""
 
 
 def encode_event(event: PlaylistEvent) -> bytes:

@@ -37,6 +37,7 @@ import strawberry
 from chorus.catalog.protocol import MAX_SEARCH_OFFSET, MAX_SEARCH_QUERY_LENGTH
 from chorus.domain.commands import Placement
 from chorus.domain.errors import AnchorNotFound, InvalidInput, NotFound
+from chorus.domain.follows import FeedKey, FeedLimits, Target, TargetKind
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist
 from chorus.domain.ports import SortKey
@@ -117,6 +118,51 @@ def _decoded_after(after: str | None, decode: Callable[[str], T]) -> T | None:
         return decode(after)
     except ids.MalformedId:
         raise BadUserInput(NOT_A_CURSOR.format("after")) from None
+
+
+def following_position(after: str | None) -> tuple[datetime, str, str] | None:
+    """The keyset ``(created_at, kind, target id)`` of a ``Viewer.following`` cursor.
+
+    Raises:
+        BadUserInput: not a cursor of that connection.
+    """
+    return _decoded_after(after, ids.decode_follow_cursor)
+
+
+def feed_position(after: str | None) -> FeedKey | None:
+    """The keyset ``(happened_at, playlist id, version)`` of a ``Viewer.feed`` cursor.
+
+    Raises:
+        BadUserInput: not a cursor of that connection.
+    """
+    return _decoded_after(after, ids.decode_feed_cursor)
+
+
+def feed_page_size(limits: FeedLimits, first: int | None) -> int:
+    """The size of a feed page: ``first``, or the default.
+
+    Raises:
+        BadUserInput: a negative ``first``, or one above ``CHORUS_FEED_PAGE_SIZE_MAX``.
+    """
+    if first is None:
+        return limits.page_size_default
+    if not 0 <= first <= limits.page_size_max:
+        raise BadUserInput(f"first must be between 0 and {limits.page_size_max}")
+    return first
+
+
+def follow_target(kind: TargetKind, target_id: str) -> Target:
+    """The target of a follow input: a ``Playlist`` global ID, or a user id as is.
+
+    Raises:
+        NotFound: ``PLAYLIST`` with something that is not a playlist's global ID.
+    """
+    if kind is TargetKind.PLAYLIST:
+        try:
+            return Target(kind, ids.playlist_id(target_id))
+        except ids.MalformedId:
+            raise NotFound("playlist not found", field=("targetId",)) from None
+    return Target(kind, target_id)
 
 
 def search_offset(after: str | None) -> int:

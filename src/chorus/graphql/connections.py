@@ -1,4 +1,4 @@
-"""Relay connections: ``PageInfo``, edges, connections, and the one function that builds them.
+"""Relay connections: ``PageInfo``, edges, connections, and the functions that build them.
 
 Every connection of the schema is a :class:`Connection` of its node type;
 strawberry names ``Connection[Playlist]`` ``PlaylistConnection`` and its
@@ -70,6 +70,21 @@ class PlaylistEntryConnection(Connection[PlaylistEntry]):
     version: int = strawberry.field(description="The playlist version this page was read at.")
 
 
+class _Cursored(Protocol):
+    @property
+    def cursor(self) -> str: ...
+
+
+def page_info(edges: Sequence[_Cursored], *, has_next: bool, has_previous: bool) -> PageInfo:
+    """The ``PageInfo`` of edges built by hand (connections with their own edge types)."""
+    return PageInfo(
+        has_next_page=has_next,
+        has_previous_page=has_previous,
+        start_cursor=edges[0].cursor if edges else None,
+        end_cursor=edges[-1].cursor if edges else None,
+    )
+
+
 def edges_and_page_info(
     page: PageLike[T], node: Callable[[T], N], cursor: Callable[[T], str]
 ) -> tuple[list[Edge[N]], PageInfo]:
@@ -85,13 +100,7 @@ def edges_and_page_info(
         first and last edge's cursors, ``null`` on an empty page.
     """
     edges = [Edge(cursor=cursor(item), node=node(item)) for item in page.items]
-    page_info = PageInfo(
-        has_next_page=page.has_next,
-        has_previous_page=page.has_previous,
-        start_cursor=edges[0].cursor if edges else None,
-        end_cursor=edges[-1].cursor if edges else None,
-    )
-    return edges, page_info
+    return edges, page_info(edges, has_next=page.has_next, has_previous=page.has_previous)
 
 
 def connection(

@@ -36,6 +36,8 @@ _ENTRY = "k"
 _MEMBER = "m"
 _PLAYLIST = "p"
 _SEARCH = "s"
+_FOLLOW = "f"
+_FEED = "d"
 
 
 class MalformedId(ValueError):
@@ -202,3 +204,48 @@ def decode_search_cursor(value: str) -> int:
     if not (position.isascii() and position.isdigit() and len(position) <= 9):
         raise MalformedId("malformed cursor")
     return int(position)
+
+
+def follow_cursor(created_at: datetime, kind: str, target_id: str) -> str:
+    """The cursor of ``Viewer.following``: its keyset ``(created_at, kind, target id)``."""
+    return cursor(_FOLLOW, f"{created_at.isoformat()}|{kind}|{target_id}")
+
+
+def decode_follow_cursor(value: str) -> tuple[datetime, str, str]:
+    """The keyset of a follow cursor.
+
+    Raises:
+        MalformedId: not a follow cursor.
+    """
+    created, _, rest = decode_cursor(_FOLLOW, value).partition("|")
+    kind, _, target_id = rest.partition("|")
+    if not kind or not target_id:
+        raise MalformedId("malformed cursor")
+    try:
+        return datetime.fromisoformat(created), kind, target_id
+    except ValueError:
+        raise MalformedId("malformed cursor") from None
+
+
+def feed_cursor(happened_at: datetime, playlist_id_: str, version: int) -> str:
+    """The cursor of ``Viewer.feed``: its keyset ``(happened_at, playlist id, version)``."""
+    return cursor(_FEED, f"{happened_at.isoformat()}|{version}|{playlist_id_}")
+
+
+def decode_feed_cursor(value: str) -> tuple[datetime, str, int]:
+    """The keyset of a feed cursor.
+
+    Raises:
+        MalformedId: not a feed cursor.
+    """
+    happened, _, rest = decode_cursor(_FEED, value).partition("|")
+    version, _, playlist_id_ = rest.partition("|")
+    if not (version.isascii() and version.isdigit() and len(version) <= 9) or not playlist_id_:
+        raise MalformedId("malformed cursor")
+    try:
+        at = datetime.fromisoformat(happened)
+    except ValueError:
+        raise MalformedId("malformed cursor") from None
+    if at.tzinfo is None:
+        raise MalformedId("malformed cursor")
+    return at, playlist_id_, int(version)

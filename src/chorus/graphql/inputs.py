@@ -106,3 +106,21 @@ class DeletePlaylistInput:
     operation_id: strawberry.ID
     base_version: int
     strict: bool = False
+
+
+@strawberry.input(
+    description="Like a media: it goes to the top of the viewer's Liked Songs. Liking a "
+    "media already there commits a version that changes nothing."
+)
+class LikeMediaInput:
+    operation_id: strawberry.ID
+    media_id: str
+
+
+@strawberry.input(
+    description="Take a media out of the viewer's Liked Songs; a version that changes "
+    "nothing when it is not there."
+)
+class UnlikeMediaInput:
+    operation_id: strawberry.ID
+    media_id: str

@@ -15,34 +15,40 @@ import strawberry
 
 from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
+from chorus.domain.follows import Target, TargetKind
 from chorus.graphql import arguments
+from chorus.graphql.follows import FollowInput, FollowPayload, UnfollowInput
 from chorus.graphql.inputs import (
     AddEntriesInput,
     CreatePlaylistInput,
     DeletePlaylistInput,
+    LikeMediaInput,
     MoveEntriesInput,
     RemoveEntriesInput,
     RemoveMemberInput,
     RevertPlaylistInput,
     SetMemberRoleInput,
+    UnlikeMediaInput,
     UpdatePlaylistInput,
 )
 from chorus.graphql.payloads import (
     AddEntriesPayload,
     CreatePlaylistPayload,
     DeletePlaylistPayload,
+    LikeMediaPayload,
     MoveEntriesPayload,
     RemoveEntriesPayload,
     RemoveMemberPayload,
     RevertPlaylistPayload,
     SetMemberRolePayload,
+    UnlikeMediaPayload,
     UpdatePlaylistPayload,
     common_fields,
     placed_entries,
     skipped_ids,
 )
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import mutations
+from chorus.resolvers import follows, mutations
 from chorus.resolvers.mutations import MutationResult
 
 
@@ -216,3 +222,37 @@ class Mutation:
             ),
         )
         return DeletePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Put a media at the top of the viewer's Liked Songs (made on first use)."
+    )
+    async def like_media(self, info: ChorusInfo, input: LikeMediaInput) -> LikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=True)
+        return LikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(description="Take a media out of the viewer's Liked Songs.")
+    async def unlike_media(self, info: ChorusInfo, input: UnlikeMediaInput) -> UnlikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=False)
+        return UnlikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Follow a playlist or a user; following again changes nothing. A PRIVATE "
+        "playlist needs read access; a user follows at most CHORUS_MAX_FOLLOWS_PER_USER targets."
+    )
+    async def follow(self, info: ChorusInfo, input: FollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=True)
+
+    @strawberry.mutation(description="Stop following; unfollowing again changes nothing.")
+    async def unfollow(self, info: ChorusInfo, input: UnfollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=False)
+
+
+async def _follow(info: ChorusInfo, kind: TargetKind, target_id: str, *, on: bool) -> FollowPayload:
+    info.context.viewer()
+    try:
+        target = arguments.follow_target(kind, target_id)
+    except DomainError as error:
+        return FollowPayload.from_outcome(
+            follows.FollowOutcome(Target(kind, target_id), following=False, error=error)
+        )
+    return FollowPayload.from_outcome(await follows.follow(info.context, target, on=on))

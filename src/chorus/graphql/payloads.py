@@ -153,3 +153,13 @@ class RevertPlaylistPayload(MutationPayload):
 @strawberry.type
 class DeletePlaylistPayload(MutationPayload):
     pass
+
+
+@strawberry.type(description="`playlist` is the viewer's Liked Songs.")
+class LikeMediaPayload(MutationPayload):
+    pass
+
+
+@strawberry.type(description="`playlist` is the viewer's Liked Songs.")
+class UnlikeMediaPayload(MutationPayload):
+    pass

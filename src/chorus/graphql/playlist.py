@@ -12,6 +12,7 @@ from datetime import datetime
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
+from chorus.domain.follows import Target, TargetKind
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Entry, Member
 from chorus.domain.model import Playlist as PlaylistRecord
@@ -98,6 +99,11 @@ class Playlist(Node):
     @strawberry.field
     def owner(self) -> User:
         return User(id=strawberry.ID(self.record.owner_id))
+
+    @strawberry.field(description="Users following this playlist.")
+    async def follower_count(self, info: ChorusInfo) -> int:
+        target = Target(TargetKind.PLAYLIST, self.record.id)
+        return await info.context.loaders.follower_count.load(target)
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]

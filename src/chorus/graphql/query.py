@@ -10,10 +10,17 @@ import strawberry
 
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.graphql import arguments, ids
-from chorus.graphql.connections import Connection, connection
+from chorus.graphql.connections import Connection, connection, page_info
+from chorus.graphql.follows import (
+    FeedConnection,
+    FollowConnection,
+    FollowEdge,
+    FollowTargetKind,
+    feed_edge,
+)
 from chorus.graphql.playlist import Playlist
 from chorus.graphql.types import ChorusInfo, Media, Node, PlaylistEntry, User
-from chorus.resolvers import queries
+from chorus.resolvers import follows, queries
 
 
 def _playlist_cursor(p: PlaylistRecord) -> str:
@@ -40,6 +47,50 @@ class Viewer:
         size, _ = arguments.page_size(info.context.services.limits, first)
         page = await queries.viewer_playlists(info.context, size=size, after=position)
         return connection(page, Playlist.from_record, _playlist_cursor)
+
+    @strawberry.field(
+        description="The viewer's Liked Songs: a PRIVATE playlist only they see, made on "
+        "first use, newest like first. `likeMedia` / `unlikeMedia` change it; its title, "
+        "visibility and members never change and it cannot be deleted."
+    )
+    async def liked_songs(self, info: ChorusInfo) -> Playlist:
+        return Playlist.from_record(await queries.liked_songs(info.context))
+
+    @strawberry.field(description="What the viewer follows, newest follow first; kind: only those.")
+    async def following(
+        self,
+        info: ChorusInfo,
+        kind: FollowTargetKind | None = None,  # type: ignore[valid-type]
+        first: int | None = None,
+        after: str | None = None,
+    ) -> FollowConnection:
+        position = arguments.following_position(after)
+        size, _ = arguments.page_size(info.context.services.limits, first)
+        page = await follows.following(info.context, kind, size=size, after=position)
+        edges = [FollowEdge.from_record(f) for f in page.items]
+        return FollowConnection(
+            edges=edges,
+            page_info=page_info(edges, has_next=page.has_next, has_previous=page.has_previous),
+            total_count=page.total,
+        )
+
+    @strawberry.field(
+        description="What happened in what the viewer follows since they followed it, "
+        "newest first: versions of followed playlists and playlists created by followed "
+        "users, kept CHORUS_FEED_RETENTION_DAYS days; only what the viewer may read now."
+    )
+    async def feed(
+        self, info: ChorusInfo, first: int | None = None, after: str | None = None
+    ) -> FeedConnection:
+        position = arguments.feed_position(after)
+        info.context.viewer()
+        size = arguments.feed_page_size(info.context.services.feed_limits, first)
+        page = await follows.feed_page(info.context, size=size, before=position)
+        edges = [feed_edge(item) for item in page.items]
+        return FeedConnection(
+            edges=edges,
+            page_info=page_info(edges, has_next=page.has_next, has_previous=position is not None),
+        )
 
 
 @strawberry.type

@@ -9,9 +9,10 @@ from typing import Annotated
 import strawberry
 
 from chorus.graphql import arguments
+from chorus.graphql.follows import FeedItem
 from chorus.graphql.history import PlaylistChanged
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import subscriptions
+from chorus.resolvers import follows, subscriptions
 from chorus.subscriptions.stream import Resync
 
 
@@ -54,3 +55,14 @@ class Subscription:
                     )
                 else:
                     yield PlaylistChanged.from_version(item)
+
+    @strawberry.subscription(
+        description="The viewer's feed, live: each new version of a playlist the viewer "
+        "follows (as of the subscription's start) and may read, once. A notification: "
+        "what it missed, and playlists created by followed users, are in viewer.feed."
+    )
+    async def feed_events(self, info: ChorusInfo) -> AsyncGenerator[FeedItem, None]:
+        items = follows.feed_events(info.context)
+        async with contextlib.aclosing(items):
+            async for item in items:
+                yield FeedItem.from_record(item)

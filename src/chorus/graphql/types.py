@@ -15,6 +15,7 @@ from strawberry.types import Info
 
 from chorus.catalog.protocol import Media as MediaRecord
 from chorus.domain import positions
+from chorus.domain.follows import Target, TargetKind
 from chorus.domain.model import Entry, Member
 from chorus.domain.model import Role as RoleEnum
 from chorus.domain.model import Visibility as VisibilityEnum
@@ -45,6 +46,10 @@ class Node:
 class User:
     id: strawberry.ID = strawberry.field(description="The user id (the token's `sub`), as is.")
 
+    @strawberry.field(description="Users following this user.")
+    async def follower_count(self, info: ChorusInfo) -> int:
+        return await info.context.loaders.follower_count.load(Target(TargetKind.USER, self.id))
+
 
 @strawberry.type(description="Media metadata from the catalog.")
 class Media:
@@ -54,6 +59,14 @@ class Media:
     album: str | None
     duration_ms: int | None = strawberry.field(description="Duration in milliseconds.")
     available: bool
+
+    @strawberry.field(
+        description="Whether the media is in the viewer's Liked Songs (one query per request "
+        "for every media asked)."
+    )
+    async def viewer_has_liked(self, info: ChorusInfo) -> bool:
+        info.context.viewer()
+        return await info.context.loaders.liked.load(self.id)
 
     @classmethod
     def from_record(cls, m: MediaRecord) -> Media:

@@ -19,9 +19,12 @@ from chorus.caches.reader import SnapshotCache
 from chorus.caches.responses import ResponseCache
 from chorus.caches.snapshot import Snapshot
 from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
-from chorus.db import pages
+from chorus.db import feed, pages
 from chorus.db.engine import Database
+from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
+from chorus.domain.changes import Change
+from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.errors import Unauthenticated
@@ -50,6 +53,9 @@ class Services:
     """Whole answers by exact version (:mod:`chorus.resolvers.responses`); ``None``: off."""
     heads: Heads | None = None
     """The head versions answers are checked against; set whenever ``responses`` is."""
+    follows: FollowStore | None = None
+    """Follows and unfollows; ``None``: a process without the feed (some tests)."""
+    feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
 
 
 class Loaders:
@@ -62,6 +68,12 @@ class Loaders:
         self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
         self.role = DataLoader[str, Role | None](self._load_roles)
         self.media = DataLoader[str, Media | None](self._load_media)
+        self.liked = DataLoader[str, bool](self._load_liked)
+        self.follower_count = DataLoader[Target, int](self._load_follower_counts)
+        """Followers of a playlist or user (one query per batch)."""
+        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](self._load_feed_changes)
+        """The changes of a feed item's version, from the log (one query per page)."""
+        """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
         self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
         """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
         self.served: dict[str, Snapshot] = {}
@@ -80,6 +92,7 @@ class Loaders:
         for loader in (self.playlist, self.role):
             with contextlib.suppress(KeyError):
                 loader.clear(playlist_id)
+        self.liked.clear_all()  # a like or unlike may have changed any answer
         self.sql_only.add(playlist_id)
         self.changed.add(playlist_id)
         self.served.pop(playlist_id, None)
@@ -93,6 +106,22 @@ class Loaders:
             return [None] * len(playlist_ids)
         found = await pages.roles_of(self._services.db, self._viewer_id, playlist_ids)
         return [found.get(i) for i in playlist_ids]
+
+    async def _load_liked(self, media_ids: list[str]) -> list[bool]:
+        if self._viewer_id is None or not self._services.store.keeps_liked_songs:
+            return [False] * len(media_ids)
+        # Not created yet reads as an empty playlist: no row, no entries.
+        playlist_id = self._services.store.liked_songs_id(self._viewer_id)
+        liked = await pages.media_in(self._services.db, playlist_id, media_ids)
+        return [m in liked for m in media_ids]
+
+    async def _load_follower_counts(self, targets: list[Target]) -> list[int]:
+        found = await pages.follower_counts(self._services.db, targets)
+        return [found.get(t, 0) for t in targets]
+
+    async def _load_feed_changes(self, keys: list[tuple[str, int]]) -> list[tuple[Change, ...]]:
+        found = await feed.changes_at(self._services.db, keys)
+        return [found.get(k, ()) for k in keys]
 
     async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
         cache = self._services.snapshots

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db.store import Committed
-from chorus.domain.commands import AddEntries, CreatePlaylist, PlaylistCommand
+from chorus.domain.commands import (
+    AddEntries,
+    CreatePlaylist,
+    LikeMedia,
+    PlaylistCommand,
+    UnlikeMedia,
+)
 from chorus.domain.errors import (
     DomainError,
     InvalidInput,
@@ -42,7 +48,9 @@ def _well_formed(media_id: str, limits: Limits) -> bool:
     return True
 
 
-async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
+async def _check_media(
+    ctx: RequestContext, media_ids: tuple[str, ...], field: tuple[str, ...] = ("mediaIds",)
+) -> None:
     """Raises :class:`MediaNotFound` for the first media id the catalog does not know.
 
     Malformed ids are left to the domain, which refuses them as ``INVALID_INPUT``
@@ -55,13 +63,12 @@ async def _check_media(ctx: RequestContext, media_ids: tuple[str, ...]) -> None:
         raise ServiceUnavailable(CATALOG_UNAVAILABLE) from None
     for i, media_id in enumerate(media_ids):
         if media_id in wanted and media_id not in known:
-            raise MediaNotFound(
-                f"media {media_id!r} is not in the catalog", field=("mediaIds", str(i))
-            )
+            at = (*field, str(i)) if field == ("mediaIds",) else field
+            raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=at)
 
 
 async def _check_media_unless_replay(
-    ctx: RequestContext, command: AddEntries, actor: str
+    ctx: RequestContext, command: AddEntries | LikeMedia, actor: str
 ) -> Committed | None:
     """Check the media of ``command``; if the catalog refuses, answer a committed retry instead.
 
@@ -75,7 +82,10 @@ async def _check_media_unless_replay(
             another input.
     """
     try:
-        await _check_media(ctx, command.media_ids)
+        if isinstance(command, LikeMedia):
+            await _check_media(ctx, (command.media_id,), ("mediaId",))
+        else:
+            await _check_media(ctx, command.media_ids)
     except (ServiceUnavailable, MediaNotFound):
         stored = await ctx.services.store.replay(command, actor)
         if stored is None:
@@ -165,7 +175,7 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
     if admitted is not None:
         return MutationResult(command.operation_id, admitted, playlist_id=command.playlist_id)
     try:
-        if (
+        if isinstance(command, LikeMedia) or (
             isinstance(command, AddEntries)
             and len(command.media_ids) <= ctx.services.limits.max_media_per_add
         ):
@@ -180,3 +190,17 @@ async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResu
     _refund_if_free(ctx, actor, committed)
     ctx.loaders.forget(command.playlist_id)
     return MutationResult(command.operation_id, committed, playlist_id=command.playlist_id)
+
+
+async def like(
+    ctx: RequestContext, operation_id: str, media_id: str, *, like: bool
+) -> MutationResult:
+    """Like (``like=True``) or unlike ``media_id`` in the viewer's Liked Songs.
+
+    Raises:
+        Unauthenticated: no valid token.
+        ServiceUnavailable: liking while the catalog does not answer.
+    """
+    playlist_id = ctx.services.store.liked_songs_id(ctx.viewer())
+    kind = LikeMedia if like else UnlikeMedia
+    return await execute(ctx, kind(playlist_id, operation_id, media_id))

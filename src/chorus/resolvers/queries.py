@@ -67,6 +67,19 @@ async def visible_playlist(
     return playlist if role_can_read(role, playlist) else None
 
 
+async def liked_songs(ctx: RequestContext) -> Playlist:
+    """The viewer's Liked Songs, committing its version 0 on first use.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
+    playlist_id = await ctx.services.store.ensure_liked_songs(ctx.viewer())
+    playlist = await visible_playlist(ctx, playlist_id)
+    if playlist is None:  # the owner always sees it; only a broken row could hide it
+        raise RuntimeError(f"Liked Songs {playlist_id} is not visible to its owner")
+    return playlist
+
+
 async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
     """A live entry of a visible playlist, or ``None``."""
     ctx.reads.refuse("an entry read by id does not name its version")

@@ -77,8 +77,11 @@ class Hub:
         for member in members:
             member.offer(version)
 
-    async def join(self, playlist_id: str) -> Membership:
+    async def join(self, playlist_id: str, wakeup: asyncio.Event | None = None) -> Membership:
+        """A place for one stream; ``wakeup``: an event it shares with its other memberships."""
         member = Membership(playlist_id, asyncio.Queue(self._queue_size))
+        if wakeup is not None:
+            member.wakeup = wakeup
         async with self._lock:
             members = self._members.get(playlist_id)
             if members is None:

@@ -1,0 +1,141 @@
+"""The feed consumer: committed versions → pushed feed rows (``chorus.db.feed.push``).
+
+The same :class:`FeedSink` runs in both profiles:
+
+* embedded: the in-process relay publishes through :class:`FeedingPublisher`,
+  which writes the feed rows of a batch before handing it to the bus;
+* full: ``chorus feed`` (or ``serve --with-workers``) consumes the events topic
+  in its own consumer group (:data:`~chorus.events.wire.FEED_GROUP`) through
+  the :class:`~chorus.events.consumer.ConsumerRunner`.
+
+Delivery is at least once in both (the relay stamps after publishing; Kafka
+commits after handling), and the sink is idempotent by ``(follower,
+playlist, version)`` with ``ON CONFLICT DO NOTHING``, so a repeated batch or a
+consumer killed mid-batch and restarted writes each row once. Database errors
+fail the batch, which is handed again after a backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from chorus.db import feed
+from chorus.db.engine import Database, DatabaseUnavailable
+from chorus.domain.changes import PlaylistEvent
+from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits
+from chorus.events.consumer import ConsumerRunner, Record
+from chorus.events.kafka import KafkaConfig
+from chorus.events.relay import Publisher
+from chorus.events.wire import FEED_GROUP
+from chorus.metrics import FEED_ROWS_WRITTEN
+
+
+def committed_of(event: PlaylistEvent) -> feed.Committed:
+    """What the sink needs of an event; version 0 names the new playlist's owner.
+
+    Raises:
+        KeyError, ValueError: a malformed event.
+    """
+    owner = None
+    if event["version"] == 0:
+        for change in event["changes"]:
+            if change["type"] == "PlaylistCreated":
+                owner = change["owner_id"]
+    return feed.Committed(
+        playlist_id=event["playlist_id"],
+        version=event["version"],
+        actor_id=event["actor_id"],
+        committed_at=datetime.fromisoformat(event["committed_at"]),
+        owner_id=owner,
+    )
+
+
+class FeedSink:
+    """Writes the pushed feed rows of committed versions, in one transaction per batch.
+
+    Attributes:
+        written: feed rows this sink wrote (repeats write none).
+    """
+
+    def __init__(self, db: Database, limits: FeedLimits = DEFAULT_FEED_LIMITS) -> None:
+        self._db = db
+        self._limits = limits
+        self.written = 0
+
+    async def write(self, events: Sequence[PlaylistEvent]) -> int:
+        """Push ``events``; the rows written.
+
+        Raises:
+            DatabaseUnavailable: nothing or all was written; writing again is safe.
+        """
+        versions = [committed_of(e) for e in events]
+        if not versions:
+            return 0
+        async with self._db.write() as conn:
+            written = await feed.push(conn, versions, self._limits)
+        self.written += written
+        FEED_ROWS_WRITTEN.inc(written)
+        return written
+
+
+class FeedingPublisher:
+    """The embedded relay's publisher: feed rows first, then the inner publisher.
+
+    Satisfies :class:`~chorus.events.relay.Publisher`. A failing sink fails the
+    batch before anything reaches the bus, so the relay retries it whole.
+    """
+
+    def __init__(self, inner: Publisher, sink: FeedSink) -> None:
+        self._inner = inner
+        self._sink = sink
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        await self._sink.write(events)
+        await self._inner.publish_batch(events)
+
+
+class FeedConsumer:
+    """The full profile's feed consumer group.
+
+    Args:
+        config: the events topic and its broker.
+        db: where feed rows go.
+        limits: the push threshold.
+        group_id: the consumer group, shared by every feed process of the deployment.
+        client_id: the Kafka client id.
+
+    Attributes:
+        consumer: the runner (``assignment``, ``records``, ``handler_failures``, …).
+        sink: the sink (``written``).
+    """
+
+    def __init__(
+        self,
+        config: KafkaConfig,
+        db: Database,
+        limits: FeedLimits = DEFAULT_FEED_LIMITS,
+        *,
+        group_id: str = FEED_GROUP,
+        client_id: str = "chorus-feed",
+    ) -> None:
+        self.sink = FeedSink(db, limits)
+        self.consumer = ConsumerRunner(
+            config,
+            self,
+            group_id=group_id,
+            client_id=client_id,
+            expected=(DatabaseUnavailable,),
+        )
+
+    async def run(self) -> None:
+        """Consume and push until cancelled (:meth:`ConsumerRunner.run`)."""
+        await self.consumer.run()
+
+    async def handle(self, records: Sequence[Record]) -> None:
+        """Push the records' events in one transaction.
+
+        Raises:
+            DatabaseUnavailable: retried by the runner; the sink ignores repeats.
+        """
+        await self.sink.write([r.event for r in records])

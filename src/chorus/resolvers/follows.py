@@ -1,0 +1,99 @@
+"""Follows and the feed: follow, unfollow, ``viewer.following``, ``viewer.feed``.
+
+Follows are not versioned playlist commands: they change no playlist, so they
+carry no operation id; both are idempotent by what they ask (following twice
+leaves one follow). Domain failures come back as the result's ``error``
+(``userErrors``); a missing token raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from chorus.db import feed, pages
+from chorus.db.follows import FollowStore
+from chorus.db.pages import Page
+from chorus.domain.errors import DomainError
+from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
+from chorus.resolvers.context import RequestContext
+from chorus.resolvers.errors import ServiceUnavailable
+from chorus.subscriptions.feed import feed_stream
+
+
+@dataclass(frozen=True, slots=True)
+class FollowOutcome:
+    """What a follow or unfollow did, or why it did not."""
+
+    target: Target
+    following: bool
+    changed: bool = False
+    error: DomainError | None = None
+
+
+def _store(ctx: RequestContext) -> FollowStore:
+    if ctx.services.follows is None:
+        raise ServiceUnavailable("follows are not enabled in this process")
+    return ctx.services.follows
+
+
+async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutcome:
+    """Follow (``on=True``) or unfollow ``target`` as the viewer.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
+    viewer = ctx.viewer()
+    store = _store(ctx)
+    try:
+        if on:
+            done = await store.follow(viewer, target)
+        else:
+            done = await store.unfollow(viewer, target)
+    except DomainError as error:
+        return FollowOutcome(target, following=not on, error=error)
+    with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
+        ctx.loaders.follower_count.clear(target)
+    return FollowOutcome(target, following=on, changed=done.changed)
+
+
+async def following(
+    ctx: RequestContext,
+    kind: TargetKind | None,
+    *,
+    size: int,
+    after: tuple[datetime, str, str] | None,
+) -> Page[Follow]:
+    """The viewer's follows of ``kind`` (all: ``None``), newest first."""
+    return await pages.following_page(ctx.services.db, ctx.viewer(), kind, after=after, size=size)
+
+
+async def feed_page(ctx: RequestContext, *, size: int, before: FeedKey | None) -> feed.FeedPage:
+    """A page of the viewer's feed, newest first (:func:`chorus.db.feed.read_feed`)."""
+    return await feed.read_feed(
+        ctx.services.db,
+        ctx.viewer(),
+        ctx.services.feed_limits,
+        now=datetime.now(UTC),
+        before=before,
+        size=size,
+    )
+
+
+async def feed_events(ctx: RequestContext) -> AsyncGenerator[FeedItem, None]:
+    """The viewer's feed, live (:func:`chorus.subscriptions.feed.feed_stream`).
+
+    Raises:
+        Unauthenticated: no valid token.
+        ServiceUnavailable: a process without live updates.
+    """
+    viewer = ctx.viewer()
+    if ctx.services.hub is None:
+        raise ServiceUnavailable("live updates are not enabled in this process")
+    stream = feed_stream(ctx.services.db, ctx.services.hub, viewer)
+    async with contextlib.aclosing(stream):
+        async for item in stream:
+            ctx.renew_loaders()
+            yield item
