@@ -583,7 +583,9 @@ def test_changes_replayed_reproduce_entries(api: Api) -> None:
 
     # From a snapshot in the middle, as a client that read entries at version 1.
     assert snapshot_version == 1
-    later = sync(api, pid, snapshot_version, first=100)
+    later = sync(
+        api, pid, snapshot_version, first=40
+    )  # entries cost 100 a version: 40 versions a page
     assert [v["version"] for v in later] == list(range(2, now_version + 1))
     assert in_order(apply_changes({n["id"]: n for n in snapshot}, later)) == now
 
