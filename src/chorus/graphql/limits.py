@@ -6,12 +6,8 @@ A document whose fragments each spread the next twice expands to 2^n copies;
 walking the expansion (as strawberry's alias limiter does) would hold the
 event loop for seconds on a 1 KB request.
 
-Before any validation rule runs, :class:`DocumentShapeLimit` refuses a
-document with too many fragment definitions, too many fragment spreads or
-too many fields of one response name in one selection set. These bound the
-input of graphql-core's ``OverlappingFieldsCanBeMergedRule``, which compares
-fields pairwise (quadratic: 600 ``user { id }`` side by side, within the
-5,000-token limit, took 1.2 s to validate).
+The checks of a document's shape before validation are in
+:mod:`chorus.graphql.shape`, built on :class:`FragmentFolder`.
 
 Depth counts the fields on the longest path of an operation, fragments
 expanded, ``__schema`` and ``__type`` included, so a nested introspection
@@ -25,7 +21,6 @@ keeps the standard introspection query of GraphiQL and client generators
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -41,7 +36,7 @@ from graphql import (
     ValidationContext,
     ValidationRule,
 )
-from strawberry.extensions import AddValidationRules, SchemaExtension, ValidationCache
+from strawberry.extensions import AddValidationRules
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +75,7 @@ class RequestLimits:
     """The largest page size a connection is counted at (a larger one is refused)."""
 
 
-def _fragments(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
+def fragment_definitions(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
     return {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)}
 
 
@@ -163,70 +158,11 @@ def _fields(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
     return count
 
 
-def _named(name: str) -> Callable[[SelectionSetNode, FragmentFolder], int]:
-    """A fold counting the fields called ``name`` (aliases do not hide them)."""
-
-    def count(selection_set: SelectionSetNode, fold: FragmentFolder) -> int:
-        total = 0
-        for selection in selection_set.selections:
-            if isinstance(selection, FieldNode):
-                total += (selection.name.value == name) + fold.of(selection.selection_set)
-            elif isinstance(selection, FragmentSpreadNode):
-                total += fold.spread(selection.name.value)
-            elif isinstance(selection, InlineFragmentNode):
-                total += fold.of(selection.selection_set)
-        return total
-
-    return count
-
-
-class MergedSelections:
-    """Fields with a selection, by response name, that one selection set merges.
-
-    These are what graphql-core's ``OverlappingFieldsCanBeMergedRule``
-    compares pairwise and then recurses into: the set's own fields (inline
-    fragments flattened) and those of every fragment spread in it, each
-    distinct fragment once. Fifty fragments that each select
-    ``playlists { … }``, spread side by side, are 1,225 such pairs, each
-    compared all the way down: seconds of validation for 8 KB. A
-    fragment's names are computed once.
-    """
-
-    def __init__(self, fragments: dict[str, FragmentDefinitionNode]) -> None:
-        self._fragments = fragments
-        self._done: dict[str, Counter[str]] = {}
-        self._open: set[str] = set()
-
-    def of(self, selection_set: SelectionSetNode) -> Counter[str]:
-        names: Counter[str] = Counter()
-        spread: set[str] = set()
-        for selection in _flattened(selection_set):
-            if isinstance(selection, FragmentSpreadNode):
-                if selection.name.value not in spread:
-                    spread.add(selection.name.value)
-                    names.update(self._fragment(selection.name.value))
-            elif selection.selection_set is not None:
-                names[(selection.alias or selection.name).value] += 1
-        return names
-
-    def _fragment(self, name: str) -> Counter[str]:
-        if name in self._done:
-            return self._done[name]
-        fragment = self._fragments.get(name)
-        if fragment is None or name in self._open:
-            return Counter()  # unknown or cyclic: refused by validation
-        self._open.add(name)
-        names = self.of(fragment.selection_set)
-        self._open.discard(name)
-        self._done[name] = names
-        return names
-
-
-def _over_operations(
+def over_operations(
     document: DocumentNode, combine: Callable[[SelectionSetNode, FragmentFolder], int]
 ) -> tuple[int, int]:
     """``(sum of combine over the operations, selection sets visited)``."""
-    fold = FragmentFolder(_fragments(document), combine)
+    fold = FragmentFolder(fragment_definitions(document), combine)
     total = sum(
         fold.of(d.selection_set)
         for d in document.definitions
@@ -240,7 +176,7 @@ def expanded_fields(document: DocumentNode) -> tuple[int, int]:
 
     Linear time: the visits are at most the selection sets written.
     """
-    return _over_operations(document, _fields)
+    return over_operations(document, _fields)
 
 
 def selection_depth(
@@ -252,7 +188,7 @@ def selection_depth(
 
 def alias_count(document: DocumentNode) -> int:
     """Aliased fields of every operation of ``document``, fragments expanded (linear time)."""
-    return _over_operations(document, _aliases)[0]
+    return over_operations(document, _aliases)[0]
 
 
 @functools.cache
@@ -263,7 +199,7 @@ def depth_rule(max_depth: int) -> type[ValidationRule]:
         def __init__(self, context: ValidationContext) -> None:
             super().__init__(context)
             document = context.document
-            fold = FragmentFolder(_fragments(document), _depth)
+            fold = FragmentFolder(fragment_definitions(document), _depth)
             for definition in document.definitions:
                 if not isinstance(definition, OperationDefinitionNode):
                     continue
@@ -312,109 +248,6 @@ class QueryAliasLimit(AddValidationRules):
 
     def __init__(self, max_aliases: int) -> None:
         super().__init__([alias_rule(max_aliases)])
-
-
-def _flattened(selection_set: SelectionSetNode) -> Iterator[FieldNode | FragmentSpreadNode]:
-    """The fields and spreads of ``selection_set``, its inline fragments flattened into it."""
-    pending = [selection_set]
-    while pending:
-        for selection in pending.pop().selections:
-            if isinstance(selection, InlineFragmentNode):
-                pending.append(selection.selection_set)
-            elif isinstance(selection, FieldNode | FragmentSpreadNode):
-                yield selection
-
-
-def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
-    """Why ``document`` is refused before validation, or ``None``; one linear walk.
-
-    Counts fragment definitions, fragment spreads as written, the fields
-    sharing one response name in each selection set (inline fragments
-    flattened into the set they sit in), the fields with a selection of one
-    response name a set merges through its fragments
-    (:class:`MergedSelections`), the ``__schema`` and ``__type`` fields,
-    then the fields the operations expand to (each fragment counted once and
-    multiplied by its spreads). Each fragment's counts are computed once.
-    """
-    fragments = sum(isinstance(d, FragmentDefinitionNode) for d in document.definitions)
-    if fragments > limits.max_fragments:
-        return f"{fragments} fragments defined; the limit is {limits.max_fragments}"
-    merged = MergedSelections(_fragments(document))
-    spreads = 0
-    pending: list[SelectionSetNode] = [
-        d.selection_set
-        for d in document.definitions
-        if isinstance(d, OperationDefinitionNode | FragmentDefinitionNode)
-    ]
-    while pending:
-        selection_set = pending.pop()
-        names: Counter[str] = Counter()
-        for selection in _flattened(selection_set):
-            if isinstance(selection, FragmentSpreadNode):
-                spreads += 1
-                continue
-            names[(selection.alias or selection.name).value] += 1
-            if selection.selection_set is not None:
-                pending.append(selection.selection_set)
-        if spreads > limits.max_fragment_spreads:
-            return f"more than {limits.max_fragment_spreads} fragment spreads; spread fewer"
-        repeated = names.most_common(1)
-        if repeated and repeated[0][1] > limits.max_same_name_fields:
-            name, repeats = repeated[0]
-            return (
-                f"field {name!r} is selected {repeats} times in one selection set; "
-                f"the limit is {limits.max_same_name_fields}"
-            )
-        repeated = merged.of(selection_set).most_common(1)
-        if repeated and repeated[0][1] > limits.max_same_name_fields:
-            name, repeats = repeated[0]
-            return (
-                f"field {name!r} is selected {repeats} times in one selection set "
-                f"through its fragments; the limit is {limits.max_same_name_fields}"
-            )
-    for name, limit in (("__schema", limits.max_schema_fields), ("__type", limits.max_type_fields)):
-        found, _ = _over_operations(document, _named(name))
-        if found > limit:
-            return f"{found} {name} fields; the limit is {limit} (introspect once and cache it)"
-    fields, _ = expanded_fields(document)
-    if fields > limits.max_expanded_fields:
-        return (
-            f"the document expands to {fields} fields through its fragments; "
-            f"the limit is {limits.max_expanded_fields}"
-        )
-    return None
-
-
-class DocumentShapeLimit(SchemaExtension):
-    """Refuses a document by :func:`shape_error` before any validation rule runs.
-
-    Goes before :class:`ShapeCheckedValidationCache` in the extension list:
-    its refusal, set as the pre-execution errors, makes that cache (and
-    strawberry) skip validation.
-    """
-
-    def __init__(self, limits: RequestLimits) -> None:
-        self.limits = limits
-
-    def on_validate(self) -> Iterator[None]:
-        context = self.execution_context
-        document = context.graphql_document
-        reason = shape_error(document, self.limits) if document is not None else None
-        if reason is not None:
-            context.pre_execution_errors = [
-                GraphQLError(reason, extensions={"code": "GRAPHQL_VALIDATION_FAILED"})
-            ]
-        yield
-
-
-class ShapeCheckedValidationCache(ValidationCache):
-    """Strawberry's validation cache, except that a document already refused is not validated."""
-
-    def on_validate(self) -> Iterator[None]:
-        if self.execution_context.pre_execution_errors:
-            yield
-            return
-        yield from super().on_validate()
 
 
 class OneOperationUnlessNamed(ValidationRule):

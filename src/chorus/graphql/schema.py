@@ -20,17 +20,16 @@ from strawberry.types.graphql import OperationType
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import (
-    DocumentShapeLimit,
     QueryAliasLimit,
     QueryDepthLimit,
     RequestLimits,
     RequireOperationName,
-    ShapeCheckedValidationCache,
 )
 from chorus.graphql.literals import BoundedIntLiterals
 from chorus.graphql.metrics import OperationMetrics, OperationNames
 from chorus.graphql.mutations import Mutation
 from chorus.graphql.query import Query
+from chorus.graphql.shape import DocumentShapeLimit, ShapeCheckedValidationCache
 from chorus.graphql.subscription import Subscription
 from chorus.graphql.types import PlaylistEntry
 from chorus.graphql.versioned import VersionedFieldsOnly
