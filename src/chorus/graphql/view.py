@@ -24,6 +24,7 @@ on another origin may open a socket only from an origin of
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from collections import Counter
 from datetime import UTC, datetime
@@ -57,7 +58,7 @@ from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema import build_schema, warm_parse
 from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
@@ -73,6 +74,13 @@ result echoes it; not one of the ids of
 
 TOO_MANY_CONNECTIONS = "too many connections"
 """The reason a socket over the per-user limit is closed with (4429)."""
+
+
+OFF_LOOP_BYTES = 2048
+"""Bodies larger than this are decoded, and their document parsed, in a worker thread."""
+
+_DECODED_KEPT = 16
+"""Large bodies whose decoding is kept for the request that sent them (oldest dropped)."""
 
 
 def _authorization(params: dict[str, object]) -> object:
@@ -207,6 +215,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         self._operation_names = operation_names or OperationNames()
         super().__init__(build_schema(limits, self._operation_names), **kwargs)
         self._tokens = TokenVerifier(secret)
+        self._max_tokens = (limits or RequestLimits()).max_tokens
+        self._decoded: dict[bytes, object] = {}
         self._max_connections_per_user = max_connections_per_user
         self.persisted = persisted or PersistedDocuments()
         self.connections: Counter[str] = Counter()
@@ -300,6 +310,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def _answer(self, request: Request) -> Response:
         """An HTTP request's response: from the response cache when it may, else executed."""
+        body = await request.body()
+        if len(body) > OFF_LOOP_BYTES:
+            # Decoding and parsing are pure Python: a big body's would hold the
+            # event loop (and /healthz) for tens of ms; in a thread the loop
+            # keeps its turns. Both results are kept for the request to use.
+            await asyncio.to_thread(self._prepare, body)
         operation = await read_operation(request, self.decode_json, self.persisted)
         if operation is None:
             return await self.run(request)
@@ -365,14 +381,33 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         response.headers.update(headers)
         return response
 
+    def _prepare(self, body: bytes) -> None:
+        """Decode ``body`` and parse its document ahead of the request (in a worker thread)."""
+        try:
+            decoded: object = decode_json(body, MAX_JSON_DEPTH)
+        except (ValueError, RecursionError) as error:
+            decoded = error
+        self._decoded[body] = decoded
+        while len(self._decoded) > _DECODED_KEPT:
+            self._decoded.pop(next(iter(self._decoded)))
+        if isinstance(decoded, dict) and isinstance(decoded.get("query"), str):
+            warm_parse(decoded["query"], self._max_tokens)
+
     def decode_json(self, data: str | bytes) -> object:
         """A body or frame as JSON, nested at most :data:`MAX_JSON_DEPTH` deep.
+
+        A large body decoded ahead (:meth:`_prepare`) is not decoded again.
 
         Raises:
             JSONTooDeep: nested deeper (a :class:`json.JSONDecodeError`).
             JSONNumberTooLong: an integer too long to convert (a
                 :class:`json.JSONDecodeError` too).
         """
+        if isinstance(data, bytes) and len(data) > OFF_LOOP_BYTES and data in self._decoded:
+            decoded = self._decoded[data]
+            if isinstance(decoded, Exception):
+                raise decoded
+            return copy.deepcopy(decoded) if isinstance(decoded, dict | list) else decoded
         return decode_json(data, MAX_JSON_DEPTH)
 
     def parse_json(self, data: str | bytes) -> object:
