@@ -27,6 +27,7 @@ import asyncio
 import copy
 import dataclasses
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,7 +81,24 @@ OFF_LOOP_BYTES = 2048
 """Bodies larger than this are decoded, and their document parsed, in a worker thread."""
 
 _DECODED_KEPT = 16
+
+_PREPARING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-prepare")
+"""One thread: several would each take the GIL in turn, and the loop would wait behind all."""
 """Large bodies whose decoding is kept for the request that sent them (oldest dropped)."""
+
+
+def _prepare(body: bytes, max_tokens: int) -> object:
+    """``body`` decoded (or the error decoding raised), its document parsed into the cache.
+
+    Runs in a worker thread: it touches nothing but the thread-safe parser cache.
+    """
+    try:
+        decoded: object = decode_json(body, MAX_JSON_DEPTH)
+    except (ValueError, RecursionError) as error:
+        return error
+    if isinstance(decoded, dict) and isinstance(decoded.get("query"), str):
+        warm_parse(decoded["query"], max_tokens)
+    return decoded
 
 
 def _authorization(params: dict[str, object]) -> object:
@@ -315,7 +333,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             # Decoding and parsing are pure Python: a big body's would hold the
             # event loop (and /healthz) for tens of ms; in a thread the loop
             # keeps its turns. Both results are kept for the request to use.
-            await asyncio.to_thread(self._prepare, body)
+            loop = asyncio.get_running_loop()
+            decoded = await loop.run_in_executor(_PREPARING, _prepare, body, self._max_tokens)
+            self._decoded[body] = decoded  # on the loop: the memo is not shared with threads
+            while len(self._decoded) > _DECODED_KEPT:
+                self._decoded.pop(next(iter(self._decoded)))
         operation = await read_operation(request, self.decode_json, self.persisted)
         if operation is None:
             return await self.run(request)
@@ -381,22 +403,10 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         response.headers.update(headers)
         return response
 
-    def _prepare(self, body: bytes) -> None:
-        """Decode ``body`` and parse its document ahead of the request (in a worker thread)."""
-        try:
-            decoded: object = decode_json(body, MAX_JSON_DEPTH)
-        except (ValueError, RecursionError) as error:
-            decoded = error
-        self._decoded[body] = decoded
-        while len(self._decoded) > _DECODED_KEPT:
-            self._decoded.pop(next(iter(self._decoded)))
-        if isinstance(decoded, dict) and isinstance(decoded.get("query"), str):
-            warm_parse(decoded["query"], self._max_tokens)
-
     def decode_json(self, data: str | bytes) -> object:
         """A body or frame as JSON, nested at most :data:`MAX_JSON_DEPTH` deep.
 
-        A large body decoded ahead (:meth:`_prepare`) is not decoded again.
+        A large body decoded ahead (:func:`_prepare`) is not decoded again.
 
         Raises:
             JSONTooDeep: nested deeper (a :class:`json.JSONDecodeError`).
