@@ -7,6 +7,7 @@ server's secret.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,23 +20,38 @@ from chorus.auth import mint_token
 from tests.servers import TEST_SECRET, ChorusServer, create_database, drop_database, postgres_url
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def running_server(
+    backend: str, tmp_path_factory: pytest.TempPathFactory, **env: str
 ) -> Iterator[ChorusServer]:
+    """A started ``chorus serve`` on a fresh ``backend`` ("sqlite" or "postgres") database.
+
+    ``env``: extra ``CHORUS_*`` settings. The server stops, and a PostgreSQL
+    database is dropped, when the block ends.
+    """
     data_dir = tmp_path_factory.mktemp("chorus-data")
     database = None
-    if request.param == "sqlite":
+    if backend == "sqlite":
         url = f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}"
     else:
         database = create_database()
         url = postgres_url(database)
-    chorus = ChorusServer(url, data_dir)
+    chorus = ChorusServer(url, data_dir, **env)
     chorus.start()
-    yield chorus
-    chorus.stop()
-    if database:
-        drop_database(database)
+    try:
+        yield chorus
+    finally:
+        chorus.stop()
+        if database:
+            drop_database(database)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChorusServer]:
+    with running_server(request.param, tmp_path_factory) as chorus:
+        yield chorus
 
 
 class Api:

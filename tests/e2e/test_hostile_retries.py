@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import committed, mutate, refused, track, version
-from tests.servers import ChorusServer, create_database, drop_database, postgres_url
 
 PER_MINUTE = 2
 """Small enough that no token comes back during a test (one every 30 s)."""
@@ -27,21 +26,11 @@ PER_MINUTE = 2
 def limited(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Api]:
-    data_dir = tmp_path_factory.mktemp("chorus-limited")
-    database = None
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}"
-    else:
-        database = create_database()
-        url = postgres_url(database)
-    server = ChorusServer(url, data_dir, CHORUS_RATE_LIMIT_PER_MINUTE=str(PER_MINUTE))
-    server.start()
-    client = Api(server)
-    yield client
-    client.http.close()
-    server.stop()
-    if database:
-        drop_database(database)
+    settings = {"CHORUS_RATE_LIMIT_PER_MINUTE": str(PER_MINUTE)}
+    with running_server(request.param, tmp_path_factory, **settings) as server:
+        client = Api(server)
+        yield client
+        client.http.close()
 
 
 def _exhaust(api: Api, user: str, playlist_id: str) -> None:

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection
 
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import add, committed, create_playlist, mutate, refused, track
 from tests.e2e.test_subscriptions import receive, socket, subscribe
-from tests.servers import ChorusServer, create_database, drop_database, postgres_url
+from tests.servers import ChorusServer
 
 LIKE_PAYLOAD = "operationId version replayed userErrors { code message field } playlist { id }"
 LIKE = f"mutation($input: LikeMediaInput!) {{ likeMedia(input: $input) {{ {LIKE_PAYLOAD} }} }}"
@@ -45,19 +45,9 @@ FEED_EVENTS = "subscription { feedEvents { version kind playlist { id title } ac
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ChorusServer]:
-    data_dir = tmp_path_factory.mktemp("chorus-data")
-    database = None
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}"
-    else:
-        database = create_database()
-        url = postgres_url(database)
-    chorus = ChorusServer(url, data_dir, CHORUS_FEED_PUSH_MAX_FOLLOWERS="2")
-    chorus.start()
-    yield chorus
-    chorus.stop()
-    if database:
-        drop_database(database)
+    settings = {"CHORUS_FEED_PUSH_MAX_FOLLOWERS": "2"}
+    with running_server(request.param, tmp_path_factory, **settings) as chorus:
+        yield chorus
 
 
 def like(api: Api, user: str, media: str, query: str = LIKE, op: str | None = None) -> Any:
