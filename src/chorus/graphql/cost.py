@@ -299,6 +299,8 @@ class QueryCostLimit(SchemaExtension):
             "restoreRate": budget.per_minute / 60,
         }
         if allowed:
+            if not found.introspection_only:
+                request.query_cost = cost
             return None
         return GraphQLError(
             f"the query costs {cost}, over the {int(available)} left of the budget of "

@@ -28,11 +28,9 @@ import copy
 import dataclasses
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
-from graphql import GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -41,16 +39,7 @@ from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLRequestData
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
-from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
-    BaseGraphQLTransportWSHandler,
-    Operation,
-)
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
-    ConnectionInitMessage,
-    Message,
-    SubscribeMessage,
-)
-from strawberry.types.execution import ExecutionResult, PreExecutionError
+from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
@@ -60,31 +49,26 @@ from chorus.graphql.metrics import OperationNames
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema, warm_parse
+from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
 from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
 from chorus.resolvers import responses
 from chorus.resolvers.context import RequestContext, Services
 
-MAX_OPERATION_ID = 128
-"""Longest ``id`` of a ``subscribe`` message (characters).
-
-The client's name for an operation on its socket, bounded because every
-result echoes it; not one of the ids of
-:data:`~chorus.domain.limits.MAX_ID_LENGTH`, though as long."""
-
-TOO_MANY_CONNECTIONS = "too many connections"
-"""The reason a socket over the per-user limit is closed with (4429)."""
-
-
 OFF_LOOP_BYTES = 2048
 """Bodies larger than this are decoded, and their document parsed, in a worker thread."""
 
+RACED_READ_ATTEMPTS = 3
+"""Runs of a query that read one playlist at two versions before its answer is sent as is.
+
+Each part of such an answer still names its own version (``entries.version``)."""
+
 _DECODED_KEPT = 16
+"""Large bodies whose decoding is kept for the request that sent them (oldest dropped)."""
 
 _PREPARING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-prepare")
 """One thread: several would each take the GIL in turn, and the loop would wait behind all."""
-"""Large bodies whose decoding is kept for the request that sent them (oldest dropped)."""
 
 
 def _prepare(body: bytes, max_tokens: int) -> object:
@@ -101,119 +85,12 @@ def _prepare(body: bytes, max_tokens: int) -> object:
     return decoded
 
 
-def _authorization(params: dict[str, object]) -> object:
-    """The token of a ``connection_init`` payload: its ``Authorization`` (or ``authorization``)."""
-    return params.get("Authorization") or params.get("authorization")
-
-
-class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
-    """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
-
-    async def handle_message(self, message: Message) -> None:
-        # A frame of valid JSON that is not an object (``[1]``, ``null``) would
-        # crash strawberry's dispatch; the protocol says: close with 4400.
-        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-            await self.handle_invalid_message("a message must be a JSON object with a type")
-            return
-        await super().handle_message(message)
-
-    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
-        view = self.view
-        payload = message.get("payload")
-        if isinstance(view, ChorusGraphQL) and isinstance(payload, dict):
-            identity, _ = view.identify(_authorization(payload))
-            if identity is not None and view.at_connection_limit(identity.user_id):
-                # Not 4403: a client must not take this for a bad token and sign out.
-                await self.websocket.close(code=4429, reason=TOO_MANY_CONNECTIONS)
-                return
-        await self._init_and_watch_expiry(message)
-
-    async def handle_subscribe(self, message: SubscribeMessage) -> None:
-        payload = message.get("payload")
-        operation_id: object = message.get("id")
-        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
-            # The protocol's id is a string; every result echoes it, so it is bounded.
-            await self.handle_invalid_message(
-                f"subscribe needs a string id of 1 to {MAX_OPERATION_ID} characters"
-            )
-            return
-        if (
-            not isinstance(payload, dict)
-            or not isinstance(payload.get("query"), str)
-            or not isinstance(payload.get("variables") or {}, dict)
-            or not isinstance(payload.get("operationName") or "", str)
-        ):
-            await self.handle_invalid_message("subscribe needs a payload with a string query")
-            return
-        limit = self.max_subscriptions_per_connection
-        if (
-            limit is not None
-            and self.connection_acknowledged
-            and message["id"] not in self.operations
-            and len(self.operations) >= limit
-        ):
-            # Strawberry refuses with a bare message; every Chorus error carries
-            # extensions.code (DESIGN §5), so the refusal is ours.
-            error = GraphQLError(
-                f"at most {limit} operations may run on one connection",
-                extensions={"code": "LIMIT_EXCEEDED"},
-            )
-            await self.send_message(
-                {"id": message["id"], "type": "error", "payload": [error.formatted]}
-            )
-            return
-        await super().handle_subscribe(message)
-
-    async def _send_result_stream(
-        self, operation: Operation[RequestContext, None], result_source: Any
-    ) -> None:
-        async for result in result_source:
-            if (
-                isinstance(result, ExecutionResult)
-                and not isinstance(result, PreExecutionError)
-                and result.data is None
-                and result.errors
-            ):
-                # The stream itself failed (NOT_FOUND, FORBIDDEN, …): the
-                # protocol's `error` message ends the operation.
-                await operation.send_initial_errors(result.errors)
-                return
-            # Pre-execution errors and ordinary events go strawberry's way.
-            await super()._send_result_stream(operation, _once(result))
-
-    async def _init_and_watch_expiry(self, message: ConnectionInitMessage) -> None:
-        await super().handle_connection_init(message)
-        expires_at = self.context.expires_at
-        if self.connection_acknowledged and expires_at is not None:
-            self._expiry = asyncio.create_task(self._close_at(expires_at))
-
-    async def _close_at(self, expires_at: datetime) -> None:
-        """The token a connection was opened with expires: so does the connection."""
-        await asyncio.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()))
-        await self.websocket.close(code=4403, reason="token expired")
-
-    async def shutdown(self) -> None:
-        expiry: asyncio.Task[None] | None = getattr(self, "_expiry", None)
-        if expiry is not None:
-            expiry.cancel()
-        try:
-            await super().shutdown()
-        finally:
-            view = self.view
-            if isinstance(view, ChorusGraphQL):
-                view.release(self.context)
-
-
-async def _once(result: object) -> Any:
-    yield result
-
-
 class ChorusGraphQL(GraphQL[RequestContext, None]):
     """The ``/graphql`` endpoint; ``secret`` verifies bearer tokens (HS256).
 
     WebSockets speak ``graphql-transport-ws`` only (DESIGN.md §GraphQL
     contract): the legacy Apollo ``graphql-ws`` subprotocol, which strawberry
-    also offers, has none of :class:`TransportWSHandler`'s limits, so a
+    also offers, has none of :class:`~chorus.graphql.websocket.TransportWSHandler`'s limits, so a
     socket that asks only for it is closed with 4406.
     """
 
@@ -288,7 +165,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}
-        identity, error = self.identify(_authorization(params))
+        identity, error = self.identify(authorization(params))
         if identity is None:
             raise ConnectionRejectionError({"reason": error or "send a bearer token"})
         viewer = identity.user_id
@@ -380,6 +257,18 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         taken = responses.ticket(services)
         response = await self.run(request)
         context: RequestContext | None = getattr(request.state, "chorus_context", None)
+        for _ in range(RACED_READ_ATTEMPTS - 1):
+            if context is None or context.operation_type != "query" or not context.reads.raced:
+                break
+            # An edit committed between two reads of one playlist (its header,
+            # then a page): the answer would show two versions as one. Reads
+            # have no effects, so the query runs again, at no cost to the viewer.
+            budget = services.query_budget
+            if budget is not None and context.viewer_id is not None and context.query_cost:
+                budget.refund(context.viewer_id, context.query_cost)
+            taken = responses.ticket(services)
+            response = await self.run(request)
+            context = getattr(request.state, "chorus_context", None)
         if (
             context is None
             or context.operation_type != "query"
@@ -424,7 +313,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         """An HTTP request body: a JSON object (or a list, a batch strawberry refuses).
 
         WebSocket frames do not come through here; their shape is checked in
-        :meth:`TransportWSHandler.handle_message`.
+        :meth:`~chorus.graphql.websocket.TransportWSHandler.handle_message`.
         """
         try:
             body = super().parse_json(data)
@@ -444,4 +333,4 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return body
 
 
-__all__ = ["ChorusGraphQL", "TransportWSHandler"]
+__all__ = ["ChorusGraphQL"]

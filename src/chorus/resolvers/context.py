@@ -158,6 +158,8 @@ class RequestContext:
     """When the WebSocket's token expires; later operations are refused."""
     operation_type: str | None = None
     """``query``, ``mutation`` or ``subscription`` once execution began (set by the schema)."""
+    query_cost: float = 0
+    """What this request took from the viewer's query budget (a race's re-read gives it back)."""
     loaders: Loaders = field(init=False)
     reads: ReadSet = field(init=False)
     """What this request (or subscription event) read: what its answer may be cached by."""

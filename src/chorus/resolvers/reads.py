@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 
 from chorus.domain.model import Playlist, Visibility
 
+RACED = "one playlist read at two versions"
+"""Why an answer that read one playlist at two versions (an edit committed between) is refused."""
+
 
 @dataclass(slots=True)
 class ReadSet:
@@ -56,7 +59,7 @@ class ReadSet:
         """Something of ``playlist_id`` was read at ``version`` (a page names its version)."""
         seen = self.versions.setdefault(playlist_id, version)
         if seen != version:
-            self.refuse("one playlist read at two versions")
+            self.refuse(RACED)
 
     def depends_on_viewer(self) -> None:
         """A field whose value is the viewer's own (``viewerRole``, ``viewer``) was read."""
@@ -71,9 +74,14 @@ class ReadSet:
             self.uncacheable = reason
 
     @property
+    def raced(self) -> bool:
+        """An edit committed between two reads of one playlist: the answer mixes versions."""
+        return self.uncacheable == RACED
+
+    @property
     def shared(self) -> bool:
         """Whether every authenticated viewer would get this same answer."""
         return not (self.viewer_dependent or self.private)
 
 
-__all__ = ["ReadSet"]
+__all__ = ["RACED", "ReadSet"]

@@ -1,0 +1,169 @@
+"""The ``graphql-transport-ws`` side of ``/graphql``: Chorus's limits on strawberry's handler.
+
+What a socket may send and how it ends (the close codes are those of
+:mod:`chorus.graphql.view`'s docstring): a frame that is not a JSON object
+with a ``type`` closes with 4400; a ``subscribe`` needs a string id of at
+most :data:`MAX_OPERATION_ID` characters and a payload with a string query;
+a connection runs a bounded number of operations (``LIMIT_EXCEEDED``); a
+user over the per-process connection limit is closed with 4429; the socket
+closes with 4403 when the token it was opened with expires. A stream that
+fails after it started ends with the protocol's ``error`` message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, Protocol, runtime_checkable
+
+from graphql import GraphQLError
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    Message,
+    SubscribeMessage,
+)
+from strawberry.types.execution import ExecutionResult, PreExecutionError
+
+from chorus.auth import Identity
+from chorus.resolvers.context import RequestContext
+
+MAX_OPERATION_ID = 128
+"""Longest ``id`` of a ``subscribe`` message (characters).
+
+The client's name for an operation on its socket, bounded because every
+result echoes it; not one of the ids of
+:data:`~chorus.domain.limits.MAX_ID_LENGTH`, though as long."""
+
+TOO_MANY_CONNECTIONS = "too many connections"
+"""The reason a socket over the per-user limit is closed with (4429)."""
+
+
+@runtime_checkable
+class ConnectionGate(Protocol):
+    """What the handler asks of its view (:class:`~chorus.graphql.view.ChorusGraphQL`)."""
+
+    def identify(self, header: object) -> tuple[Identity | None, str | None]: ...
+
+    def at_connection_limit(self, user_id: str) -> bool: ...
+
+    def release(self, context: RequestContext) -> None: ...
+
+
+def authorization(params: dict[str, object]) -> object:
+    """The token of a ``connection_init`` payload: its ``Authorization`` (or ``authorization``)."""
+    return params.get("Authorization") or params.get("authorization")
+
+
+class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
+    """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
+
+    async def handle_message(self, message: Message) -> None:
+        # A frame of valid JSON that is not an object (``[1]``, ``null``) would
+        # crash strawberry's dispatch; the protocol says: close with 4400.
+        if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+            await self.handle_invalid_message("a message must be a JSON object with a type")
+            return
+        await super().handle_message(message)
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        view = self.view
+        payload = message.get("payload")
+        if isinstance(view, ConnectionGate) and isinstance(payload, dict):
+            identity, _ = view.identify(authorization(payload))
+            if identity is not None and view.at_connection_limit(identity.user_id):
+                # Not 4403: a client must not take this for a bad token and sign out.
+                await self.websocket.close(code=4429, reason=TOO_MANY_CONNECTIONS)
+                return
+        await self._init_and_watch_expiry(message)
+
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        payload = message.get("payload")
+        operation_id: object = message.get("id")
+        if not isinstance(operation_id, str) or not 0 < len(operation_id) <= MAX_OPERATION_ID:
+            # The protocol's id is a string; every result echoes it, so it is bounded.
+            await self.handle_invalid_message(
+                f"subscribe needs a string id of 1 to {MAX_OPERATION_ID} characters"
+            )
+            return
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("query"), str)
+            or not isinstance(payload.get("variables") or {}, dict)
+            or not isinstance(payload.get("operationName") or "", str)
+        ):
+            await self.handle_invalid_message("subscribe needs a payload with a string query")
+            return
+        limit = self.max_subscriptions_per_connection
+        if (
+            limit is not None
+            and self.connection_acknowledged
+            and message["id"] not in self.operations
+            and len(self.operations) >= limit
+        ):
+            # Strawberry refuses with a bare message; every Chorus error carries
+            # extensions.code (DESIGN §5), so the refusal is ours.
+            error = GraphQLError(
+                f"at most {limit} operations may run on one connection",
+                extensions={"code": "LIMIT_EXCEEDED"},
+            )
+            await self.send_message(
+                {"id": message["id"], "type": "error", "payload": [error.formatted]}
+            )
+            return
+        await super().handle_subscribe(message)
+
+    async def _send_result_stream(
+        self, operation: Operation[RequestContext, None], result_source: Any
+    ) -> None:
+        async for result in result_source:
+            if (
+                isinstance(result, ExecutionResult)
+                and not isinstance(result, PreExecutionError)
+                and result.data is None
+                and result.errors
+            ):
+                # The stream itself failed (NOT_FOUND, FORBIDDEN, …): the
+                # protocol's `error` message ends the operation.
+                await operation.send_initial_errors(result.errors)
+                return
+            # Pre-execution errors and ordinary events go strawberry's way.
+            await super()._send_result_stream(operation, _once(result))
+
+    async def _init_and_watch_expiry(self, message: ConnectionInitMessage) -> None:
+        await super().handle_connection_init(message)
+        expires_at = self.context.expires_at
+        if self.connection_acknowledged and expires_at is not None:
+            self._expiry = asyncio.create_task(self._close_at(expires_at))
+
+    async def _close_at(self, expires_at: datetime) -> None:
+        """The token a connection was opened with expires: so does the connection."""
+        await asyncio.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()))
+        await self.websocket.close(code=4403, reason="token expired")
+
+    async def shutdown(self) -> None:
+        expiry: asyncio.Task[None] | None = getattr(self, "_expiry", None)
+        if expiry is not None:
+            expiry.cancel()
+        try:
+            await super().shutdown()
+        finally:
+            view = self.view
+            if isinstance(view, ConnectionGate):
+                view.release(self.context)
+
+
+async def _once(result: object) -> Any:
+    yield result
+
+
+__all__ = [
+    "MAX_OPERATION_ID",
+    "TOO_MANY_CONNECTIONS",
+    "ConnectionGate",
+    "TransportWSHandler",
+    "authorization",
+]
