@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chorus.domain.changes import decode_change
+from chorus.domain.changes import Change, decode_change
 from chorus.domain.commands import (
     AddEntries,
     MoveEntries,
@@ -28,7 +28,6 @@ from chorus.domain.commands import (
     RevertPlaylist,
     UpdatePlaylist,
 )
-from chorus.domain.committed import CommittedVersion
 from chorus.domain.fold import PlaylistState
 from chorus.domain.history import Rewound, Window, checkpoint_due, left_out, overlay, rewind
 from chorus.domain.model import Role, Visibility
@@ -74,14 +73,8 @@ def _history(steps: list[tuple[str, int]]) -> tuple[MemoryPlaylist, dict[int, Pl
     return p, states
 
 
-def _log(p: MemoryPlaylist, first: int, last: int) -> list[CommittedVersion]:
-    return [
-        CommittedVersion(
-            PLAYLIST_ID, v, f"op{v}", "owner", p.committed_at[v], tuple(map(decode_change, w))
-        )
-        for v, w in p.log
-        if first <= v <= last
-    ]
+def _log(p: MemoryPlaylist, first: int, last: int) -> list[tuple[int, list[Change]]]:
+    return [(v, [decode_change(c) for c in w]) for v, w in p.log if first <= v <= last]
 
 
 def _rewound(p: MemoryPlaylist, states: dict[int, PlaylistState], v: int, c: int) -> Rewound:

@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Select, null, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints, repository
-from chorus.db.tables import playlist_checkpoint_entry, playlist_entry
+from chorus.db.tables import playlist_checkpoint_entry, playlist_entry, playlist_mutation
 from chorus.domain.history import Rewound, Window, left_out, overlay, rewind
 from chorus.domain.model import Entry
 
@@ -76,13 +76,27 @@ async def rewound_at(
         rewound = Rewound(anchor, {}, {})
         return AtVersion(rewound, Anchor(anchor.version, anchor is not head), 0)
     # Rows v … anchor: v's own row tells when it committed.
-    log = await repository.versions_since(
-        conn, playlist_id, version - 1, limit=anchor.version - version + 1
-    )
-    if log is None or len(log) != anchor.version - version + 1:
+    rows = (
+        await conn.execute(
+            select(
+                playlist_mutation.c.version,
+                playlist_mutation.c.committed_at,
+                playlist_mutation.c.payload,  # not ``result``: a rewind needs the changes only
+            )
+            .where(
+                playlist_mutation.c.playlist_id == playlist_id,
+                playlist_mutation.c.version >= version,
+                playlist_mutation.c.version <= anchor.version,
+            )
+            .order_by(playlist_mutation.c.version)
+        )
+    ).all()
+    # Never rewind across a hole (rows deleted by hand): that version is not kept.
+    if [r.version for r in rows] != list(range(version, anchor.version + 1)):
         return NotKept(head.version, max(floor, version + 1))
-    rewound = rewind(anchor, log[1:], log[0].committed_at)
-    return AtVersion(rewound, Anchor(anchor.version, anchor is not head), len(log) - 1)
+    log = [(r.version, repository.decode_payload(r.payload)) for r in rows[1:]]
+    rewound = rewind(anchor, log, rows[0].committed_at)
+    return AtVersion(rewound, Anchor(anchor.version, anchor is not head), len(log))
 
 
 async def anchor_holds(conn: AsyncConnection, playlist_id: str, anchor: Anchor) -> bool:

@@ -20,7 +20,6 @@ from datetime import datetime
 from typing import assert_never
 
 from chorus.domain import changes as ch
-from chorus.domain.committed import CommittedVersion
 from chorus.domain.model import Entry, Playlist
 from chorus.domain.ports import SortKey
 from chorus.domain.revert import undo
@@ -60,26 +59,28 @@ class Rewound:
     at_anchor: Mapping[str, SortKey]
 
 
-def rewind(anchor: Playlist, log: Sequence[CommittedVersion], committed_at: datetime) -> Rewound:
+def rewind(
+    anchor: Playlist, log: Sequence[tuple[int, Sequence[ch.Change]]], committed_at: datetime
+) -> Rewound:
     """The playlist ``len(log)`` versions before ``anchor``.
 
     Args:
         anchor: the header at version ``c`` (the head, or a checkpoint's).
-        log: versions ``v+1 … c`` oldest first, without a gap.
+        log: ``(version, changes)`` of versions ``v+1 … c``, oldest first, without a gap.
         committed_at: when version ``v`` committed (its ``updated_at``).
 
     Raises:
         ValueError: ``log`` does not end at ``anchor``'s version or has a gap.
     """
     version = anchor.version - len(log)
-    if any(c.version != version + 1 + i for i, c in enumerate(log)):
+    if any(v != version + 1 + i for i, (v, _) in enumerate(log)):
         raise ValueError(f"the log does not lead from version {version} to {anchor.version}")
-    past = undo(anchor, [(c.version, c.changes) for c in log])
+    past = undo(anchor, log)
     now: dict[str, SortKey | None] = {}
     epochs = 0
     deleted = False
-    for c in log:
-        for change in c.changes:
+    for _, changes in log:
+        for change in changes:
             match change:
                 case ch.EntriesAdded():
                     now.update((e.entry_id, e.sort_key) for e in change.entries)
