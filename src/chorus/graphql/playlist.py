@@ -102,7 +102,8 @@ class Playlist(Node):
     @strawberry.field(
         description="The playlist as it was at an older `version` (0 … `version`): its "
         "details and entries then, rebuilt from the mutation log (each read undoes at "
-        f"most {CHECKPOINT_EVERY} versions, from the next checkpoint). Below the oldest "
+        f"most {CHECKPOINT_EVERY} versions and one group commit, from the next checkpoint). "
+        "Access is `playlist`'s, today. Below the oldest "
         "version the log keeps (`chorus compact`): an error with `extensions.code` "
         "HISTORY_COMPACTED and `oldestVersion`, `currentVersion`; out of range: "
         "BAD_USER_INPUT. Never kept in the response cache."
