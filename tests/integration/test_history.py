@@ -324,3 +324,19 @@ async def _folded_at(database: Database, playlist_id: str, version: int) -> list
             state.apply(row.version, changes, row.committed_at)
     assert state is not None
     return [e.media_id for e in state.live()]
+
+
+async def test_a_revert_to_a_version_gives_the_list_atversion_shows(
+    store: PlaylistStore, database: Database
+) -> None:
+    """``revertPlaylist`` and ``atVersion`` share the undo: a revert to v gives v's list."""
+    ed = await new_playlist(store)
+    gid = ids.playlist_global_id(ed.playlist_id)
+    await random_history(ed, database, random.Random(21), 30)
+    for target in (3, 11, 22):
+        then = (await ok(database, AT, id=gid, v=target, first=100))["playlist"]["atVersion"]
+        await ed.run(RevertPlaylist, to_version=target)
+        now = await entries_now(database, gid)
+        assert (now["title"], now["description"]) == (then["title"], then["description"])
+        assert now["entries"]["edges"] == then["entries"]["edges"]
+        assert now["entries"]["totalCount"] == then["entries"]["totalCount"]
