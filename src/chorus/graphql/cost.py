@@ -18,7 +18,7 @@ The model (GitHub's and Shopify's, simplified):
 * a read of an older version (``Playlist.atVersion``) undoes up to
   ``CHECKPOINT_EVERY`` log rows before it returns anything: it costs twice
   the largest page size (200) more than its selection (bench/history.py:
-  such a read with 50 entries takes about 4× ``entries(first: 50)`` at the
+  such a read with 50 entries takes about 4–5× ``entries(first: 50)`` at the
   head, which costs 101), so 30 aliases of it are over the limit;
 * any other list without a page size of its own (a version's ``changes``,
   whose alternatives are added up below; a payload's ``entries``, bounded
