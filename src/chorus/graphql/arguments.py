@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -73,6 +74,30 @@ def page_size(limits: Limits, first: int | None, last: int | None = None) -> tup
         name = "first" if first is not None else "last"
         raise BadUserInput(f"{name} must be between 0 and {limits.page_size_max}")
     return size, last is not None
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesRequest:
+    """A checked request for a page of entries: ``size`` nearest ``after`` (or ``before``)."""
+
+    size: int
+    from_end: bool
+    after: SortKey | None
+    before: SortKey | None
+
+
+def entries_request(
+    limits: Limits, first: int | None, after: str | None, last: int | None, before: str | None
+) -> EntriesRequest:
+    """The Relay arguments of an ``entries`` field, checked (head or an old version alike).
+
+    Raises:
+        BadUserInput: see :func:`page_size` and :func:`entry_position`.
+    """
+    after_key = entry_position(after, "after")
+    before_key = entry_position(before, "before")
+    size, from_end = page_size(limits, first, last)
+    return EntriesRequest(size, from_end, after_key, before_key)
 
 
 def entry_position(cursor: str | None, name: str) -> SortKey | None:

@@ -69,11 +69,14 @@ class PlaylistAtVersion:
         last: int | None = None,
         before: str | None = None,
     ) -> PlaylistEntryConnection:
-        after_key = arguments.entry_position(after, "after")
-        before_key = arguments.entry_position(before, "before")
-        size, from_end = arguments.page_size(info.context.services.limits, first, last)
+        asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
         found = await queries.entries_page_at(
-            info.context, self.at, size=size, from_end=from_end, after=after_key, before=before_key
+            info.context,
+            self.at,
+            size=asked.size,
+            from_end=asked.from_end,
+            after=asked.after,
+            before=asked.before,
         )
         page = arguments.check_at_version(self.version, found)
         if page is None:  # the playlist is gone (never, while rows are only soft-deleted)

@@ -119,16 +119,14 @@ class Playlist(Node):
         last: int | None = None,
         before: str | None = None,
     ) -> PlaylistEntryConnection:
-        after_key = arguments.entry_position(after, "after")
-        before_key = arguments.entry_position(before, "before")
-        size, from_end = arguments.page_size(info.context.services.limits, first, last)
+        asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
         page = await queries.entries_page(
             info.context,
             self.record,
-            size=size,
-            from_end=from_end,
-            after=after_key,
-            before=before_key,
+            size=asked.size,
+            from_end=asked.from_end,
+            after=asked.after,
+            before=asked.before,
         )
         return await entry_connection(info, self.record.id, page)
 
