@@ -19,6 +19,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from chorus.graphql.cost import QueryCostLimit
+from chorus.graphql.delivery import DeliveryExecutor
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import (
     QueryAliasLimit,
@@ -166,6 +167,8 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         types=[PlaylistEntry],
+        # A live event is executed once per delivery group (graphql/delivery.py).
+        execution_context_class=DeliveryExecutor,
         extensions=[
             # First, so its time covers parsing, validation and the limits.
             lambda: OperationMetrics(names),

@@ -91,7 +91,11 @@ class _Stream:
         """After a version that changes access: end the stream if the viewer lost it."""
         if any(isinstance(c, PlaylistDeleted) for c in version.changes):
             raise Forbidden("the playlist was deleted")
-        if _changes_access(version) and await self.visible() < 0:
+        if _changes_access(version) and not await self.hub.access(self.db).can_read(
+            self.playlist_id, version.version, self.viewer
+        ):
+            # One read of the playlist's readers per version for every stream
+            # of this process, not one per subscriber (subscriptions/access.py).
             raise Forbidden("you no longer have access to this playlist")
 
     async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
