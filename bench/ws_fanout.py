@@ -299,6 +299,7 @@ def run_chorus(n: int, procs: int, commits: int, base: Path) -> tuple[Row, dict[
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    print(f"chorus serve pid {server.pid}", file=sys.stderr, flush=True)
     try:
         base_url = f"http://127.0.0.1:{port}"
         _wait_http(f"{base_url}/healthz")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -50,14 +50,15 @@ class SharedEvent:
     """An item of ``playlistEvents`` that its group may execute once.
 
     Attributes:
-        value: what the field resolves to (the strawberry object).
+        make: builds what the field resolves to (the strawberry object);
+            called only by the subscriber that executes the version.
         playlist_id: the playlist's internal id.
         version: the version it renders.
         committed_at: when it committed (seconds since the epoch), for the
             delivery latency.
     """
 
-    value: object
+    make: Callable[[], object]
     playlist_id: str
     version: int
     committed_at: float
@@ -138,7 +139,8 @@ class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
                 self.fragment_definitions,
                 self.variable_values.coerced,
             )
-        executor = cast("DeliveryExecutor", super().build_per_event_executor(payload.value))
+        # The root value is made only if this subscriber is the one to execute.
+        executor = cast("DeliveryExecutor", super().build_per_event_executor(None))
         executor._event = payload
         return executor
 
@@ -146,7 +148,10 @@ class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
         event = self._event
         context = self.context_value
         hub = context.services.hub if isinstance(context, RequestContext) else None
-        if event is None or hub is None or self._group is None:
+        if event is None:
+            return super().execute_operation(serially)
+        if hub is None or self._group is None:
+            self.root_value = event.make()
             return super().execute_operation(serially)
         assert isinstance(context, RequestContext)
         return hub.renders.render(
@@ -163,6 +168,7 @@ class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
         # and its own record of what it read, whatever else runs on the socket.
         fresh = dataclasses.replace(context)
         self.context_value = fresh
+        self.root_value = event.make()
         result = super().execute_operation(serially)
         if self.is_awaitable(result):
             result = await result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncGenerator
 from typing import Annotated
 
@@ -63,7 +64,7 @@ class Subscription:
                     else:
                         # Executed once for the group (graphql/delivery.py).
                         yield SharedEvent(  # type: ignore[misc]
-                            PlaylistChanged.from_version(item),
+                            functools.partial(PlaylistChanged.from_version, item),
                             pid,
                             item.version,
                             item.committed_at.timestamp(),

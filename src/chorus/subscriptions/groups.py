@@ -96,8 +96,11 @@ class RenderMemo:
         if slot is None or time.monotonic() - slot.made_at > self._ttl_s:
             return _MISSING
         self._slots.move_to_end(slot_key)
+        future = slot.future
+        if future.done():  # the common case: no shield, no task switch
+            return _FAILED if future.exception() is not None else future.result()
         try:
-            return await asyncio.shield(slot.future)
+            return await asyncio.shield(future)
         except Exception:
             return _FAILED
 
