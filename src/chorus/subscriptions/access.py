@@ -11,6 +11,7 @@ and the others of this process look themselves up in that answer.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ class SharedAccess:
         self._answers: OrderedDict[tuple[str, int], asyncio.Future[Readers]] = OrderedDict()
         self.reads = 0
         """SQL reads made (for tests)."""
+        self._heads: dict[str, tuple[float, asyncio.Future[int | None]]] = {}
 
     async def can_read(self, playlist_id: str, version: int, viewer: str) -> bool:
         """Whether ``viewer`` may read ``playlist_id`` now, checked after ``version`` was sent.
@@ -62,6 +64,31 @@ class SharedAccess:
             self._answers.pop(key, None)  # the next stream reads again
             raise
         return readers.can_read(viewer)
+
+    async def head(self, playlist_id: str, *, max_age_s: float) -> int | None:
+        """The playlist's version (``None``: no such playlist), as read at most ``max_age_s`` ago.
+
+        What a quiet stream asks to learn whether it missed an event: every
+        quiet stream of the playlist shares one read.
+        """
+        now = time.monotonic()
+        found = self._heads.get(playlist_id)
+        if (
+            found is None
+            or now - found[0] > max_age_s
+            or (found[1].done() and found[1].exception() is not None)
+        ):
+            if len(self._heads) >= self._kept:
+                self._heads.clear()  # only recent reads matter: start afresh
+            found = (now, asyncio.ensure_future(self._read_head(playlist_id)))
+            self._heads[playlist_id] = found
+        return await asyncio.shield(found[1])
+
+    async def _read_head(self, playlist_id: str) -> int | None:
+        self.reads += 1
+        async with self._db.read() as conn:
+            header = await repository.get_playlist(conn, playlist_id)
+        return header.version if header is not None else None
 
     async def _read(self, playlist_id: str) -> Readers:
         self.reads += 1

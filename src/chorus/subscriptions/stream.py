@@ -83,6 +83,13 @@ class _Stream:
             role = await repository.get_role(conn, self.playlist_id, self.viewer)
         return header.version if header and role_can_read(role, header) else -1
 
+    async def missed(self) -> bool:
+        """Whether the head is past what was sent (one read for all quiet streams of a playlist)."""
+        head = await self.hub.access(self.db).head(
+            self.playlist_id, max_age_s=min(1.0, self.idle_check_s / 2)
+        )
+        return head is None or head > self.last
+
     def send(self, version: CommittedVersion) -> CommittedVersion:
         self.last = version.version
         return version
@@ -135,8 +142,8 @@ class _Stream:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.idle_check_s):
                         await member.wakeup.wait()
-                if member.queue.empty() and not member.overflowed:
-                    # Quiet for a while: make sure no event was lost on the way.
+                if member.queue.empty() and not member.overflowed and await self.missed():
+                    # Quiet for a while and behind the head: an event was lost on the way.
                     async for item in self.catch_up():
                         yield item
                 continue
