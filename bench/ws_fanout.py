@@ -199,6 +199,23 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_idle(pid: int, timeout_s: float = 120.0) -> None:
+    """Until the server used under 5% of a core for a second (its set-up work is done)."""
+    deadline = time.monotonic() + timeout_s
+    time.sleep(1.0)
+    while time.monotonic() < deadline:
+        before = _cpu_s(pid)
+        time.sleep(1.0)
+        if _cpu_s(pid) - before < 0.05:
+            return
+    raise RuntimeError("the server never went idle")
+
+
 def _free_port() -> int:
     import socket
 
@@ -244,7 +261,7 @@ def _run_clients(
         if not parent.poll(300):
             raise RuntimeError("clients did not subscribe in time")
         parent.recv()
-    time.sleep(2.0 + n / 2_000)  # the last subscribes reach the hub
+    _wait_idle(server_pid)  # every subscribe handled (catch-up read, joined the hub)
     rss_after = _rss_kib(server_pid)
     sent: dict[int, float] = {}
     for version in range(1, commits + 1):
@@ -266,6 +283,13 @@ def _run_clients(
     for version, at in received:
         if version in per_commit:
             per_commit[version].append((at - sent[version]) * 1000)
+    for version, xs in per_commit.items():
+        xs.sort()
+        print(
+            f"{label} n={n} v{version}: p50 {xs[len(xs) // 2] if xs else float('nan'):.0f} "
+            f"max {xs[-1] if xs else float('nan'):.0f} ms",
+            file=sys.stderr,
+        )
     every = sorted(x for xs in per_commit.values() for x in xs)
     slowest = statistics.median(max(xs) if xs else float("nan") for xs in per_commit.values())
     row = Row(

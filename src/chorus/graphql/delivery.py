@@ -52,14 +52,14 @@ class SharedEvent:
     Attributes:
         make: builds what the field resolves to (the strawberry object);
             called only by the subscriber that executes the version.
-        playlist_id: the playlist's internal id.
+        group: its subscription's :func:`group_key` (made once, as it started).
         version: the version it renders.
         committed_at: when it committed (seconds since the epoch), for the
             delivery latency.
     """
 
     make: Callable[[], object]
-    playlist_id: str
+    group: Hashable
     version: int
     committed_at: float
 
@@ -127,18 +127,10 @@ class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's executor; a :class:`SharedEvent` is executed once per group (see module)."""
 
     _event: SharedEvent | None = None
-    _group: Hashable | None = None
 
     def build_per_event_executor(self, payload: Any) -> Any:
         if not isinstance(payload, SharedEvent):
             return super().build_per_event_executor(payload)
-        if self._group is None:  # once per subscription: its executor outlives its events
-            self._group = group_key(
-                payload.playlist_id,
-                self.operation,
-                self.fragment_definitions,
-                self.variable_values.coerced,
-            )
         # The root value is made only if this subscriber is the one to execute.
         executor = cast("DeliveryExecutor", super().build_per_event_executor(None))
         executor._event = payload
@@ -150,12 +142,12 @@ class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
         hub = context.services.hub if isinstance(context, RequestContext) else None
         if event is None:
             return super().execute_operation(serially)
-        if hub is None or self._group is None:
+        if hub is None:
             self.root_value = event.make()
             return super().execute_operation(serially)
         assert isinstance(context, RequestContext)
         return hub.renders.render(
-            self._group,
+            event.group,
             event.version,
             context.viewer_id or "",
             lambda: self._render(context, event, serially),

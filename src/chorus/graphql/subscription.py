@@ -65,7 +65,7 @@ class Subscription:
                         # Executed once for the group (graphql/delivery.py).
                         yield SharedEvent(  # type: ignore[misc]
                             functools.partial(PlaylistChanged.from_version, item),
-                            pid,
+                            group,
                             item.version,
                             item.committed_at.timestamp(),
                         )
