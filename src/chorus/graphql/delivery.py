@@ -40,8 +40,8 @@ from graphql import (
     Visitor,
     visit,
 )
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from chorus.graphql.execution import ChorusExecutionContext
 from chorus.resolvers.context import RequestContext
 
 
@@ -123,8 +123,8 @@ def next_frame(operation_id: str, encoded_payload: str) -> str:
     return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":{encoded_payload}}}'
 
 
-class DeliveryExecutor(StrawberryGraphQLCoreExecutionContext):
-    """Strawberry's executor; a :class:`SharedEvent` is executed once per group (see module)."""
+class DeliveryExecutor(ChorusExecutionContext):
+    """Chorus's executor (:mod:`chorus.graphql.execution`), with live events run once per group."""
 
     _event: SharedEvent | None = None
 

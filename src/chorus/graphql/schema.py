@@ -167,7 +167,8 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         types=[PlaylistEntry],
-        # A live event is executed once per delivery group (graphql/delivery.py).
+        # Plain leaves skip graphql-core's per-field machinery (graphql/execution.py)
+        # and a live event is executed once per delivery group (graphql/delivery.py).
         execution_context_class=DeliveryExecutor,
         extensions=[
             # First, so its time covers parsing, validation and the limits.
