@@ -5,7 +5,9 @@ subprocess; one PUBLIC playlist; each subscriber its own user (its own JWT)
 and its own ``graphql-transport-ws`` socket subscribing to ``playlistEvents``
 with the same document and variables. The clients are spread over
 ``--procs`` processes (``websockets`` library) so that no one client process
-is the bottleneck. Then ``--commits`` ``addEntries`` (one media each) run one
+is the bottleneck. Once every socket subscribed and the server has gone idle
+(under 5% of a core for a second: every subscribe's catch-up read done),
+``--commits`` ``addEntries`` (one media each) run one
 at a time; the next starts once every subscriber got the last one, or after
 5 s. A sample is the time from just before the mutation is sent to the
 moment one client decoded that version's ``next`` frame (one clock: same
@@ -21,7 +23,7 @@ Prints per N and per server: p50 / p99 of all samples, the slowest
 subscriber (median over commits of each commit's last delivery), the
 deliveries missing 3 s after the last commit, and the server's resident
 memory per socket (RSS after all subscribed minus before, / N); then the
-ratios Chorus / bare.
+ratios Chorus / bare. Each commit's p50 and last delivery go to stderr.
 
     python bench/ws_fanout.py [--sizes 1000,5000] [--commits 10] [--procs 8]
 """
