@@ -36,7 +36,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from chorus.db import outbox
-from chorus.metrics import LIVE_SUBSCRIBERS, OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE
+from chorus.metrics import (
+    DELIVERY_GROUP_SOCKETS,
+    DELIVERY_GROUPS,
+    DELIVERY_RENDERS,
+    LIVE_SUBSCRIBERS,
+    OUTBOX_BACKLOG,
+    OUTBOX_OLDEST_AGE,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as redis
@@ -202,6 +209,12 @@ async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
     """
     if hub is not None:
         LIVE_SUBSCRIBERS.set(hub.stream_count)
+        sizes = hub.groups.sizes
+        DELIVERY_GROUPS.set(len(sizes))
+        DELIVERY_GROUP_SOCKETS.labels("max").set(sizes[0] if sizes else 0)
+        DELIVERY_GROUP_SOCKETS.labels("mean").set(sum(sizes) / len(sizes) if sizes else 0)
+        DELIVERY_RENDERS.labels("made").set(hub.renders.renders)
+        DELIVERY_RENDERS.labels("reused").set(hub.renders.reuses)
     if db is None:
         return
     try:

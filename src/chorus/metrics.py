@@ -63,6 +63,26 @@ FEED_ROWS_WRITTEN = Counter(
     "chorus_feed_rows_written_total", "Feed rows pushed to followers (repeats write none)."
 )
 LIVE_SUBSCRIBERS = Gauge("chorus_live_subscribers", "Subscription streams open in this process.")
+DELIVERY_GROUPS = Gauge(
+    "chorus_subscription_groups",
+    "Delivery groups (same playlist, document, variables, operation name) with a subscriber.",
+)
+DELIVERY_GROUP_SOCKETS = Gauge(
+    "chorus_subscription_group_sockets",
+    "Subscriptions per delivery group: the largest group, and the mean over groups.",
+    ["stat"],
+)
+DELIVERY_RENDERS = Gauge(
+    "chorus_subscription_renders",
+    "Live event executions since start: made (one per group and version, or per viewer "
+    "when viewer-dependent) and reused (handed to another subscriber of the group).",
+    ["result"],
+)
+DELIVERY_SECONDS = Histogram(
+    "chorus_subscription_delivery_seconds",
+    "Commit to the moment a live event's frame was handed to its socket.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 SNAPSHOT_READS = Counter(
     "chorus_snapshot_reads_total",
     "Reads of PUBLIC playlists by where they were served from (hit: Redis snapshot).",

@@ -217,8 +217,18 @@ def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: 
     # schema, the modules and the caches on every gen-2 collection (pauses of
     # 100 ms and more under request churn stall every connection at once).
     gc.freeze()
+    # Thousands of open sockets are a large heap that lives as long as they
+    # do; every gen-2 pass walks all of it (1.5 s at 5,000 subscribed sockets,
+    # every other commit in bench/ws_fanout.py). Young collections every
+    # 100,000 net allocations instead of 700 promote far less, so full passes
+    # become rare; cyclic garbage still goes, later (docs/api.md, "Live delivery").
+    gc.set_threshold(*GC_THRESHOLDS)
     server.run(sockets=[listener])
     return 0 if server.started else STARTUP_FAILURE
+
+
+GC_THRESHOLDS = (100_000, 50, 20)
+"""``gc.set_threshold`` of a serving process (CPython's defaults: 700, 10, 10)."""
 
 
 def run_processes(count: int, serve: Callable[[], int]) -> int:

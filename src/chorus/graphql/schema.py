@@ -19,8 +19,8 @@ from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from chorus.graphql.cost import QueryCostLimit
+from chorus.graphql.delivery import DeliveryExecutor
 from chorus.graphql.errors import ErrorPolicy
-from chorus.graphql.execution import ChorusExecutionContext
 from chorus.graphql.limits import (
     QueryAliasLimit,
     QueryDepthLimit,
@@ -167,7 +167,9 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         types=[PlaylistEntry],
-        execution_context_class=ChorusExecutionContext,
+        # Plain leaves skip graphql-core's per-field machinery (graphql/execution.py)
+        # and a live event is executed once per delivery group (graphql/delivery.py).
+        execution_context_class=DeliveryExecutor,
         extensions=[
             # First, so its time covers parsing, validation and the limits.
             lambda: OperationMetrics(names),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncGenerator
 from typing import Annotated
 
 import strawberry
 
 from chorus.graphql import arguments
+from chorus.graphql.delivery import SharedEvent, group_key
 from chorus.graphql.follows import FeedItem
 from chorus.graphql.history import PlaylistChanged
 from chorus.graphql.types import ChorusInfo
@@ -45,16 +47,31 @@ class Subscription:
         # the stream must leave the hub then, in the operation's task: an
         # abandoned `async for` would leave that to the garbage collector.
         events = subscriptions.playlist_events(info.context, pid, since_version)
-        async with contextlib.aclosing(events):
-            async for item in events:
-                if isinstance(item, Resync):
-                    yield ResyncRequired(
-                        playlist_id=playlist_id,
-                        current_version=item.current_version,
-                        reason=item.reason,
-                    )
-                else:
-                    yield PlaylistChanged.from_version(item)
+        hub = info.context.services.hub
+        raw = info._raw_info
+        group = group_key(pid, raw.operation, raw.fragments, info.variable_values)
+        if hub is not None:
+            hub.groups.enter(group)
+        try:
+            async with contextlib.aclosing(events):
+                async for item in events:
+                    if isinstance(item, Resync):
+                        yield ResyncRequired(
+                            playlist_id=playlist_id,
+                            current_version=item.current_version,
+                            reason=item.reason,
+                        )
+                    else:
+                        # Executed once for the group (graphql/delivery.py).
+                        yield SharedEvent(  # type: ignore[misc]
+                            functools.partial(PlaylistChanged.from_version, item),
+                            group,
+                            item.version,
+                            item.committed_at.timestamp(),
+                        )
+        finally:
+            if hub is not None:
+                hub.groups.leave(group)
 
     @strawberry.subscription(
         description="The viewer's feed, live: each new version of a playlist the viewer "

@@ -66,6 +66,8 @@ class Media:
     )
     async def viewer_has_liked(self, info: ChorusInfo) -> bool:
         info.context.viewer()
+        # The viewer's own: an answer (or a live event) holding it is not shared.
+        info.context.reads.depends_on_viewer()
         return await info.context.loaders.liked.load(self.id)
 
     @classmethod

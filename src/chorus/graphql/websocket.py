@@ -13,10 +13,14 @@ fails after it started ends with the protocol's ``error`` message.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from graphql import GraphQLError
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -29,6 +33,8 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from strawberry.types.execution import ExecutionResult, PreExecutionError
 
 from chorus.auth import Identity
+from chorus.graphql.delivery import EncodedData, next_frame
+from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
 
 MAX_OPERATION_ID = 128
@@ -130,8 +136,29 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
                 # protocol's `error` message ends the operation.
                 await operation.send_initial_errors(result.errors)
                 return
+            data = getattr(result, "data", None)
+            if isinstance(data, EncodedData) and not result.errors and not result.extensions:
+                # Executed and encoded once for its group: only the id is this socket's.
+                await self._send_encoded(operation, data)
+                continue
             # Pre-execution errors and ordinary events go strawberry's way.
             await super()._send_result_stream(operation, _once(result))
+
+    async def _send_encoded(
+        self, operation: Operation[RequestContext, None], data: EncodedData
+    ) -> None:
+        if operation.completed:
+            return
+        frame = next_frame(operation.id, data.encoded)
+        socket = getattr(self.websocket, "ws", None)
+        if isinstance(socket, WebSocket):
+            try:
+                await socket.send_text(frame)
+            except WebSocketDisconnect as error:
+                raise WebSocketDisconnected from error
+        else:  # another transport adapter: the same frame, encoded its way
+            await self.send_message(json.loads(frame))
+        DELIVERY_SECONDS.observe(max(0.0, time.time() - data.committed_at))
 
     async def _init_and_watch_expiry(self, message: ConnectionInitMessage) -> None:
         await super().handle_connection_init(message)

@@ -16,8 +16,9 @@ async def playlist_events(
 ) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version``, then live; see :func:`playlist_stream`.
 
-    Before each item the context gets fresh DataLoaders, so every event
-    resolves media and playlists as they are now.
+    Each version is executed in a fresh request context of its own (fresh
+    DataLoaders: media and playlists as they are now), once for its delivery
+    group (:mod:`chorus.graphql.delivery`), not in this subscriber's context.
 
     Raises:
         Unauthenticated: no valid token.
@@ -41,7 +42,6 @@ async def playlist_events(
     async with contextlib.aclosing(stream):
         try:
             async for item in stream:
-                ctx.renew_loaders()
                 yield item
         except InvalidInput as error:
             # A sinceVersion out of range is a bad argument, as in Playlist.changes

@@ -15,9 +15,12 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from chorus.db.engine import Database
 from chorus.domain.changes import PlaylistEvent
 from chorus.domain.committed import CommittedVersion
+from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
+from chorus.subscriptions.groups import Groups, RenderMemo
 
 log = logging.getLogger("chorus.hub")
 
@@ -57,7 +60,19 @@ class Hub:
         self._queue_size = queue_size
         self._members: dict[str, set[Membership]] = {}
         self._lock = asyncio.Lock()
+        self._access: dict[int, SharedAccess] = {}
+        self.renders = RenderMemo()
+        """One rendering of a version per delivery group (:mod:`chorus.subscriptions.groups`)."""
+        self.groups = Groups()
+        """The delivery groups of this process's subscriptions, by size."""
         bus.on_gap(self.poke_all)
+
+    def access(self, db: Database) -> SharedAccess:
+        """The readers of a playlist after a version that changed access, read once per version."""
+        shared = self._access.get(id(db))
+        if shared is None:
+            shared = self._access[id(db)] = SharedAccess(db)
+        return shared
 
     def poke_all(self) -> None:
         """Events may have been lost: every local stream reads SQL again."""

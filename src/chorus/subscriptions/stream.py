@@ -83,6 +83,13 @@ class _Stream:
             role = await repository.get_role(conn, self.playlist_id, self.viewer)
         return header.version if header and role_can_read(role, header) else -1
 
+    async def missed(self) -> bool:
+        """Whether the head is past what was sent (one read for all quiet streams of a playlist)."""
+        head = await self.hub.access(self.db).head(
+            self.playlist_id, max_age_s=min(1.0, self.idle_check_s / 2)
+        )
+        return head is None or head > self.last
+
     def send(self, version: CommittedVersion) -> CommittedVersion:
         self.last = version.version
         return version
@@ -91,7 +98,11 @@ class _Stream:
         """After a version that changes access: end the stream if the viewer lost it."""
         if any(isinstance(c, PlaylistDeleted) for c in version.changes):
             raise Forbidden("the playlist was deleted")
-        if _changes_access(version) and await self.visible() < 0:
+        if _changes_access(version) and not await self.hub.access(self.db).can_read(
+            self.playlist_id, version.version, self.viewer
+        ):
+            # One read of the playlist's readers per version for every stream
+            # of this process, not one per subscriber (subscriptions/access.py).
             raise Forbidden("you no longer have access to this playlist")
 
     async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
@@ -131,8 +142,8 @@ class _Stream:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.idle_check_s):
                         await member.wakeup.wait()
-                if member.queue.empty() and not member.overflowed:
-                    # Quiet for a while: make sure no event was lost on the way.
+                if member.queue.empty() and not member.overflowed and await self.missed():
+                    # Quiet for a while and behind the head: an event was lost on the way.
                     async for item in self.catch_up():
                         yield item
                 continue
