@@ -1,6 +1,6 @@
 """Worker processes of the full profile: outbox relay, fanout and cache projector.
 
-The workers themselves are built by :func:`chorus.bootstrap.running_workers`;
+The workers themselves are built by :func:`chorus.wiring.running_workers`;
 this module runs them in the foreground of a process, with its probes.
 
 Each runs alone (``chorus relay``, ``chorus fanout``, ``chorus project-cache``)
@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from chorus import bootstrap, health
+from chorus import bootstrap, health, wiring
 from chorus.settings import Settings
 
 log = logging.getLogger("chorus.workers")
@@ -48,7 +48,7 @@ def probe_app(
 
     ``/readyz`` and ``/metrics`` answer as an API process's do
     (:mod:`chorus.health`); ``checks`` are the workers'
-    :attr:`~chorus.bootstrap.Workers.checks`; ``metrics_token``
+    :attr:`~chorus.wiring.Workers.checks`; ``metrics_token``
     (``CHORUS_METRICS_TOKEN``) guards ``/metrics`` when set.
     """
     app = Starlette(
@@ -74,7 +74,7 @@ async def run_until_stopped(
             ``None``: no HTTP endpoint. The socket is closed on return.
 
     Raises:
-        ValueError: see :func:`chorus.bootstrap.running_workers`.
+        ValueError: see :func:`chorus.wiring.running_workers`.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -82,7 +82,7 @@ async def run_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     db = bootstrap.database(settings)
     try:
-        async with bootstrap.running_workers(settings, names, db) as workers:
+        async with wiring.running_workers(settings, names, db) as workers:
             stopped = asyncio.create_task(stop.wait())
             waits = {stopped, *workers.tasks}
             server = serving = None

@@ -218,6 +218,37 @@ async def test_losing_access_to_a_private_playlist_ends_its_feed(
     assert feed(api, "bo") == []
 
 
+async def test_a_running_feed_follows_follows_made_after_it_started(
+    api: Api, server: ChorusServer
+) -> None:
+    first = create_playlist(api, "eve", "First", visibility="PUBLIC")
+    second = create_playlist(api, "eve", "Second", visibility="PUBLIC")
+    async with socket(server, api.token("dan")) as ws:
+        await listen(server, ws, joins=0)
+        before = await asyncio.to_thread(live_streams, server)
+
+        async def joined(count: int) -> None:
+            deadline = time.monotonic() + 20  # 'joined' or 'hung', not a speed
+            while await asyncio.to_thread(live_streams, server) != before + count:
+                assert time.monotonic() < deadline, "the feed never followed the change"
+                await asyncio.sleep(0.05)
+
+        assert follow(api, "dan", "PLAYLIST", first)["changed"]
+        await joined(1)
+        add(api, first, [track(1)], 0, "eve")
+        item = await next_item(ws)
+        assert (item["playlist"]["id"], item["version"]) == (first, 1)
+        # Unfollowed while running: its next version is not offered; the new follow's is.
+        follow(api, "dan", "PLAYLIST", first, UNFOLLOW)
+        await joined(0)
+        follow(api, "dan", "PLAYLIST", second)
+        await joined(1)
+        add(api, first, [track(2)], 1, "eve")
+        add(api, second, [track(3)], 0, "eve")
+        item = await next_item(ws)
+        assert (item["playlist"]["id"], item["version"]) == (second, 1)
+
+
 def test_following_a_user_brings_their_new_public_playlists(api: Api) -> None:
     assert follow(api, "fan", "USER", "star")["target"] == {"__typename": "User"}
     own = follow(api, "fan", "USER", "fan")

@@ -9,6 +9,7 @@ with every target pushed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,9 @@ from chorus.domain.follows import FeedItem, FeedLimits, Target, TargetKind
 from chorus.domain.model import Role, Visibility
 from chorus.events.feed import FeedingPublisher, FeedSink
 from chorus.events.relay import OutboxRelay
+from chorus.subscriptions.bus import BusPublisher, InProcessBus
+from chorus.subscriptions.feed import feed_stream
+from chorus.subscriptions.hub import Hub
 from tests.integration.store_helpers import ALICE, BOB, Editor, new_op
 
 CAROL = "carol"
@@ -208,3 +212,34 @@ async def test_retention_hides_then_prunes_old_items(database: Database) -> None
         assert await read_all(database, BOB, limits) == []  # past the 30 days
     assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 1
     assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 0
+
+
+async def test_a_live_feed_hears_a_follow_made_elsewhere_at_its_next_refresh(
+    database: Database, store: PlaylistStore
+) -> None:
+    """A follow another process made (nobody told this one) is joined at the next re-read."""
+    bus = InProcessBus()
+    hub = Hub(bus)
+    follows = FollowStore(database, PUSH)
+    p1 = await create(store)
+    pipeline = OutboxRelay(database, BusPublisher(bus))
+    while await pipeline.drain_once():  # version 0 is published before anyone listens
+        pass
+    stream = feed_stream(database, hub, BOB, refresh_s=0.05)
+    first = asyncio.ensure_future(anext(stream))
+    try:
+        await asyncio.sleep(0.1)  # the stream is running and follows nothing
+        await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))  # no follows_changed
+        deadline = asyncio.get_running_loop().time() + 20  # 'joined' or 'hung'
+        while bus.subscription_count == 0:
+            assert asyncio.get_running_loop().time() < deadline, "never re-read its follows"
+            await asyncio.sleep(0.02)
+        await p1.add("m1")
+        while await pipeline.drain_once():
+            pass
+        item = await asyncio.wait_for(first, 20)
+        assert (item.playlist_id, item.version) == (p1.playlist_id, 1)
+    finally:
+        first.cancel()
+        await stream.aclose()
+    assert bus.subscription_count == 0  # closing left the hub

@@ -1,10 +1,11 @@
 """A query that reads a playlist while an edit commits answers at one version.
 
-The header of a playlist and a page of its entries are two reads; an edit
-committed between them would give an answer whose ``version`` and
-``entries.version`` differ. The view runs such a query again (at no cost to
-the viewer's query budget). These tests commit the edit exactly there, by
-wrapping the page read, through the whole ASGI app on an embedded database.
+A playlist's header and its first page of entries are read in one
+transaction. Any other page is a second read; an edit committed between the
+two would give an answer whose ``version`` and ``entries.version`` differ.
+The view runs such a query again (at no cost to the viewer's query budget).
+These tests commit the edit exactly there, by wrapping the page read,
+through the whole ASGI app on an embedded database.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from chorus.settings import Settings
 SECRET = "raced-reads-" + "s" * 40
 
 PAGE = """query Page($id: ID!) { playlist(id: $id) { version
-  entries(first: 50) { version edges { node { mediaId } } } } }"""
+  entries(last: 50) { version edges { node { mediaId } } } } }"""
+"""A page read apart from the header (``last``: a first page is read with it, below)."""
+FIRST_PAGE = """query First($id: ID!) { playlist(id: $id) { version
+  ... on Playlist { entries(first: 50) { version edges { node { mediaId } } } } } }"""
 
 Message = dict[str, Any]
 
@@ -154,3 +158,28 @@ async def test_a_race_every_time_answers_after_the_last_attempt_each_part_named(
         )
         whole = again.json()["data"]["playlist"]
         assert whole["version"] == whole["entries"]["version"] == read[-1]
+
+
+async def test_a_first_page_is_read_with_its_header_in_one_transaction(
+    migrated: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with running(settings_for(migrated, tmp_path)) as (client, s):
+        pid = await _public_playlist(s)
+        calls: list[str] = []
+        for name in ("entries_page", "playlists_by_id", "playlist_and_first_page"):
+            real = getattr(pages, name)
+
+            def spy(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
+                calls.append(_name)
+                return _real(*args, **kw)
+
+            monkeypatch.setattr(pages, name, spy)
+        response = await client.post(
+            "/graphql",
+            json={"query": FIRST_PAGE, "variables": {"id": ids.playlist_global_id(pid)}},
+            headers={"Authorization": f"Bearer {mint_token(SECRET, 'bob')}"},
+        )
+        answer = response.json()["data"]["playlist"]
+        assert calls == ["playlist_and_first_page"]
+        assert answer["version"] == answer["entries"]["version"] == 1
+        assert [e["node"]["mediaId"] for e in answer["entries"]["edges"]] == ["m0"]

@@ -13,8 +13,7 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import repository
-from chorus.db import store as store_module
+from chorus.db import repository, writer
 from chorus.db.compaction import compact
 from chorus.db.engine import Database
 from chorus.db.store import Committed, PlaylistStore
@@ -37,13 +36,13 @@ async def test_each_version_is_one_log_row_and_one_outbox_event(
     store: PlaylistStore, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     decided: dict[tuple[str, int], tuple[Change, ...]] = {}
-    real_write = store_module.write_decision
+    real_write = writer.write_decision
 
     async def spy(conn: AsyncConnection, decision: Decision, **kwargs: Any) -> None:
         await real_write(conn, decision, **kwargs)
         decided[decision.playlist.id, decision.outcome.version] = decision.changes
 
-    monkeypatch.setattr(store_module, "write_decision", spy)
+    monkeypatch.setattr(writer, "write_decision", spy)
     ed = await new_playlist(store)
     await random_history(ed, database, random.Random(7), 40)
 

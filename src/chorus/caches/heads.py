@@ -7,7 +7,7 @@ while each of them is still that playlist's head. Two registries answer
 
 * :class:`LocalHeads` — in-process, for the embedded profile, where every
   commit is this process's own: the store's ``on_commit`` hook
-  (:class:`chorus.bootstrap.CommitHooks`) raises a head the moment its
+  (:class:`chorus.wiring.CommitHooks`) raises a head the moment its
   transaction committed.
 * :class:`SharedHeads` — the full profile: the Redis head keys every API
   process raises after its commits (:mod:`chorus.caches.reader`) and the

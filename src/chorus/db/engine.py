@@ -34,10 +34,11 @@ transaction reconnects: no restart of Chorus is needed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
@@ -51,6 +52,8 @@ CONNECT_TIMEOUT_S = 5.0
 
 _UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 """Connection exceptions; admin shutdown, crash shutdown, cannot connect now."""
+
+T = TypeVar("T")
 
 
 class DatabaseUnavailable(ConnectionError):
@@ -186,3 +189,14 @@ class Database:
         await self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             await self.read_engine.dispose()
+
+
+async def finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` (a transaction) to its commit or rollback even if the caller is cancelled.
+
+    A transaction torn down mid-statement can leave the SQLite writer's lock
+    held until garbage collection, stalling every other writer; shielded, the
+    transaction always ends cleanly, and the client's retry with the same
+    operation id replays whatever it committed.
+    """
+    return await asyncio.shield(work)

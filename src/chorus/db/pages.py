@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from chorus.db import follows, listing, repository
 from chorus.db.engine import Database
 from chorus.domain.follows import Follow, Target, TargetKind
@@ -143,22 +145,57 @@ async def entries_page(
         header = await repository.get_playlist(conn, playlist_id)
         if header is None:
             return None
-        rows = await repository.entries_page(
-            conn, playlist_id, after=after, before=before, limit=size + 1, from_end=from_end
+        return await _entries_in(
+            conn, header, size=size, after=after, before=before, from_end=from_end
         )
-        more = len(rows) > size
-        rows = (rows[1:] if from_end else rows[:-1]) if more else rows
-        # The far side: is anything at or beyond the cursor we came from?
-        if from_end:
-            beyond = before is not None and await repository.any_live(
-                conn, playlist_id, at_or_after=before
-            )
-            has_next, has_previous = beyond, more
-        else:
-            beyond = after is not None and await repository.any_live(
-                conn, playlist_id, at_or_before=after
-            )
-            has_next, has_previous = more, beyond
+
+
+async def playlist_and_first_page(
+    db: Database, playlist_id: str, size: int
+) -> tuple[Playlist, EntriesPage] | None:
+    """A playlist's header and its first ``size`` live entries in one read transaction.
+
+    The page is at the header's version: a query for a playlist and its first
+    page pays one transaction and cannot see an edit between the two.
+
+    Returns:
+        ``None`` when there is no such playlist (deleted ones are returned).
+    """
+    async with db.read() as conn:
+        header = await repository.get_playlist(conn, playlist_id)
+        if header is None:
+            return None
+        page = await _entries_in(conn, header, size=size, after=None, before=None, from_end=False)
+        return header, page
+
+
+async def _entries_in(
+    conn: AsyncConnection,
+    header: Playlist,
+    *,
+    size: int,
+    after: SortKey | None,
+    before: SortKey | None,
+    from_end: bool,
+) -> EntriesPage:
+    """:func:`entries_page` inside a read transaction that has read ``header``."""
+    playlist_id = header.id
+    rows = await repository.entries_page(
+        conn, playlist_id, after=after, before=before, limit=size + 1, from_end=from_end
+    )
+    more = len(rows) > size
+    rows = (rows[1:] if from_end else rows[:-1]) if more else rows
+    # The far side: is anything at or beyond the cursor we came from?
+    if from_end:
+        beyond = before is not None and await repository.any_live(
+            conn, playlist_id, at_or_after=before
+        )
+        has_next, has_previous = beyond, more
+    else:
+        beyond = after is not None and await repository.any_live(
+            conn, playlist_id, at_or_before=after
+        )
+        has_next, has_previous = more, beyond
     return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
 
 

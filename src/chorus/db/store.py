@@ -21,52 +21,34 @@ and replay it. A domain error rolls everything back.
 **Group commit** (the default; ``group_commit=False`` keeps the one-command
 path above, which stays the reference): commands on an existing playlist
 wait in its owner queue (:mod:`chorus.db.owners`), and the owner commits
-what is queued in **one** transaction: lock the row once, look every
-operation id up in one query, then for each command in queue order decide
-against the header as the previous one left it and write its entry and
-member rows (the next command reads them); at the end write the header once
-and every log row and outbox event, one ``INSERT`` each. Each command keeps
-its own version, log row, outbox event and idempotency record; a command the
-domain refuses gets its error and the others go on; a duplicate inside the
-group replays the first, a reused id is refused, exactly as if they had been
-committed one by one in that order. If the group's transaction fails, it
-left nothing (or, when the connection was lost during COMMIT, possibly all
-of it): each command is then retried in a transaction of its own, where a
-retry of a command that did commit replays it, so no group is ever partly
-committed, and every command gets its own answer. The database being
-unavailable is answered to each command at once.
+what is queued in one transaction (:mod:`chorus.db.groups`), exactly as if
+they had been committed one by one in queue order. The idempotency record a
+retry is answered from is :mod:`chorus.db.idempotency`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
 
-from sqlalchemy import select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import repository, writer
-from chorus.db.engine import Database, DatabaseUnavailable
+from chorus.db import idempotency, repository, writer
+from chorus.db.engine import Database, finish_even_if_cancelled
+from chorus.db.groups import GroupCommit, QueuedCommand
+from chorus.db.idempotency import Committed
 from chorus.db.owners import OwnerQueues
-from chorus.db.tables import playlist_mutation
-from chorus.db.writer import outcome_from_json, write_decision
 from chorus.domain import library
-from chorus.domain.changes import MembersChanged
 from chorus.domain.commands import (
     CreatePlaylist,
     LikeMedia,
     PlaylistCommand,
-    RevertPlaylist,
     UnlikeMedia,
     request_hash,
 )
-from chorus.domain.errors import DomainError, OperationIdReused
 from chorus.domain.handlers import (
     Context,
     Decision,
@@ -76,11 +58,11 @@ from chorus.domain.handlers import (
     decide,
 )
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
-from chorus.domain.model import Playlist, Role
 from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
 
-T = TypeVar("T")
+# Committed is the idempotency module's; its callers take it from here, with the store.
+__all__ = ["Committed", "PlaylistStore"]
 
 OWNER_QUEUE_SIZE = 1024
 """Commands that may wait per playlist and process (``CHORUS_OWNER_QUEUE_SIZE``)."""
@@ -99,41 +81,8 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-async def _finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work`` to its commit or rollback even when the caller is cancelled.
-
-    A transaction torn down mid-statement can leave the SQLite writer's lock
-    held until garbage collection, stalling every other writer; shielded, the
-    transaction always ends cleanly, and the client's retry with the same
-    operation id replays whatever it committed.
-    """
-    return await asyncio.shield(work)
-
-
 _LIKED_SONGS_HASH = hashlib.sha256(b"CreateLikedSongs").hexdigest()
 """The request hash stored with version 0 of a Liked Songs (no client sends it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """The answer to a command: its outcome, and whether it was a replay."""
-
-    outcome: Outcome
-    replayed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Command:
-    """A command waiting in an owner queue, with its request hash."""
-
-    command: PlaylistCommand
-    actor_id: str
-    digest: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """The idempotency key: operation ids are scoped to their actor."""
-        return self.actor_id, self.command.operation_id
 
 
 class PlaylistStore:
@@ -176,9 +125,12 @@ class PlaylistStore:
         self._clock = clock
         self._new_id = id_factory
         self._on_commit = on_commit
-        self.owners: OwnerQueues[_Command, Committed] | None = (
+        self.owners: OwnerQueues[QueuedCommand, Committed] | None = (
             OwnerQueues(
-                self._commit_group, size=queue_size, per_user=queue_per_user, max_group=max_group
+                GroupCommit(db, self._context, self._committed),
+                size=queue_size,
+                per_user=queue_per_user,
+                max_group=max_group,
             )
             if group_commit
             else None
@@ -193,7 +145,7 @@ class PlaylistStore:
         Raises:
             DomainError: invalid input, or ``OPERATION_ID_REUSED``.
         """
-        return await _finish_even_if_cancelled(self._create(command, actor_id))
+        return await finish_even_if_cancelled(self._create(command, actor_id))
 
     async def execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         """Run a command on an existing playlist in one transaction (maybe its group's).
@@ -205,7 +157,7 @@ class PlaylistStore:
             DatabaseUnavailable: the database cannot be reached.
         """
         if self.owners is None:
-            return await _finish_even_if_cancelled(self._execute(command, actor_id))
+            return await finish_even_if_cancelled(self._execute(command, actor_id))
         check_operation_id(command.operation_id, self.limits)
         if (
             isinstance(command, LikeMedia | UnlikeMedia)
@@ -213,7 +165,7 @@ class PlaylistStore:
             and command.playlist_id == self.liked_songs_id(actor_id)
         ):
             await self.ensure_liked_songs(actor_id)  # a group locks a row that exists
-        waiting = _Command(command, actor_id, request_hash(command))
+        waiting = QueuedCommand(command, actor_id, request_hash(command))
         return await self.owners.submit(command.playlist_id, actor_id, waiting)
 
     @property
@@ -242,7 +194,7 @@ class PlaylistStore:
         async with self.db.read() as conn:
             if await repository.get_playlist(conn, playlist_id) is not None:
                 return playlist_id
-        await _finish_even_if_cancelled(self._create_liked_songs(playlist_id, user_id))
+        await finish_even_if_cancelled(self._create_liked_songs(playlist_id, user_id))
         return playlist_id
 
     async def _create_liked_songs(self, playlist_id: str, user_id: str) -> Committed:
@@ -275,21 +227,25 @@ class PlaylistStore:
         """
         check_operation_id(command.operation_id, self.limits)
         async with self.db.read() as conn:
-            return await self._stored(conn, actor_id, command.operation_id, request_hash(command))
+            return await idempotency.stored(
+                conn, actor_id, command.operation_id, request_hash(command)
+            )
 
     async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         try:
             async with self.db.write() as conn:
-                if stored := await self._stored(conn, actor_id, command.operation_id, digest):
+                if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
                     return stored
                 decision = create_playlist(command, self._new_id(), self._context(actor_id))
                 await self._write(conn, decision, command.operation_id, actor_id, digest)
             self._committed(decision.outcome)
             return Committed(decision.outcome)
         except IntegrityError as exc:
-            return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
+            return await idempotency.replay_after_race(
+                self.db, exc, actor_id, command.operation_id, digest
+            )
 
     async def _execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
         check_operation_id(command.operation_id, self.limits)
@@ -303,7 +259,7 @@ class PlaylistStore:
         try:
             async with self.db.write() as conn:
                 header = await repository.get_playlist(conn, command.playlist_id, for_update=True)
-                if stored := await self._stored(conn, actor_id, command.operation_id, digest):
+                if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
                     return stored
                 role = await repository.get_role(conn, command.playlist_id, actor_id)
                 view = repository.SqlPlaylistView(conn, command.playlist_id)
@@ -312,176 +268,18 @@ class PlaylistStore:
             self._committed(decision.outcome)
             return Committed(decision.outcome)
         except IntegrityError as exc:
-            return await self._replay_after_race(exc, actor_id, command.operation_id, digest)
+            return await idempotency.replay_after_race(
+                self.db, exc, actor_id, command.operation_id, digest
+            )
 
     def _committed(self, outcome: Outcome, count: int = 1) -> None:
         COMMITS.inc(count)
         if self._on_commit is not None:
             self._on_commit(outcome.playlist_id, outcome.version)
 
-    async def _commit_group(
-        self, playlist_id: str, group: Sequence[_Command]
-    ) -> list[Committed | BaseException]:
-        """The owner queue's commit: one answer per command, in order; never raises."""
-        try:
-            return await _finish_even_if_cancelled(self._group(playlist_id, group))
-        except DatabaseUnavailable as error:
-            return [error] * len(group)
-        except Exception as error:
-            if len(group) > 1:
-                # Nothing of the group committed (or all of it, if COMMIT lost the
-                # connection, and then each retry replays): one by one, the command
-                # at fault fails alone.
-                return [a for c in group for a in await self._commit_group(playlist_id, [c])]
-            if isinstance(error, IntegrityError):  # a twin committed in another transaction
-                (only,) = group
-                try:
-                    return [
-                        await self._replay_after_race(
-                            error, only.actor_id, only.command.operation_id, only.digest
-                        )
-                    ]
-                except Exception as replay_error:
-                    return [replay_error]
-            return [error]
-
-    async def _group(
-        self, playlist_id: str, group: Sequence[_Command]
-    ) -> list[Committed | BaseException]:
-        answers: list[Committed | BaseException] = []
-        pending: list[writer.Record] = []
-        """Log rows and outbox events not written yet (they wait for the group's end)."""
-        committed: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-        """This group's commits: idempotency key → (request hash, stored result)."""
-        async with self.db.write() as conn:
-            header = await repository.get_playlist(conn, playlist_id, for_update=True)
-            stored = await self._stored_many(conn, [c.key for c in group])
-            roles: dict[str, Role | None] = {}
-            for c in group:
-                try:
-                    if replay := _replay(c, stored.get(c.key) or committed.get(c.key)):
-                        answers.append(replay)
-                        continue
-                    if c.actor_id not in roles:
-                        roles[c.actor_id] = await repository.get_role(conn, playlist_id, c.actor_id)
-                    if isinstance(c.command, RevertPlaylist):
-                        # It reads the log: the group's versions so far must be in it.
-                        await writer.write_records(conn, pending)
-                        pending = []
-                    decision = await self._decide_and_write(conn, c, header, roles, pending)
-                except DomainError as error:
-                    answers.append(error)
-                    continue
-                header = decision.playlist
-                committed[c.key] = (c.digest, pending[-1].log["result"])
-                answers.append(Committed(decision.outcome))
-            if committed:
-                assert header is not None
-                await writer.write_header(conn, header)
-                await writer.write_records(conn, pending)
-        if committed:
-            assert header is not None
-            self._committed(Outcome(header.id, header.version), len(committed))
-        return answers
-
-    async def _decide_and_write(
-        self,
-        conn: AsyncConnection,
-        c: _Command,
-        header: Playlist | None,
-        roles: dict[str, Role | None],
-        pending: list[writer.Record],
-    ) -> Decision:
-        """Decide ``c`` on ``header``, write its entry and member rows, add its records."""
-        view = repository.SqlPlaylistView(conn, c.command.playlist_id)
-        context = self._context(c.actor_id)
-        decision = await decide(c.command, header, roles[c.actor_id], view, context)
-        await write_decision(
-            conn,
-            decision,
-            operation_id=c.command.operation_id,
-            actor_id=c.actor_id,
-            request_hash=c.digest,
-            group=pending,
-        )
-        for change in decision.changes:
-            if isinstance(change, MembersChanged):  # the next command reads the new role
-                roles.pop(change.user_id, None)
-        return decision
-
     async def _write(
         self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str
     ) -> None:
-        await write_decision(
+        await writer.write_decision(
             conn, decision, operation_id=operation_id, actor_id=actor, request_hash=digest
         )
-
-    async def _stored(
-        self, conn: AsyncConnection, actor_id: str, operation_id: str, digest: str
-    ) -> Committed | None:
-        row = (
-            await conn.execute(
-                select(playlist_mutation.c.request_hash, playlist_mutation.c.result).where(
-                    playlist_mutation.c.actor_id == actor_id,
-                    playlist_mutation.c.operation_id == operation_id,
-                )
-            )
-        ).first()
-        if row is None:
-            return None
-        if row.request_hash != digest:
-            raise _reused(operation_id)
-        return Committed(outcome_from_json(row.result), replayed=True)
-
-    async def _stored_many(
-        self, conn: AsyncConnection, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
-        """The stored ``(request_hash, result)`` of each committed ``(actor, operation id)``."""
-        rows = await conn.execute(
-            select(
-                playlist_mutation.c.actor_id,
-                playlist_mutation.c.operation_id,
-                playlist_mutation.c.request_hash,
-                playlist_mutation.c.result,
-            ).where(
-                tuple_(playlist_mutation.c.actor_id, playlist_mutation.c.operation_id).in_(
-                    list(dict.fromkeys(keys))
-                )
-            )
-        )
-        return {(r.actor_id, r.operation_id): (r.request_hash, r.result) for r in rows}
-
-    async def _replay_after_race(
-        self, error: IntegrityError, actor_id: str, operation_id: str, digest: str
-    ) -> Committed:
-        """A concurrent twin committed first: answer with its stored result.
-
-        Re-raises ``error`` when there is no twin (another constraint failed).
-        """
-        async with self.db.read() as conn:
-            stored = await self._stored(conn, actor_id, operation_id, digest)
-        if stored is None:
-            raise error
-        return stored
-
-
-def _reused(operation_id: str) -> OperationIdReused:
-    return OperationIdReused(
-        f"operationId {operation_id!r} was already used for a different request",
-        field=("operationId",),
-    )
-
-
-def _replay(c: _Command, stored: tuple[str, dict[str, Any]] | None) -> Committed | None:
-    """The stored answer to ``c`` if its operation id committed before (in an earlier
-    transaction or earlier in this group), else ``None``.
-
-    Raises:
-        OperationIdReused: it committed for a different request.
-    """
-    if stored is None:
-        return None
-    digest, result = stored
-    if digest != c.digest:
-        raise _reused(c.command.operation_id)
-    return Committed(outcome_from_json(result), replayed=True)

@@ -36,6 +36,7 @@ from chorus.graphql.types import (
     Visibility,
 )
 from chorus.resolvers import queries
+from chorus.resolvers.errors import BadUserInput
 
 
 def _entry_cursor(e: Entry) -> str:
@@ -60,6 +61,37 @@ def _selects_entry_media(info: ChorusInfo) -> bool:
             depth_of[id(child)] = depth
             pending.append(child)
     return False
+
+
+def first_page_asked(info: ChorusInfo) -> int | None:
+    """The size of the first page of ``entries`` a ``playlist`` field asks, if it asks just one.
+
+    ``None`` — read the header alone — unless the field selects exactly one
+    ``entries`` (directly or in a fragment) whose only argument is a valid
+    ``first``, or none. Anything else (a cursor, ``last``, two pages, a bad
+    size) is left to :meth:`Playlist.entries`, which reads or refuses it.
+    """
+    asked: list[SelectedField] = []
+    pending: list[Selection] = [s for f in info.selected_fields for s in f.selections]
+    while pending:
+        selection = pending.pop()
+        if isinstance(selection, SelectedField):
+            if selection.name == "entries":
+                asked.append(selection)
+        else:
+            pending.extend(selection.selections)  # a fragment's fields are the playlist's
+    if len(asked) != 1 or set(asked[0].arguments) - {"first"}:
+        return None
+    first = asked[0].arguments.get("first")
+    if isinstance(first, str):  # strawberry gives a literal as its source text
+        first = int(first) if first.isdigit() and len(first) < 10 else -1
+    if first is not None and not isinstance(first, int):
+        return None
+    try:
+        size, _ = arguments.page_size(info.context.services.limits, first)
+    except BadUserInput:
+        return None
+    return size
 
 
 def _member_cursor(m: Member) -> str:

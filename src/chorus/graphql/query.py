@@ -18,7 +18,7 @@ from chorus.graphql.follows import (
     FollowTargetKind,
     feed_edge,
 )
-from chorus.graphql.playlist import Playlist
+from chorus.graphql.playlist import Playlist, first_page_asked
 from chorus.graphql.types import ChorusInfo, Media, Node, PlaylistEntry, User
 from chorus.resolvers import follows, queries
 
@@ -122,7 +122,9 @@ class Query:
         playlist_id = arguments.playlist_key(id)
         if playlist_id is None:
             return None
-        record = await queries.visible_playlist(info.context, playlist_id, min_version)
+        record = await queries.visible_playlist(
+            info.context, playlist_id, min_version, first_page=first_page_asked(info)
+        )
         arguments.check_min_version(min_version, record)
         return Playlist.from_record(record) if record else None
 

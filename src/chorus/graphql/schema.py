@@ -19,6 +19,7 @@ from strawberry.types.graphql import OperationType
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.documents import CachedParse, CachedValidation, DocumentCache
 from chorus.graphql.errors import ErrorPolicy
+from chorus.graphql.execution import ChorusExecutionContext
 from chorus.graphql.limits import (
     QueryAliasLimit,
     QueryDepthLimit,
@@ -130,6 +131,7 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         types=[PlaylistEntry],
+        execution_context_class=ChorusExecutionContext,
         extensions=[
             # First, so its time covers parsing, validation and the limits.
             lambda: OperationMetrics(names),

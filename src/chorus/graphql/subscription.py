@@ -58,7 +58,7 @@ class Subscription:
 
     @strawberry.subscription(
         description="The viewer's feed, live: each new version of a playlist the viewer "
-        "follows (as of the subscription's start) and may read, once. A notification: "
+        "follows and may read, once; a follow made meanwhile counts within 5 s. A notification: "
         "what it missed, and playlists created by followed users, are in viewer.feed."
     )
     async def feed_events(self, info: ChorusInfo) -> AsyncGenerator[FeedItem, None]:

@@ -22,6 +22,7 @@ from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
 from chorus.db import feed, pages
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore
+from chorus.db.pages import EntriesPage
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import Change
 from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
@@ -71,11 +72,13 @@ class Loaders:
         self.liked = DataLoader[str, bool](self._load_liked)
         self.follower_count = DataLoader[Target, int](self._load_follower_counts)
         """Followers of a playlist or user (one query per batch)."""
+        """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
         self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](self._load_feed_changes)
         """The changes of a feed item's version, from the log (one query per page)."""
-        """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
         self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
         """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
+        self.first_pages: dict[str, tuple[Playlist, int, EntriesPage]] = {}
+        """Playlist id → a header, a first page size and the page read with it (one transaction)."""
         self.served: dict[str, Snapshot] = {}
         """Snapshots whose header this request answered with; their first page goes with them."""
         self.sql_only: set[str] = set()
@@ -96,6 +99,7 @@ class Loaders:
         self.sql_only.add(playlist_id)
         self.changed.add(playlist_id)
         self.served.pop(playlist_id, None)
+        self.first_pages.pop(playlist_id, None)
 
     async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
         found = await pages.playlists_by_id(self._services.db, ids)

@@ -20,7 +20,7 @@ from chorus.domain.errors import DomainError
 from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable
-from chorus.subscriptions.feed import feed_stream
+from chorus.subscriptions.feed import feed_stream, follows_changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,8 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
         return FollowOutcome(target, following=not on, error=error)
     with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
         ctx.loaders.follower_count.clear(target)
+    if done.changed:
+        follows_changed(viewer)  # this viewer's live feeds here follow the change at once
     return FollowOutcome(target, following=on, changed=done.changed)
 
 

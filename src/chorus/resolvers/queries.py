@@ -37,7 +37,11 @@ class SearchHit:
 
 
 async def visible_playlist(
-    ctx: RequestContext, playlist_id: str, min_version: int | None = None
+    ctx: RequestContext,
+    playlist_id: str,
+    min_version: int | None = None,
+    *,
+    first_page: int | None = None,
 ) -> Playlist | None:
     """The playlist if the viewer may see it, else ``None`` (no existence leak).
 
@@ -46,6 +50,9 @@ async def visible_playlist(
         min_version: only a snapshot at least this new may answer; an older
             playlist read from SQL is returned all the same, and the caller
             refuses it (:func:`chorus.graphql.arguments.check_min_version`).
+        first_page: the size of the first page of entries the query asks
+            with it: header and page are read in one transaction, and
+            :func:`entries_page` answers from what was read.
 
     Raises:
         Unauthenticated: no valid token.
@@ -55,7 +62,14 @@ async def visible_playlist(
     if snapshot is not None:
         ctx.reads.playlist(snapshot.playlist)
         return snapshot.playlist
-    playlist = await ctx.loaders.playlist.load(playlist_id)
+    if first_page is None:
+        playlist = await ctx.loaders.playlist.load(playlist_id)
+    else:
+        found = await pages.playlist_and_first_page(ctx.services.db, playlist_id, first_page)
+        playlist = found[0] if found else None
+        if found is not None:
+            ctx.loaders.playlist.prime(playlist_id, found[0])
+            ctx.loaders.first_pages[playlist_id] = (found[0], first_page, found[1])
     if playlist is None:
         ctx.reads.refuse("a playlist that does not exist")
         return None
@@ -103,6 +117,10 @@ async def entries_page(
     """
     if after is None and before is None and not from_end:
         cached = snapshot_first_page(ctx, playlist, size)
+        if cached is None:
+            read = ctx.loaders.first_pages.get(playlist.id)
+            if read is not None and read[0] is playlist and read[1] == size:
+                cached = read[2]
         if cached is not None:
             ctx.reads.version(playlist.id, cached.version)
             return cached

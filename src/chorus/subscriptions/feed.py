@@ -1,22 +1,27 @@
 """``feedEvents``: the viewer's feed, live.
 
-The stream joins the hub for every playlist the viewer follows when it
-starts (at most the follow limit), so it hears their versions from the same
-bus as ``playlistEvents``, pushed and pulled targets alike — live delivery
-does not depend on how the feed stores a target. Each version is offered
-once per playlist (a repeat or an older version is dropped) and only while
-the viewer may still read the playlist and still follows it.
+The stream joins the hub for every playlist the viewer follows (at most the
+follow limit), so it hears their versions from the same bus as
+``playlistEvents``, pushed and pulled targets alike — live delivery does not
+depend on how the feed stores a target. Each version is offered once per
+playlist (a repeat or an older version is dropped) and only while the viewer
+may still read the playlist and still follows it.
+
+Follows change while a stream runs: a follow or unfollow made in this
+process re-reads the viewer's follows at once (:func:`follows_changed`); one
+made through another API process is picked up within
+:data:`FOLLOWS_REFRESH_S`, when every stream re-reads them.
 
 It is a notification, not the record: ``viewer.feed`` is. Versions missed
-while the stream was away, or dropped for a slow consumer, are in the feed;
-playlists created by followed users, and follows made after the stream
-started, show in ``viewer.feed`` (a new subscription hears them live).
+while the stream was away, or dropped for a slow consumer, are in the feed,
+and so are playlists created by followed users.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import time
+from collections.abc import AsyncGenerator, Callable
 
 from chorus.db import follows as follow_rows
 from chorus.db import pages
@@ -41,24 +46,67 @@ async def _still_brought(db: Database, viewer_id: str, playlist_id: str) -> bool
     )
 
 
-async def feed_stream(db: Database, hub: Hub, viewer_id: str) -> AsyncGenerator[FeedItem, None]:
-    """Feed items of the viewer's followed playlists as they are committed, until closed."""
+FOLLOWS_REFRESH_S = 5.0
+"""How often a live feed re-reads its viewer's follows (seconds): the longest a
+follow made through another API process goes unheard by a running stream."""
+
+_listening: dict[str, set[Callable[[], None]]] = {}
+"""Viewer id → how to tell each of its streams in this process that its follows changed."""
+
+
+def follows_changed(viewer_id: str) -> None:
+    """The viewer followed or unfollowed something: its streams here re-read their follows."""
+    for tell in tuple(_listening.get(viewer_id, ())):
+        tell()
+
+
+async def _followed(db: Database, viewer_id: str) -> set[str]:
     async with db.read() as conn:
-        followed = [
+        return {
             f.target.id
             for f in await follow_rows.follows_of(conn, viewer_id)
             if f.target.kind is TargetKind.PLAYLIST
-        ]
+        }
+
+
+async def feed_stream(
+    db: Database, hub: Hub, viewer_id: str, *, refresh_s: float = FOLLOWS_REFRESH_S
+) -> AsyncGenerator[FeedItem, None]:
+    """Feed items of the viewer's followed playlists as they are committed, until closed.
+
+    ``refresh_s``: how often the viewer's follows are read again (seconds).
+    """
     wakeup = asyncio.Event()
-    members: list[Membership] = []
+    members: dict[str, Membership] = {}
     last: dict[str, int] = {}
+    stale = True
+
+    def tell() -> None:
+        nonlocal stale
+        stale = True
+        wakeup.set()
+
+    async def rejoin() -> None:
+        followed = await _followed(db, viewer_id)
+        for playlist_id in followed - members.keys():
+            members[playlist_id] = await hub.join(playlist_id, wakeup)
+        for playlist_id in members.keys() - followed:
+            await hub.leave(members.pop(playlist_id))
+
+    _listening.setdefault(viewer_id, set()).add(tell)
     try:
-        for playlist_id in followed:
-            members.append(await hub.join(playlist_id, wakeup))
+        refresh_at = 0.0
         while True:
-            await wakeup.wait()
+            if stale or time.monotonic() >= refresh_at:
+                stale = False
+                refresh_at = time.monotonic() + refresh_s
+                await rejoin()
+            try:
+                await asyncio.wait_for(wakeup.wait(), max(0.0, refresh_at - time.monotonic()))
+            except TimeoutError:
+                continue
             wakeup.clear()
-            for member in members:
+            for member in tuple(members.values()):
                 member.overflowed = False  # missed versions are in viewer.feed
                 while not member.queue.empty():
                     v = member.queue.get_nowait()
@@ -68,5 +116,10 @@ async def feed_stream(db: Database, hub: Hub, viewer_id: str) -> AsyncGenerator[
                     if await _still_brought(db, viewer_id, v.playlist_id):
                         yield FeedItem(v.playlist_id, v.version, v.actor_id, v.committed_at)
     finally:
-        for member in members:
+        tells = _listening.get(viewer_id)
+        if tells is not None:
+            tells.discard(tell)
+            if not tells:
+                del _listening[viewer_id]
+        for member in members.values():
             await hub.leave(member)

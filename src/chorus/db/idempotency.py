@@ -1,0 +1,113 @@
+"""The idempotency record: a committed command's stored answer, looked up by operation id.
+
+Every commit path (:mod:`chorus.db.store`'s one command, :mod:`chorus.db.groups`'
+group) writes a mutation-log row that is also the command's idempotency record:
+its ``request_hash`` and stored ``result``, keyed by ``(actor id, operation id)``
+(operation ids are scoped to their actor, so nothing leaks). A retry of the
+same request is answered from it (``replayed``); the same operation id with
+another request is ``OPERATION_ID_REUSED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from chorus.db.engine import Database
+from chorus.db.tables import playlist_mutation
+from chorus.db.writer import outcome_from_json
+from chorus.domain.errors import OperationIdReused
+from chorus.domain.handlers import Outcome
+
+Stored = tuple[str, dict[str, Any]]
+"""An idempotency record: ``(request hash, stored result)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The answer to a command: its outcome, and whether it was a replay."""
+
+    outcome: Outcome
+    replayed: bool = False
+
+
+async def stored(
+    conn: AsyncConnection, actor_id: str, operation_id: str, digest: str
+) -> Committed | None:
+    """The stored answer of ``(actor_id, operation_id)`` as a replay, or ``None``.
+
+    Raises:
+        OperationIdReused: it committed a request whose hash is not ``digest``.
+    """
+    row = (
+        await conn.execute(
+            select(playlist_mutation.c.request_hash, playlist_mutation.c.result).where(
+                playlist_mutation.c.actor_id == actor_id,
+                playlist_mutation.c.operation_id == operation_id,
+            )
+        )
+    ).first()
+    if row is None:
+        return None
+    return replay((row.request_hash, row.result), digest, operation_id)
+
+
+async def stored_many(
+    conn: AsyncConnection, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Stored]:
+    """The record of each committed ``(actor id, operation id)`` of ``keys``, in one query."""
+    rows = await conn.execute(
+        select(
+            playlist_mutation.c.actor_id,
+            playlist_mutation.c.operation_id,
+            playlist_mutation.c.request_hash,
+            playlist_mutation.c.result,
+        ).where(
+            tuple_(playlist_mutation.c.actor_id, playlist_mutation.c.operation_id).in_(
+                list(dict.fromkeys(keys))
+            )
+        )
+    )
+    return {(r.actor_id, r.operation_id): (r.request_hash, r.result) for r in rows}
+
+
+def replay(record: Stored | None, digest: str, operation_id: str) -> Committed | None:
+    """The replayed answer of a request hashed ``digest`` if ``record`` holds one, else ``None``.
+
+    Raises:
+        OperationIdReused: ``record`` is of a different request.
+    """
+    if record is None:
+        return None
+    request_hash, result = record
+    if request_hash != digest:
+        raise _reused(operation_id)
+    return Committed(outcome_from_json(result), replayed=True)
+
+
+async def replay_after_race(
+    db: Database, error: IntegrityError, actor_id: str, operation_id: str, digest: str
+) -> Committed:
+    """A concurrent twin committed first: answer with its stored result.
+
+    Raises:
+        IntegrityError: ``error`` again when there is no twin (another constraint failed).
+        OperationIdReused: the twin was a different request.
+    """
+    async with db.read() as conn:
+        answer = await stored(conn, actor_id, operation_id, digest)
+    if answer is None:
+        raise error
+    return answer
+
+
+def _reused(operation_id: str) -> OperationIdReused:
+    return OperationIdReused(
+        f"operationId {operation_id!r} was already used for a different request",
+        field=("operationId",),
+    )

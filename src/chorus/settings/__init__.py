@@ -1,0 +1,94 @@
+"""Settings, read once at start-up from ``CHORUS_*`` environment variables.
+
+Every field is one variable: ``database_url`` is ``CHORUS_DATABASE_URL`` and
+so on (README, Settings). Unset Redis and Kafka mean the in-process adapters
+of the embedded profile. A bad value stops start-up with a message naming the
+variable; nothing is guessed.
+
+:class:`Settings` is composed of one group of fields per concern, each with
+its checks: storage (:mod:`~chorus.settings.storage`: the database, the data
+directory and its secrets, writes, retention), the full profile
+(:mod:`~chorus.settings.profile`: Kafka and Redis), the HTTP server
+(:mod:`~chorus.settings.server`: bind address, transport bounds, CORS,
+``/metrics``) and the API (:mod:`~chorus.settings.api`: request limits, the
+catalog, the response cache, the feed). A check of one value stays with its
+field; the checks across settings are :class:`Settings`' own.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from chorus.settings.api import ApiSettings
+from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
+from chorus.settings.server import OPERATION_NAME, ServerSettings
+from chorus.settings.storage import DEFAULT_DATABASE_URL, MAX_KEEP_DAYS, StorageSettings
+
+__all__ = [
+    "DEFAULT_DATABASE_URL",
+    "FULL_PROFILE_SETTINGS",
+    "MAX_KEEP_DAYS",
+    "OPERATION_NAME",
+    "Settings",
+]
+
+
+class Settings(ApiSettings, ServerSettings, ProfileSettings, StorageSettings, BaseSettings):
+    """Chorus configuration; frozen once read."""
+
+    # allow_inf_nan: every float setting is finite ("inf" and "nan" parse as floats).
+    model_config = SettingsConfigDict(
+        env_prefix="CHORUS_", frozen=True, extra="ignore", allow_inf_nan=False
+    )
+
+    # The checks across settings; each names its variables. They run in this order and
+    # the first that fails is the one reported.
+
+    @model_validator(mode="after")
+    def _budget_fits_a_query(self) -> Self:
+        budget = self.query_cost_per_minute
+        if budget is not None and budget < self.max_query_cost:
+            raise ValueError(
+                f"CHORUS_QUERY_COST_PER_MINUTE ({budget}) is below CHORUS_MAX_QUERY_COST "
+                f"({self.max_query_cost}): the largest queries could never run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _feed_page_sizes(self) -> Self:
+        if self.feed_page_size_default > self.feed_page_size_max:
+            raise ValueError(
+                f"CHORUS_FEED_PAGE_SIZE_DEFAULT ({self.feed_page_size_default}) is above "
+                f"CHORUS_FEED_PAGE_SIZE_MAX ({self.feed_page_size_max})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _full_profile_together(self) -> Self:
+        if (self.redis_url is None) != (self.kafka_bootstrap_servers is None):
+            raise ValueError(
+                "CHORUS_REDIS_URL and CHORUS_KAFKA_BOOTSTRAP_SERVERS go together: set both "
+                "for the full profile, neither for the embedded one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _registered_documents_named(self) -> Self:
+        if self.persisted_documents_only and not self.persisted_documents:
+            raise ValueError(
+                "CHORUS_PERSISTED_DOCUMENTS_ONLY needs CHORUS_PERSISTED_DOCUMENTS: the file "
+                "of the documents that may run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _user_share_fits(self) -> Self:
+        if self.owner_queue_per_user > self.owner_queue_size:
+            raise ValueError(
+                f"CHORUS_OWNER_QUEUE_PER_USER ({self.owner_queue_per_user}) is larger than "
+                f"CHORUS_OWNER_QUEUE_SIZE ({self.owner_queue_size})"
+            )
+        return self

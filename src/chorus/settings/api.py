@@ -1,0 +1,127 @@
+"""Settings of the API: what one request may ask, the catalog, the response cache, the feed.
+
+Part of :class:`chorus.settings.Settings`.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chorus.domain.follows import FeedLimits
+from chorus.domain.limits import Limits
+
+
+class ApiSettings(BaseModel):
+    """Limits of playlists, pages, queries and subscriptions; the catalog; caching; the feed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_entries: int = Field(10_000, ge=1, description="Live entries per playlist.")
+    max_media_per_add: int = Field(100, ge=1)
+    max_entries_per_edit: int = Field(100, ge=1, description="Entry ids per move or remove.")
+    page_size_default: int = Field(50, ge=1)
+    page_size_max: int = Field(100, ge=1)
+    max_subscriber_lag: int = Field(
+        1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
+    )
+    max_ws_connections_per_user: int = Field(
+        20, ge=1, description="Open WebSocket connections per user, per process."
+    )
+    max_ws_operations: int = Field(
+        100, ge=1, description="Operations (subscriptions) per WebSocket connection."
+    )
+    rate_limit_per_minute: int | None = Field(
+        None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
+    )
+    max_query_cost: int = Field(
+        10_000,
+        ge=1,
+        description="Largest cost of one operation (page size × what each item selects, "
+        "docs/api.md); over it: GRAPHQL_VALIDATION_FAILED.",
+    )
+    query_cost_per_minute: int | None = Field(
+        None,
+        ge=1,
+        description="Query cost points per user per minute (per process), at least "
+        "max_query_cost; over it: RATE_LIMITED; unset: no budget.",
+    )
+    max_fragments: int = Field(
+        50, ge=1, description="Fragment definitions in one GraphQL document."
+    )
+    max_fragment_spreads: int = Field(
+        100, ge=1, description="Fragment spreads (...Name) in one GraphQL document, as written."
+    )
+    max_expanded_fields: int = Field(
+        10_000,
+        ge=1,
+        description="Fields one GraphQL document may expand to through its fragments "
+        "(a fragment spread twice counts its fields twice).",
+    )
+    catalog_url: str | None = Field(
+        None, description="Base URL of a separate catalog service; unset: the embedded catalog."
+    )
+    catalog_timeout_ms: int = Field(2_000, ge=1, description="Catalog request timeout (ms).")
+    response_cache: bool = Field(
+        True,
+        description="Keep whole query answers by the exact versions they read "
+        "(docs/caching.md); false: every query executes.",
+    )
+    response_cache_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=65_536,
+        description="Memory the response cache may hold per process (bytes; LRU beyond).",
+    )
+    media_freshness_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="How long a cached answer holding catalog media is served (seconds); "
+        "playlist content is checked by version, never by age.",
+    )
+    persisted_documents: str | None = Field(
+        None,
+        description="A JSON file of registered GraphQL documents (Apollo's persisted "
+        "query manifest); clients may send only their sha256Hash.",
+    )
+    persisted_documents_only: bool = Field(
+        False,
+        description="Execute only the documents of CHORUS_PERSISTED_DOCUMENTS; "
+        "automatic registration (APQ) is refused.",
+    )
+    feed_push_max_followers: int = Field(
+        10_000,
+        ge=1,
+        description="A target with fewer followers is pushed (one feed row per follower); "
+        "from this many on it is pulled at read time.",
+    )
+    max_follows_per_user: int = Field(
+        1_000, ge=1, description="Playlists and users one user may follow."
+    )
+    feed_page_size_default: int = Field(20, ge=1, description="Feed items when `first` is unset.")
+    feed_page_size_max: int = Field(50, ge=1, description="Largest `first` of viewer.feed.")
+    feed_retention_days: int = Field(
+        30,
+        ge=1,
+        description="Days a feed item is kept (pushed rows) and looked back (pulled targets).",
+    )
+
+    @property
+    def feed_limits(self) -> FeedLimits:
+        return FeedLimits(
+            push_max_followers=self.feed_push_max_followers,
+            max_follows=self.max_follows_per_user,
+            page_size_default=self.feed_page_size_default,
+            page_size_max=self.feed_page_size_max,
+            retention_days=self.feed_retention_days,
+        )
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            max_entries=self.max_entries,
+            max_media_per_add=self.max_media_per_add,
+            max_entries_per_edit=self.max_entries_per_edit,
+            page_size_default=self.page_size_default,
+            page_size_max=self.page_size_max,
+            max_subscriber_lag=self.max_subscriber_lag,
+        )

@@ -1,0 +1,85 @@
+"""Settings of storage: the database, the data directory and its secrets, writes, retention.
+
+Part of :class:`chorus.settings.Settings` (``CHORUS_*``; README, Settings).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from chorus.auth import MIN_SECRET_LENGTH
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
+
+MAX_KEEP_DAYS = 36_500.0
+"""The longest retention ``chorus compact`` accepts (100 years, in days)."""
+
+
+class StorageSettings(BaseModel):
+    """Where the data lives, the secrets kept beside it, how commands commit, what is kept."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        description="SQLAlchemy async URL: sqlite+aiosqlite:///path or "
+        "postgresql+asyncpg://user:password@host:port/db.",
+    )
+    data_dir: str = Field(
+        "./chorus-data", description="Where the embedded profile keeps its files."
+    )
+    jwt_secret: str | None = Field(
+        None, description="HS256 secret for bearer tokens; unset: generated in data_dir."
+    )
+    library_secret: str | None = Field(
+        None,
+        description="Key of the Liked Songs ids (HMAC of the user id); unset: generated in "
+        "data_dir. Changing it gives every user a new, empty Liked Songs.",
+    )
+    group_commit: bool = Field(
+        True,
+        description="Commit a playlist's concurrent commands in groups, one transaction "
+        "each, through its owner queue (docs/semantics.md); false: one transaction per command.",
+    )
+    owner_queue_size: int = Field(
+        1024,
+        ge=1,
+        le=100_000,
+        description="Commands that may wait for one playlist in one API process; one more "
+        "is RATE_LIMITED with a retry hint.",
+    )
+    owner_queue_per_user: int = Field(
+        256,
+        ge=1,
+        description="Of a playlist's waiting commands, how many may be one user's (at most "
+        "owner_queue_size); one more is RATE_LIMITED.",
+    )
+    log_keep_days: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_KEEP_DAYS,
+        description="chorus compact: keep log versions newer than this.",
+    )
+    retry_window_hours: float = Field(
+        24.0, gt=0, description="Operation ids stay replayable at least this long."
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, value: str) -> str:
+        try:
+            backend = make_url(value).get_backend_name()
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL: {exc}") from None
+        if backend not in ("sqlite", "postgresql"):
+            raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        return value
+
+    @field_validator("jwt_secret", "library_secret")
+    @classmethod
+    def _long_secret(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < MIN_SECRET_LENGTH:
+            raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters")
+        return value

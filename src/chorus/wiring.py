@@ -1,0 +1,270 @@
+"""The composition root's event path: what a commit sets in motion, in each profile.
+
+Part of the composition root (:mod:`chorus.bootstrap`, which enters these):
+
+* :class:`CommitHooks` — the store's ``on_commit``: raise the heads, wake the relay;
+* :func:`embedded_events` — the embedded profile: an in-process bus fed by an
+  in-process relay (and the commit watch on SQLite);
+* :func:`full_events` — the full profile: Redis pub/sub, snapshots in Redis,
+  and the workers elsewhere or here;
+* :func:`running_workers` — the full profile's relay, fanout, cache projector
+  and feed consumer (``chorus relay`` / ``fanout`` / ``project-cache`` /
+  ``feed``, or inside ``serve --with-workers``), and the Kafka and Redis
+  clients they run on (:func:`kafka_config`, :func:`redis_client`).
+
+docs/architecture.md draws how these parts connect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import redis.asyncio as redis
+
+from chorus import health
+from chorus.caches.heads import Heads
+from chorus.caches.reader import SnapshotCache
+from chorus.db.engine import Database
+from chorus.db.watch import watch_commits
+from chorus.domain.changes import PlaylistEvent
+from chorus.events.fanout import Fanout
+from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
+from chorus.events.kafka import KafkaConfig, KafkaPublisher
+from chorus.events.projector import CacheProjector
+from chorus.events.relay import OutboxRelay
+from chorus.resilience.breaker import CircuitBreaker
+from chorus.resilience.tasks import cancel_and_wait
+from chorus.settings import Settings
+from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
+from chorus.subscriptions.redis_bus import RedisBus
+
+WORKERS = ("relay", "fanout", "project-cache", "feed")
+"""The full profile's worker names, as the CLI spells them."""
+
+REDIS_SOCKET_TIMEOUT_S = 5.0
+"""A Redis command's backstop (seconds); the snapshot reader's own timeout is shorter."""
+REDIS_CONNECT_TIMEOUT_S = 2.0
+"""How long connecting to Redis may take (seconds)."""
+
+
+def kafka_config(settings: Settings) -> KafkaConfig:
+    """The Kafka settings of the full profile.
+
+    Raises:
+        ValueError: the embedded profile (Kafka is not set).
+    """
+    servers, _ = settings.require_full_profile("the workers")
+    return KafkaConfig(
+        bootstrap_servers=servers,
+        topic=settings.kafka_topic,
+        partitions=settings.kafka_topic_partitions,
+        idempotent=settings.kafka_idempotent_producer,
+    )
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    """A pooled Redis client for snapshots, heads and fanout (full profile).
+
+    Raises:
+        ValueError: the embedded profile (Redis is not set).
+    """
+    _, url = settings.require_full_profile("Redis")
+    return redis.Redis.from_url(
+        url, socket_timeout=REDIS_SOCKET_TIMEOUT_S, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
+    )
+
+
+def snapshot_cache(settings: Settings, client: redis.Redis) -> SnapshotCache:
+    """The API's snapshot reader on ``client``, behind the configured circuit breaker."""
+    breaker = CircuitBreaker(
+        failures=settings.redis_breaker_failures, reset_s=settings.redis_breaker_reset_s
+    )
+    return SnapshotCache(client, breaker=breaker, page_size=settings.snapshot_page_size)
+
+
+@dataclass
+class Workers:
+    """Running workers.
+
+    Attributes:
+        relay: the outbox relay, when it is one of them.
+        tasks: one task per worker; each retries every failure, so one that
+            ends has crashed.
+        checks: what readiness means for these workers: the database (relay,
+            projector), Kafka (all), Redis (fanout, projector).
+    """
+
+    relay: OutboxRelay | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    checks: list[health.Check] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def running_workers(
+    settings: Settings, names: Sequence[str], db: Database
+) -> AsyncIterator[Workers]:
+    """Run the named workers (of :data:`WORKERS`) as tasks until the block ends.
+
+    Raises:
+        ValueError: an unknown name, or the settings are not the full profile.
+    """
+    unknown = set(names) - set(WORKERS)
+    if unknown:
+        raise ValueError(f"unknown workers: {', '.join(sorted(unknown))}")
+    config = kafka_config(settings)
+    client = redis_client(settings)
+    workers = Workers()
+    closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
+    if {"relay", "project-cache", "feed"} & set(names):
+        workers.checks.append(health.database_check(db))
+    if {"fanout", "project-cache"} & set(names):
+        workers.checks.append(health.redis_check(client))
+    kafka = health.kafka_check(config.bootstrap_servers)
+    workers.checks.append(kafka)
+    closers.append(kafka.close)
+    if "relay" in names:
+        publisher = KafkaPublisher(config)
+        closers.append(publisher.aclose)
+        workers.relay = OutboxRelay(db, publisher)
+        workers.tasks.append(asyncio.create_task(workers.relay.run(), name="outbox-relay"))
+    if "fanout" in names:
+        fanout = Fanout(config, client, group_id=settings.kafka_fanout_group)
+        workers.tasks.append(asyncio.create_task(fanout.run(), name="fanout"))
+    if "project-cache" in names:
+        projector = CacheProjector(
+            config,
+            client,
+            db,
+            group_id=settings.kafka_projector_group,
+            page_size=settings.snapshot_page_size,
+        )
+        workers.tasks.append(asyncio.create_task(projector.run(), name="cache-projector"))
+    if "feed" in names:
+        consumer = FeedConsumer(
+            config, db, settings.feed_limits, group_id=settings.kafka_feed_group
+        )
+        workers.tasks.append(asyncio.create_task(consumer.run(), name="feed-consumer"))
+    try:
+        yield workers
+    finally:
+        for task in workers.tasks:
+            task.cancel()
+        for task in workers.tasks:
+            await cancel_and_wait(task)
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                await close()
+
+
+class CommitHooks:
+    """What a commit of this process sets in motion: wake the relay, raise the heads.
+
+    The in-process head registry moves at once (no cached answer of the old
+    version is served after the commit returns); the Redis head is raised in
+    the background (a mutation never waits for Redis).
+
+    Args:
+        relay: the relay running in this process, if any.
+        snapshots: the snapshot cache (full profile), if any.
+        heads: the response cache's head registry, if any.
+    """
+
+    def __init__(
+        self,
+        relay: OutboxRelay | None,
+        snapshots: SnapshotCache | None,
+        heads: Heads | None = None,
+    ) -> None:
+        self._relay = relay
+        self._snapshots = snapshots
+        self._heads = heads
+
+    def __call__(self, playlist_id: str, version: int) -> None:
+        if self._heads is not None:
+            self._heads.committed(playlist_id, version)
+        if self._relay is not None:
+            self._relay.notify(playlist_id, version)
+        if self._snapshots is not None:
+            self._snapshots.committed(playlist_id, version)
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """The event path an API process runs on: its bus, relay (if here), snapshots, checks."""
+
+    bus: Bus
+    relay: OutboxRelay | None
+    snapshots: SnapshotCache | None
+    checks: list[health.Check]
+
+
+class HeadRaisingPublisher(BusPublisher):
+    """The embedded relay's publisher, which also raises the response cache's heads.
+
+    A commit of this process raised them already (``CommitHooks``); one of
+    another process (``chorus import`` beside the server) is learned here,
+    when the relay publishes it, so no cached answer outlives it by more
+    than the commit watch's poll and the relay's turn.
+    """
+
+    def __init__(self, bus: Bus, heads: Heads) -> None:
+        super().__init__(bus)
+        self._heads = heads
+
+    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+        for event in events:
+            self._heads.committed(event["playlist_id"], event["version"])
+        await super().publish_batch(events)
+
+
+@asynccontextmanager
+async def embedded_events(
+    settings: Settings, db: Database, heads: Heads | None
+) -> AsyncIterator[Events]:
+    """The embedded profile: an in-process bus fed by an in-process relay.
+
+    The relay writes the feed's pushed rows before each batch reaches the bus.
+    On SQLite the relay is also woken by commits of other processes (a
+    ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
+    so their events reach this server's subscribers as promptly as its own,
+    and ``heads`` (the response cache's, if on) hear of them.
+    """
+    bus = InProcessBus()
+    publisher = BusPublisher(bus) if heads is None else HeadRaisingPublisher(bus, heads)
+    relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
+    tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
+    if db.dialect == "sqlite":
+        tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
+    try:
+        yield Events(bus, relay, None, [])
+    finally:
+        for task in reversed(tasks):
+            await cancel_and_wait(task)
+        await bus.aclose()
+
+
+@asynccontextmanager
+async def full_events(
+    settings: Settings, db: Database, with_workers: bool
+) -> AsyncIterator[Events]:
+    """The full profile: Redis pub/sub in, snapshots in Redis, workers elsewhere or here."""
+    servers, url = settings.require_full_profile("the full profile")
+    client = redis_client(settings)
+    snapshots = snapshot_cache(settings, client)
+    bus = RedisBus(url)
+    await bus.start()
+    checks = [health.redis_check(client), health.kafka_check(servers)]
+    try:
+        if with_workers:
+            async with running_workers(settings, WORKERS, db) as running:
+                yield Events(bus, running.relay, snapshots, checks)
+        else:
+            yield Events(bus, None, snapshots, checks)
+    finally:
+        await snapshots.aclose()
+        await bus.aclose()
+        await client.aclose()
