@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -9,9 +11,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from chorus.logs import REQUEST_ID, REQUEST_ID_HEADER, request_id_from
 
 
+class _AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped.
+
+    A message may quote what the client sent, lone surrogates included
+    (``"operationName": "\\ud800"``), which cannot be encoded as UTF-8:
+    escaped, they are valid JSON all the same.
+    """
+
+    def render(self, content: object) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode("ascii")
+
+
 def error_response(status_code: int, message: str, code: str) -> JSONResponse:
     """A request-level failure outside GraphQL execution, shaped like a GraphQL error."""
-    return JSONResponse(
+    return _AsciiJSONResponse(
         {"errors": [{"message": message, "extensions": {"code": code}}]},
         status_code=status_code,
     )

@@ -161,11 +161,15 @@ def test_malformed_bodies(api: Api, content: bytes, status: int) -> None:
     assert body["errors"][0]["extensions"]["code"], body
 
 
-def test_unknown_operation_name(api: Api) -> None:
-    body = json.dumps({"query": "query A { __typename }", "operationName": "B"})
+@pytest.mark.parametrize("name", ["B", "\ud800", "\udfff\ud800x"])
+def test_unknown_operation_name(api: Api, name: str) -> None:
+    # json.dumps escapes a lone surrogate: the body is valid JSON naming it.
+    body = json.dumps({"query": "query A { __typename }", "operationName": name})
     response = post(api, body)
-    assert response.status_code in (200, 400), response.text
-    assert response.json()["errors"][0]["extensions"]["code"]
+    assert response.status_code == 400, response.text
+    error = response.json()["errors"][0]
+    assert error["extensions"]["code"] == "BAD_REQUEST"
+    assert error["message"].startswith("Unknown operation named")
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])

@@ -102,3 +102,20 @@ def test_duplicates_racing_for_the_last_token_commit_once(limited: Api) -> None:
     retry = mutate(limited, "addEntries", user, **fields)
     assert (retry["replayed"], retry["version"], retry["entries"]) == (True, 1, first["entries"])
     assert version(limited, playlist_id, user) == 1
+
+
+FOLLOW = """mutation($input: FollowInput!) { follow(input: $input) {
+  following changed userErrors { code } } }"""
+
+
+def test_follows_spend_the_same_budget_as_other_mutations(limited: Api) -> None:
+    """A follow has no operation id and no stored result: over the budget it is refused."""
+    user = "follower"
+    answers = [
+        limited.data(FOLLOW, user, input={"kind": "USER", "targetId": f"star{n}"})["follow"]
+        for n in range(PER_MINUTE + 1)
+    ]
+    assert [a["changed"] for a in answers[:PER_MINUTE]] == [True] * PER_MINUTE
+    assert [e["code"] for e in answers[-1]["userErrors"]] == ["RATE_LIMITED"]
+    following = limited.data("{ viewer { following { totalCount } } }", user)
+    assert following["viewer"]["following"]["totalCount"] == PER_MINUTE

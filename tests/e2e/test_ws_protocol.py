@@ -88,3 +88,27 @@ async def test_a_subscribe_id_that_is_not_a_short_string_closes_with_4400(
     code, reason = await _closed_after(server, [json.dumps(frame)])
     assert code == 4400
     assert "string id" in reason
+
+
+@pytest.mark.parametrize("name", ["nope", "\ud800"])
+async def test_an_unknown_operation_name_is_a_bad_request_and_the_socket_stays(
+    server: ChorusServer, name: str
+) -> None:
+    url = server.url.replace("http://", "ws://")
+    token = mint_token(TEST_SECRET, "alice")
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        payload = {"query": "query X { __typename }", "operationName": name}
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
+        refused = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert refused["type"] == "error"
+        assert refused["payload"][0]["extensions"]["code"] == "BAD_REQUEST"
+        assert refused["payload"][0]["message"].startswith("Unknown operation named")
+        # The connection goes on: the next operation runs.
+        payload = {"query": "query X { __typename }", "operationName": "X"}
+        await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": payload}))
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert (answer["id"], answer["type"]) == ("2", "next")
+        assert answer["payload"]["data"] == {"__typename": "Query"}

@@ -189,3 +189,43 @@ def _types(annotation: object) -> tuple[object, ...]:
     import typing
 
     return typing.get_args(annotation) or (annotation,)
+
+
+def test_every_integer_setting_refuses_a_number_past_32_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    from chorus.settings import MAX_SETTING_INTEGER, Settings
+
+    ints = [name for name, f in Settings.model_fields.items() if int in _types(f.annotation)]
+    assert "max_body_bytes" in ints
+    for name in ints:
+        monkeypatch.setenv(f"CHORUS_{name.upper()}", "99999999999999999999999")
+        with pytest.raises(ValidationError, match=f"(?i){name}"):
+            Settings()
+        monkeypatch.delenv(f"CHORUS_{name.upper()}")
+    assert MAX_SETTING_INTEGER == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"CHORUS_PAGE_SIZE_DEFAULT": "200"}, "CHORUS_PAGE_SIZE_DEFAULT (200) is above"),
+        ({"CHORUS_JWT_SECRET": " " * 40}, "blanks"),
+        ({"CHORUS_JWT_SECRET": "x" * 40 + "\n"}, "blanks"),
+        ({"CHORUS_LIBRARY_SECRET": "a\x01" * 20}, "control characters"),
+    ],
+)
+def test_settings_that_contradict_or_are_blank_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert said in err
+    assert "Traceback" not in err

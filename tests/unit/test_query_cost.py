@@ -67,6 +67,20 @@ def test_a_fragment_costs_the_same_as_its_selection_written_out() -> None:
     assert cost(spread) == cost(inline)
 
 
+def test_a_read_at_an_older_version_costs_its_replay() -> None:
+    header = "{ playlist(id: 1) { atVersion(version: 3) { title } } }"
+    # playlist 1 + atVersion (1 + the replay, counted as two of the largest pages)
+    assert cost(header) == 1 + 1 + 2 * LIMITS.page_size_max
+    page = (
+        "{ playlist(id: 1) { atVersion(version: 3) { entries(first: 10) { "
+        "edges { node { media { title } } } } } } }"
+    )
+    assert cost(page) == 1 + 1 + 2 * LIMITS.page_size_max + 1 + 10 * 3
+    one = "atVersion(version: 1) { entries(first: 100) { edges { node { id } } } }"
+    document = "{ playlist(id: 1) { " + " ".join(f"a{i}: {one}" for i in range(30)) + " } }"
+    assert cost(document) > LIMITS.max_query_cost
+
+
 def test_aliases_of_changes_with_media_add_up_past_the_limit() -> None:
     one = (
         "changes(sinceVersion: 0, first: 100) { versions { version changes { "

@@ -15,6 +15,10 @@ UNVERSIONED_FIELDS = frozenset(
         "Viewer.playlists",  # which playlists a user has: no one version names it
         "Playlist.members",  # a members page does not name its version
         "Playlist.changes",  # history depends on retention too
+        # Immutable once committed, but retention (chorus compact) can take it without a
+        # new version, and the cache is keyed by head versions, so every edit would end
+        # it anyway: never cached; access is checked on each read (Query.playlist).
+        "Playlist.atVersion",
         "Playlist.followerCount",  # follows move no playlist version
         "User.followerCount",
         "Media.viewerHasLiked",  # the viewer's Liked Songs, not the page's playlist
@@ -52,6 +56,7 @@ _BELOW_UNVERSIONED = frozenset(
     f"{kind}.{field}"
     for kind in [
         "PlaylistChangeBatch",
+        "PlaylistAtVersion",
         "PlaylistChanged",
         "EntriesAdded",
         "EntriesMoved",

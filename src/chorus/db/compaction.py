@@ -10,7 +10,9 @@ keeps it. Below the floor:
   replays instead of committing twice (the changes are no longer served);
 * tombstones removed before the floor version was committed are deleted (an
   anchor on one is then ``ANCHOR_NOT_FOUND``);
-* published outbox rows older than ``retry_window`` are deleted.
+* published outbox rows older than ``retry_window`` are deleted;
+* history checkpoints of versions below the floor are deleted (no history
+  read reaches below it: ``Playlist.atVersion`` answers ``HISTORY_COMPACTED``).
 
 ``Playlist.changes`` and subscriptions asking for versions below the floor
 answer with a resync (DESIGN §6). Each playlist is compacted in its own short
@@ -24,7 +26,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
 
-from chorus.db import outbox
+from chorus.db import checkpoints, outbox
 from chorus.db.engine import Database
 from chorus.db.tables import playlist, playlist_entry, playlist_mutation
 
@@ -99,6 +101,7 @@ async def compact(
                 )
             )
             log_rows += int(deleted.rowcount or 0)
+            await checkpoints.delete_below(conn, playlist_id, floor)
             if floor_committed is not None:
                 removed = await conn.execute(
                     delete(playlist_entry).where(

@@ -24,9 +24,11 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import follows, listing, repository
+from chorus.db import follows, history, listing, repository
 from chorus.db.engine import Database
+from chorus.db.history import AtVersion, NotKept
 from chorus.domain.follows import Follow, Target, TargetKind
+from chorus.domain.history import Window
 from chorus.domain.model import Entry, Member, Playlist, Role
 from chorus.domain.ports import SortKey
 
@@ -197,6 +199,67 @@ async def _entries_in(
         )
         has_next, has_previous = more, beyond
     return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
+
+
+async def playlist_at(db: Database, playlist_id: str, version: int) -> AtVersion | NotKept | None:
+    """The playlist at an older ``version`` (:func:`chorus.db.history.rewound_at`).
+
+    Returns:
+        ``None`` when there is no such playlist; :class:`~chorus.db.history.NotKept`
+        when ``version`` is above the head or below the log floor.
+    """
+    async with db.read() as conn:
+        return await history.rewound_at(conn, playlist_id, version)
+
+
+async def entries_page_at(
+    db: Database,
+    playlist_id: str,
+    at: AtVersion,
+    *,
+    size: int,
+    after: SortKey | None,
+    before: SortKey | None,
+    from_end: bool,
+) -> EntriesPage | NotKept | None:
+    """A page of the entries live at ``at``'s version, as :func:`entries_page` pages the head.
+
+    ``at`` comes from :func:`playlist_at`; when its anchor moved since (a
+    commit passed the head it started from, compaction took its checkpoint)
+    the rewind is read again in this transaction.
+
+    Returns:
+        The page with the count and version of ``at``; :class:`~chorus.db.history.NotKept`
+        when compaction took the version meanwhile; ``None``: no such playlist.
+    """
+    version = at.rewound.playlist.version
+    async with db.read() as conn:
+        if not await history.anchor_holds(conn, playlist_id, at.anchor):
+            again = await history.rewound_at(conn, playlist_id, version)
+            if not isinstance(again, AtVersion):
+                return again
+            at = again
+        rows = await history.window(
+            conn, playlist_id, at, Window(after, before), limit=size + 1, from_end=from_end
+        )
+        more = len(rows) > size
+        rows = (rows[1:] if from_end else rows[:-1]) if more else rows
+        # The far side, as entries_page: is anything at or beyond the cursor we came from?
+        if from_end:
+            beyond = before is not None and bool(
+                await history.window(
+                    conn, playlist_id, at, Window(after=before, inclusive=True), limit=1
+                )
+            )
+            has_next, has_previous = beyond, more
+        else:
+            beyond = after is not None and bool(
+                await history.window(
+                    conn, playlist_id, at, Window(before=after, inclusive=True), limit=1
+                )
+            )
+            has_next, has_previous = more, beyond
+    return EntriesPage(rows, has_next, has_previous, at.rewound.playlist.entry_count, version)
 
 
 async def members_page(

@@ -187,7 +187,8 @@ async def live_with_media(conn: AsyncConnection, playlist_id: str, media_id: str
     return [entry_from_row(r) for r in rows]
 
 
-def _decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
+def decode_payload(payload: Mapping[str, Any]) -> tuple[Change, ...]:
+    """The changes of a log row's ``payload``."""
     wires: list[ChangeWire] = payload["changes"]
     return tuple(decode_change(w) for w in wires)
 
@@ -227,7 +228,7 @@ async def versions_since(
             operation_id=r.operation_id,
             actor_id=r.actor_id,
             committed_at=r.committed_at,
-            changes=_decode_payload(r.payload),
+            changes=decode_payload(r.payload),
         )
         for r in rows
     ]

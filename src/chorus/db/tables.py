@@ -154,6 +154,37 @@ Index(
 # A followed user's playlists, for the feed's pull side.
 Index("ix_playlist_owner_id", playlist.c.owner_id)
 
+# History checkpoints (chorus.domain.history): every CHECKPOINT_EVERY versions, the
+# header and the whole live list as that version left them, so a read of an
+# older version undoes at most that many log rows. Deleted below the log floor
+# by compaction. The entries' key is the keyset order a window reads in.
+playlist_checkpoint = Table(
+    "playlist_checkpoint",
+    metadata,
+    Column("playlist_id", ForeignKey("playlist.id"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("title", String(200), nullable=False),
+    Column("description", Text),
+    Column("visibility", String(16), nullable=False),
+    Column("collaborative", Boolean, nullable=False),
+    Column("membership_epoch", Integer, nullable=False),
+    Column("entry_count", Integer, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("deleted_at", UTCDateTime),
+)
+
+playlist_checkpoint_entry = Table(
+    "playlist_checkpoint_entry",
+    metadata,
+    Column("playlist_id", String(64), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("position_key", POSITION_KEY, primary_key=True),
+    Column("entry_id", String(64), primary_key=True),
+    Column("media_id", ID, nullable=False),
+    Column("added_by", ID, nullable=False),
+    Column("added_at", UTCDateTime, nullable=False),
+)
+
 outbox = Table(
     "outbox",
     metadata,

@@ -16,6 +16,7 @@ from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from chorus.db import checkpoints
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import (
     WIRE_VERSION,
@@ -32,6 +33,7 @@ from chorus.domain.changes import (
     entry_to_wire,
 )
 from chorus.domain.handlers import Decision, Outcome
+from chorus.domain.history import checkpoint_due
 from chorus.domain.model import Entry, Playlist, Role
 
 
@@ -95,11 +97,13 @@ class Record:
     """The rows that record one committed version: its log row and its outbox event.
 
     ``log`` is the ``playlist_mutation`` row (also the idempotency record:
-    ``request_hash`` and the stored ``result``), ``event`` the ``outbox`` row.
+    ``request_hash`` and the stored ``result``), ``event`` the ``outbox`` row,
+    ``playlist`` the header the version left (a history checkpoint keeps it).
     """
 
     log: dict[str, Any]
     event: dict[str, Any]
+    playlist: Playlist
 
 
 async def write_decision(
@@ -217,14 +221,16 @@ def record(decision: Decision, *, operation_id: str, actor_id: str, request_hash
         "changes": wires,
     }
     row = {"playlist_id": p.id, "version": p.version, "payload": event, "created_at": now}
-    return Record(log, row)
+    return Record(log, row, p)
 
 
 async def write_records(conn: AsyncConnection, records: Sequence[Record]) -> None:
     """Append the log rows, then the outbox events, of ``records`` (in version order).
 
     One ``INSERT`` per table however many records (SQLAlchemy's
-    "insertmanyvalues"), so the outbox's ids keep the versions' order.
+    "insertmanyvalues"), so the outbox's ids keep the versions' order. When
+    the records reach a checkpoint's version (:func:`chorus.domain.history.checkpoint_due`),
+    the entry rows, which are at the last record's version, are kept as one.
 
     Raises:
         sqlalchemy.exc.IntegrityError: an operation id was committed
@@ -234,6 +240,9 @@ async def write_records(conn: AsyncConnection, records: Sequence[Record]) -> Non
         return
     await conn.execute(insert(playlist_mutation), [r.log for r in records])
     await conn.execute(insert(outbox), [r.event for r in records])
+    last = records[-1].playlist
+    if checkpoint_due(records[0].playlist.version - 1, last.version):
+        await checkpoints.keep(conn, last)
 
 
 async def _write_member(conn: AsyncConnection, p: Playlist, change: MembersChanged) -> None:

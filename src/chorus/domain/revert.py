@@ -34,18 +34,20 @@ class PastState:
     """What the log says about an older version.
 
     ``entries`` maps each entry touched since to its state then (``None``:
-    not live then); ``title`` and ``description`` are the details then.
+    not live then); ``details`` are the details then (a revert restores only
+    their title and description; a history read shows them all).
     """
 
     entries: dict[str, Entry | None]
-    title: str
-    description: str | None
+    details: Details
 
 
 def undo(playlist: Playlist, log: Sequence[tuple[int, Sequence[Change]]]) -> PastState:
     """The state before every version in ``log`` (oldest first), as far as it changed."""
     then: dict[str, Entry | None] = {}
-    title, description = playlist.title, playlist.description
+    details = Details(
+        playlist.title, playlist.description, playlist.visibility, playlist.collaborative
+    )
     for _, changes in reversed(log):
         for change in reversed(changes):
             match change:
@@ -58,12 +60,12 @@ def undo(playlist: Playlist, log: Sequence[tuple[int, Sequence[Change]]]) -> Pas
                         old = dataclasses.replace(m.entry, position_key=m.previous_position_key)
                         then[m.entry.entry_id] = old
                 case DetailsUpdated():
-                    title, description = change.previous.title, change.previous.description
+                    details = change.previous
                 case MembersChanged() | PlaylistCreated() | PlaylistDeleted():
-                    pass  # access settings and lifetime are not reverted
+                    pass  # members and lifetime are no part of the list
                 case _:
                     assert_never(change)
-    return PastState(then, title, description)
+    return PastState(then, details)
 
 
 def changes_to(playlist: Playlist, past: PastState, now: Mapping[str, Entry]) -> list[Change]:
@@ -96,7 +98,10 @@ def changes_to(playlist: Playlist, past: PastState, now: Mapping[str, Entry]) ->
     previous = Details(
         playlist.title, playlist.description, playlist.visibility, playlist.collaborative
     )
-    details = dataclasses.replace(previous, title=past.title, description=past.description)
+    # Visibility and collaboration are access settings: a revert keeps today's.
+    details = dataclasses.replace(
+        previous, title=past.details.title, description=past.details.description
+    )
     if details != previous:
         changes.append(DetailsUpdated(details, previous))
     return changes

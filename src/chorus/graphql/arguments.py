@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 import strawberry
 
 from chorus.catalog.protocol import MAX_SEARCH_OFFSET, MAX_SEARCH_QUERY_LENGTH
+from chorus.db.history import NotKept
 from chorus.domain.commands import Placement
 from chorus.domain.errors import AnchorNotFound, InvalidInput, NotFound
 from chorus.domain.follows import FeedKey, FeedLimits, Target, TargetKind
@@ -42,7 +44,7 @@ from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist
 from chorus.domain.ports import SortKey
 from chorus.graphql import ids
-from chorus.resolvers.errors import BadUserInput
+from chorus.resolvers.errors import BadUserInput, HistoryCompacted
 from chorus.subscriptions.catchup import CatchUpPage
 
 NOT_A_CURSOR = "{} is not a cursor of this connection"
@@ -72,6 +74,30 @@ def page_size(limits: Limits, first: int | None, last: int | None = None) -> tup
         name = "first" if first is not None else "last"
         raise BadUserInput(f"{name} must be between 0 and {limits.page_size_max}")
     return size, last is not None
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesRequest:
+    """A checked request for a page of entries: ``size`` nearest ``after`` (or ``before``)."""
+
+    size: int
+    from_end: bool
+    after: SortKey | None
+    before: SortKey | None
+
+
+def entries_request(
+    limits: Limits, first: int | None, after: str | None, last: int | None, before: str | None
+) -> EntriesRequest:
+    """The Relay arguments of an ``entries`` field, checked (head or an old version alike).
+
+    Raises:
+        BadUserInput: see :func:`page_size` and :func:`entry_position`.
+    """
+    after_key = entry_position(after, "after")
+    before_key = entry_position(before, "before")
+    size, from_end = page_size(limits, first, last)
+    return EntriesRequest(size, from_end, after_key, before_key)
 
 
 def entry_position(cursor: str | None, name: str) -> SortKey | None:
@@ -231,6 +257,34 @@ def check_since_version(
         current = batch.current_version if batch else playlist.version
         raise BadUserInput(f"sinceVersion must be between 0 and {current}")
     return batch
+
+
+Found = TypeVar("Found")
+
+
+def check_at_version(version: int, found: Found | NotKept | None) -> Found | None:
+    """``found``, what was read at ``version``, when the version is in range and kept.
+
+    Args:
+        version: the ``atVersion`` argument.
+        found: what the resolver read (the playlist at ``version``, or a page
+            of its entries; ``None``: the playlist is gone).
+
+    Raises:
+        BadUserInput: ``version`` is negative or above the current version.
+        HistoryCompacted: ``version`` is below the log floor (retention);
+            ``extensions`` say the oldest version kept and the current one.
+    """
+    if not isinstance(found, NotKept):
+        return found
+    if not 0 <= version <= found.current:
+        raise BadUserInput(f"version must be between 0 and {found.current}")
+    raise HistoryCompacted(
+        f"version {version} is older than the history kept (the oldest is "
+        f"{found.oldest}); read entries at the current version {found.current}",
+        oldest_version=found.oldest,
+        current_version=found.current,
+    )
 
 
 # -- IDs of queries: a malformed one finds nothing ------------------------------

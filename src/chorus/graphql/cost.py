@@ -15,6 +15,11 @@ The model (GitHub's and Shopify's, simplified):
   may hold that many, so ``changes(first: 100)`` selecting them counts
   100 × 100 entries (a sync that selects entries pages fewer versions);
   a rebalance may move more, which this does not count;
+* a read of an older version (``Playlist.atVersion``) undoes up to
+  ``CHECKPOINT_EVERY`` log rows before it returns anything: it costs twice
+  the largest page size (200) more than its selection (bench/history.py:
+  such a read with 50 entries takes about 4–5× ``entries(first: 50)`` at the
+  head, which costs 101), so 30 aliases of it are over the limit;
 * any other list without a page size of its own (a version's ``changes``,
   whose alternatives are added up below; a payload's ``entries``, bounded
   by the request's own input) is counted as one item;
@@ -70,6 +75,9 @@ PAGE_ARGUMENTS = ("first", "last")
 
 VERSION_LISTS = frozenset({("EntriesAdded", "entries"), ("EntriesMoved", "entries")})
 """Unpaged lists of one version's entries, counted at the largest page size."""
+
+REPLAYING_FIELDS = frozenset({("Playlist", "atVersion")})
+"""Fields that undo the mutation log: each costs twice the largest page size more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +157,8 @@ class CostCounter:
         cost = 1 + part.once + (size if size is not None else 1) * part.per_item
         if (parent.name, node.name.value) in VERSION_LISTS:
             cost *= self.page_size_max
+        if (parent.name, node.name.value) in REPLAYING_FIELDS:
+            cost += 2 * self.page_size_max
         return cost, is_list
 
     def _page_size(self, node: FieldNode, definition: GraphQLField) -> int | None:

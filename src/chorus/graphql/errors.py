@@ -4,6 +4,8 @@
 * validation failures → ``GRAPHQL_VALIDATION_FAILED`` (shape, depth, alias and cost
   limits included; the cost budget's refusal keeps its own ``RATE_LIMITED``);
 * :class:`~chorus.resolvers.errors.RequestError` → its own code and message;
+* no operation of the name asked (a WebSocket ``subscribe``; HTTP answers
+  400 before execution) → ``BAD_REQUEST``;
 * :class:`~chorus.db.engine.DatabaseUnavailable` (the database is away) →
   ``SERVICE_UNAVAILABLE`` with a fixed message; the cause is logged, one line;
 * a :class:`~chorus.domain.errors.DomainError` that ends a subscription
@@ -20,6 +22,7 @@ from typing import Any
 
 from graphql import GraphQLError, GraphQLSyntaxError
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.exceptions import CannotGetOperationTypeError
 
 from chorus.db.engine import DatabaseUnavailable
 from chorus.domain.errors import DomainError
@@ -47,6 +50,10 @@ def classify(error: GraphQLError) -> GraphQLError:
         code = (error.extensions or {}).get("code") or "GRAPHQL_VALIDATION_FAILED"
     elif isinstance(original, GraphQLError):
         return classify(original)
+    elif isinstance(original, CannotGetOperationTypeError):
+        # No operation of that name (or several and none named): the client's
+        # request is wrong, as over HTTP, where strawberry answers 400.
+        return GraphQLError(original.as_http_error_reason(), extensions={"code": "BAD_REQUEST"})
     elif isinstance(original, DatabaseUnavailable):
         log.warning("database unavailable at %s: %s", error.path, original)
         return GraphQLError(

@@ -9,20 +9,29 @@ leaf's completion — the largest part of a cold page's CPU (see
 directly: the attribute, then the scalar's or enum's ``coerce_output_value``
 (the same coercion graphql-core's ``complete_leaf_value`` applies).
 
+The same holds one level up: a plain field whose value is an object
+(``edge.node``) or a list of non-null objects (``connection.edges``) is not
+resolved through graphql-core either; its sub-fields are collected (by
+graphql-core, memoised per request) and executed here, item by item, with
+graphql-core's own error handling and null propagation around them.
+
 A field takes the fast path only when all of this holds; otherwise, and
 whenever the value is not what the fast path can complete (``None`` for a
-non-null field, a value the scalar refuses), it goes graphql-core's way,
-which then also reports the error exactly as before:
+non-null field, a value the scalar refuses, an object of another type), it
+goes graphql-core's way, which then also reports the error exactly as before:
 
 * strawberry marks its resolver as its default attribute read (no resolver
   of ours, no field extension, no permission class);
-* the field has no arguments, and no field middleware is installed;
-* its type is a scalar or enum, or a list of non-null ones.
+* the field has no arguments, no field middleware is installed, and nothing
+  is deferred or streamed;
+* its type is a scalar or enum, or a list of non-null ones; or an object
+  type, or a list of non-null ones, whose ``is_type_of`` (if any) is the one
+  strawberry generates (an ``isinstance`` check that needs no resolve info).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +41,11 @@ from graphql import (
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
+    GraphQLOutputType,
     Undefined,
     is_leaf_type,
 )
-from graphql.execution.collect_fields import GroupedFieldSet
+from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import AwaitableOrValue, Path, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
@@ -72,7 +82,48 @@ class _Leaf:
         return _SLOW if coerced is None or coerced is Undefined else coerced
 
 
-def _plain_leaf(field: GraphQLField) -> _Leaf | None:
+@dataclass(frozen=True, slots=True)
+class _Object:
+    """How to read one plain object-typed field; its sub-fields are executed after."""
+
+    attribute: str
+    field_type: GraphQLOutputType
+    object_type: GraphQLObjectType
+    nullable: bool
+    is_list: bool
+    check: Callable[[Any, Any], bool] | None
+    """Strawberry's ``is_type_of`` (an ``isinstance``; the info it is given is unused)."""
+
+    def value(self, source: object) -> Any:
+        """The field's value when the fast path can complete it, else ``_SLOW``."""
+        value = getattr(source, self.attribute, _SLOW)
+        if value is None:
+            return None if self.nullable else _SLOW
+        if value is _SLOW:
+            return _SLOW
+        check = self.check
+        if not self.is_list:
+            return value if check is None or check(value, None) else _SLOW
+        if not isinstance(value, list | tuple):
+            return _SLOW
+        for item in value:
+            if item is None or (check is not None and not check(item, None)):
+                return _SLOW
+        return value
+
+
+def _strawberry_check(object_type: GraphQLObjectType) -> tuple[bool, Any]:
+    """``(usable, is_type_of)``: usable when there is none or it is strawberry's own."""
+    check = object_type.is_type_of
+    if check is None:
+        return True, None
+    return getattr(check, "__module__", None) == _CONVERTER_MODULE, check
+
+
+_CONVERTER_MODULE = GraphQLCoreConverter.__module__
+
+
+def _plain_field(field: GraphQLField) -> _Leaf | _Object | None:
     """The fast path of ``field``, or ``None`` when graphql-core must execute it."""
     if field.args or not getattr(field.resolve, "_is_default", False):
         return None
@@ -83,33 +134,38 @@ def _plain_leaf(field: GraphQLField) -> _Leaf | None:
     kind, nullable = field.type, True
     if isinstance(kind, GraphQLNonNull):
         kind, nullable = kind.of_type, False
+    is_list = False
+    if isinstance(kind, GraphQLList):
+        if not isinstance(kind.of_type, GraphQLNonNull):
+            return None
+        kind, is_list = kind.of_type.of_type, True
     if is_leaf_type(kind):
         leaf: GraphQLLeafType = kind
-        return _Leaf(attribute, leaf.coerce_output_value, nullable)
-    if isinstance(kind, GraphQLList) and isinstance(kind.of_type, GraphQLNonNull):
-        item = kind.of_type.of_type
-        if is_leaf_type(item):
-            return _Leaf(attribute, item.coerce_output_value, nullable, is_list=True)
+        return _Leaf(attribute, leaf.coerce_output_value, nullable, is_list=is_list)
+    if isinstance(kind, GraphQLObjectType):
+        usable, check = _strawberry_check(kind)
+        if usable:
+            return _Object(attribute, field.type, kind, nullable, is_list, check)
     return None
 
 
-_leaves: dict[tuple[int, str], tuple[GraphQLObjectType, _Leaf | None]] = {}
+_plans: dict[tuple[int, str], tuple[GraphQLObjectType, _Leaf | _Object | None]] = {}
 """(id of the object type, field name) → its fast path; the type is kept: its id stays its own."""
 
 
-def _leaf_of(parent_type: GraphQLObjectType, name: str) -> _Leaf | None:
+def _plan_of(parent_type: GraphQLObjectType, name: str) -> _Leaf | _Object | None:
     key = (id(parent_type), name)
-    found = _leaves.get(key)
+    found = _plans.get(key)
     if found is not None and found[0] is parent_type:
         return found[1]
     field = parent_type.fields.get(name)
-    leaf = _plain_leaf(field) if field is not None else None
-    _leaves[key] = (parent_type, leaf)
-    return leaf
+    plan = _plain_field(field) if field is not None else None
+    _plans[key] = (parent_type, plan)
+    return plan
 
 
 class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
-    """Strawberry's execution context, with plain leaf fields read directly."""
+    """Strawberry's execution context, with plain fields read directly."""
 
     def execute_fields(
         self,
@@ -119,8 +175,9 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
         grouped_field_set: GroupedFieldSet,
         position_context: Any,
     ) -> AwaitableOrValue[dict[str, Any]]:
-        """graphql-core's ``execute_fields``, with the fast path for plain leaves."""
-        if self.middleware_manager is not None:
+        """graphql-core's ``execute_fields``, with the fast path for plain fields."""
+        manager = self.middleware_manager
+        if manager is not None and manager.middlewares:  # strawberry always sends a manager
             return super().execute_fields(
                 parent_type, source_value, path, grouped_field_set, position_context
             )
@@ -130,11 +187,20 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
         try:
             for response_name, field_details_list in grouped_field_set.items():
                 node = field_details_list[0].node
-                leaf = None if node.arguments else _leaf_of(parent_type, node.name.value)
-                if leaf is not None:
-                    done = leaf.complete(source_value)
+                plan = None if node.arguments else _plan_of(parent_type, node.name.value)
+                if plan is not None:
+                    if isinstance(plan, _Leaf):
+                        done = plan.complete(source_value)
+                    elif position_context is None:
+                        done = self._complete_object(
+                            plan, source_value, field_details_list, path, response_name, parent_type
+                        )
+                    else:
+                        done = _SLOW
                     if done is not _SLOW:
                         results[response_name] = done
+                        if is_awaitable(done):
+                            awaitable_fields.append(response_name)
                         continue
                 result = self.execute_field(
                     parent_type,
@@ -164,6 +230,72 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
             return results
 
         return get_results()
+
+    def _complete_object(
+        self,
+        plan: _Object,
+        source: object,
+        field_details_list: FieldDetailsList,
+        path: Path | None,
+        response_name: str,
+        parent_type: GraphQLObjectType,
+    ) -> Any:
+        """A plain object field's completed value (maybe awaitable), or ``_SLOW``.
+
+        Errors are handled as graphql-core's ``execute_field`` handles them:
+        located at the field, ``null`` for a nullable field, raised on to the
+        parent for a non-null one.
+        """
+        value = plan.value(source)
+        if value is None or value is _SLOW:
+            return value
+        grouped, defers, _ = self.collect_subfields(plan.object_type, field_details_list)
+        if defers:
+            return _SLOW
+        field_path = Path(path, response_name, parent_type.name)
+        pending: list[int] = []
+        items: list[Any] = []
+        try:
+            if not plan.is_list:
+                completed = self.execute_fields(plan.object_type, value, field_path, grouped, None)
+                if self.is_awaitable(completed):
+                    return self._guarded(completed, plan, field_details_list, field_path)
+                return completed
+            for index, item in enumerate(value):
+                done = self.execute_fields(
+                    plan.object_type, item, Path(field_path, index, None), grouped, None
+                )
+                if self.is_awaitable(done):
+                    pending.append(index)
+                items.append(done)
+        except Exception as raw_error:
+            if pending:
+                self.settle_in_background([items[i] for i in pending])
+            self.handle_field_error(raw_error, plan.field_type, field_details_list, field_path)
+            return None
+        if not pending:
+            return items
+
+        async def gathered() -> list[Any]:
+            awaited = await gather_with_cancel(*(items[i] for i in pending))
+            for index, done in zip(pending, awaited, strict=True):
+                items[index] = done
+            return items
+
+        return self._guarded(gathered(), plan, field_details_list, field_path)
+
+    async def _guarded(
+        self,
+        completed: Awaitable[Any],
+        plan: _Object,
+        field_details_list: FieldDetailsList,
+        path: Path,
+    ) -> Any:
+        try:
+            return await completed
+        except Exception as raw_error:
+            self.handle_field_error(raw_error, plan.field_type, field_details_list, path)
+            return None
 
 
 __all__ = ["ChorusExecutionContext"]

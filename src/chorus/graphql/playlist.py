@@ -13,54 +13,18 @@ import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from chorus.domain.follows import Target, TargetKind
+from chorus.domain.history import CHECKPOINT_EVERY
 from chorus.domain.limits import DEFAULT_LIMITS
-from chorus.domain.model import Entry, Member
+from chorus.domain.model import Member
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.graphql import arguments, ids
-from chorus.graphql.connections import (
-    Connection,
-    PlaylistEntryConnection,
-    connection,
-    edges_and_page_info,
-)
+from chorus.graphql.connections import Connection, PlaylistEntryConnection, connection
+from chorus.graphql.entries import entry_connection
 from chorus.graphql.history import PlaylistChangeBatch
-from chorus.graphql.types import (
-    UNFETCHED,
-    ChorusInfo,
-    Media,
-    Node,
-    PlaylistEntry,
-    PlaylistMember,
-    Role,
-    User,
-    Visibility,
-)
+from chorus.graphql.past import PlaylistAtVersion
+from chorus.graphql.types import ChorusInfo, Node, PlaylistMember, Role, User, Visibility
 from chorus.resolvers import queries
 from chorus.resolvers.errors import BadUserInput
-
-
-def _entry_cursor(e: Entry) -> str:
-    return ids.entry_cursor(e.position_key, e.entry_id)
-
-
-def _selects_entry_media(info: ChorusInfo) -> bool:
-    """Whether this ``entries`` field selects ``edges { node { media } }`` (fragments included)."""
-    pending: list[Selection] = list(info.selected_fields)
-    path = ("entries", "edges", "node", "media")
-    depth_of: dict[int, int] = {id(s): 0 for s in pending}
-    while pending:
-        selection = pending.pop()
-        depth = depth_of[id(selection)]
-        if isinstance(selection, SelectedField):
-            if selection.name != path[depth]:
-                continue
-            if depth == len(path) - 1:
-                return True
-            depth += 1
-        for child in selection.selections:
-            depth_of[id(child)] = depth
-            pending.append(child)
-    return False
 
 
 def first_page_asked(info: ChorusInfo) -> int | None:
@@ -155,31 +119,30 @@ class Playlist(Node):
         last: int | None = None,
         before: str | None = None,
     ) -> PlaylistEntryConnection:
-        after_key = arguments.entry_position(after, "after")
-        before_key = arguments.entry_position(before, "before")
-        size, from_end = arguments.page_size(info.context.services.limits, first, last)
+        asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
         page = await queries.entries_page(
             info.context,
             self.record,
-            size=size,
-            from_end=from_end,
-            after=after_key,
-            before=before_key,
+            size=asked.size,
+            from_end=asked.from_end,
+            after=asked.after,
+            before=asked.before,
         )
-        playlist_id = self.record.id
-        media: dict[str, Media | None] = {}
-        if _selects_entry_media(info):
-            # One batched catalog call for the page, and no coroutine per entry.
-            found = await queries.media_of(info.context, page.items)
-            media = {i: Media.from_record(m) if m else None for i, m in found.items()}
-        edges, page_info = edges_and_page_info(
-            page,
-            lambda e: PlaylistEntry.from_record(playlist_id, e, media.get(e.media_id, UNFETCHED)),
-            _entry_cursor,
-        )
-        return PlaylistEntryConnection(
-            edges=edges, page_info=page_info, total_count=page.total, version=page.version
-        )
+        return await entry_connection(info, self.record.id, page)
+
+    @strawberry.field(
+        description="The playlist as it was at an older `version` (0 … `version`): its "
+        "details and entries then, rebuilt from the mutation log (each read undoes at "
+        f"most {CHECKPOINT_EVERY} versions and one group commit, from the next checkpoint). "
+        "Access is `playlist`'s, today. Below the oldest "
+        "version the log keeps (`chorus compact`): an error with `extensions.code` "
+        "HISTORY_COMPACTED and `oldestVersion`, `currentVersion`; out of range: "
+        "BAD_USER_INPUT. Never kept in the response cache."
+    )
+    async def at_version(self, info: ChorusInfo, version: int) -> PlaylistAtVersion | None:
+        found = await queries.playlist_at(info.context, self.record, version)
+        at = arguments.check_at_version(version, found)
+        return None if at is None else PlaylistAtVersion.from_at(at)
 
     @strawberry.field(description="Members ordered by user id.")
     async def members(

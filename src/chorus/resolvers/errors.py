@@ -38,3 +38,17 @@ class ServiceUnavailable(RequestError):
     """
 
     code = "SERVICE_UNAVAILABLE"
+
+
+class HistoryCompacted(RequestError):
+    """The version asked for is older than the history kept (``chorus compact``).
+
+    ``extensions`` add ``oldestVersion`` (the oldest version still readable)
+    and ``currentVersion``: read ``entries`` at the head instead.
+    """
+
+    code = "HISTORY_COMPACTED"
+
+    def __init__(self, message: str, *, oldest_version: int, current_version: int) -> None:
+        super().__init__(message)
+        self.extensions = {"oldestVersion": oldest_version, "currentVersion": current_version}

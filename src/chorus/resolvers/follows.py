@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from chorus.db import feed, pages
 from chorus.db.follows import FollowStore
 from chorus.db.pages import Page
-from chorus.domain.errors import DomainError
+from chorus.domain.errors import DomainError, RateLimited
 from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable
@@ -47,6 +47,12 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
     """
     viewer = ctx.viewer()
     store = _store(ctx)
+    limiter = ctx.services.rate_limiter
+    if limiter is not None and not limiter.allow(viewer):
+        # A follow is a mutation like any other (CHORUS_RATE_LIMIT_PER_MINUTE);
+        # it has no operation id, so there is no stored result to replay.
+        refused = RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+        return FollowOutcome(target, following=not on, error=refused)
     try:
         if on:
             done = await store.follow(viewer, target)

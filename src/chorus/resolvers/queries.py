@@ -18,6 +18,7 @@ from datetime import datetime
 
 from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
+from chorus.db.history import AtVersion, NotKept
 from chorus.db.pages import EntriesPage, Page
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
@@ -134,6 +135,47 @@ async def entries_page(
     return page
 
 
+HISTORY_UNCACHED = "history depends on retention, not only on the version"
+"""Why a read of the log (``changes``, ``atVersion``) is never kept in the response cache."""
+
+
+async def playlist_at(
+    ctx: RequestContext, playlist: Playlist, version: int
+) -> AtVersion | NotKept | None:
+    """A visible playlist as it was at ``version``, rewound from its nearest anchor.
+
+    Returns:
+        The header and rewind at ``version``; :class:`~chorus.db.history.NotKept`
+        when ``version`` is out of range or below the log floor (not checked
+        here: :func:`chorus.graphql.arguments.check_at_version`); ``None``
+        when the playlist is gone.
+    """
+    ctx.reads.refuse(HISTORY_UNCACHED)
+    return await pages.playlist_at(ctx.services.db, playlist.id, version)
+
+
+async def entries_page_at(
+    ctx: RequestContext,
+    at: AtVersion,
+    *,
+    size: int,
+    from_end: bool,
+    after: SortKey | None,
+    before: SortKey | None,
+) -> EntriesPage | NotKept | None:
+    """A keyset page of the entries live at ``at``'s version, with its count and version."""
+    ctx.reads.refuse(HISTORY_UNCACHED)
+    return await pages.entries_page_at(
+        ctx.services.db,
+        at.rewound.playlist.id,
+        at,
+        size=size,
+        after=after,
+        before=before,
+        from_end=from_end,
+    )
+
+
 async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
     """The media of these entries by media id, in one catalog batch (``None``: unknown, down)."""
     ids = list(dict.fromkeys(e.media_id for e in entries))
@@ -172,7 +214,7 @@ async def changes(
         when the playlist is gone. ``since_version`` is not checked against the
         current version here (:func:`chorus.graphql.arguments.check_since_version`).
     """
-    ctx.reads.refuse("history depends on retention, not only on the version")
+    ctx.reads.refuse(HISTORY_UNCACHED)
     page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))
     if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))

@@ -27,10 +27,14 @@ from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
 from chorus.settings.server import OPERATION_NAME, ServerSettings
 from chorus.settings.storage import DEFAULT_DATABASE_URL, MAX_KEEP_DAYS, StorageSettings
 
+MAX_SETTING_INTEGER = 2**31 - 1
+"""The largest value any integer setting takes (a larger one is refused as a typo)."""
+
 __all__ = [
     "DEFAULT_DATABASE_URL",
     "FULL_PROFILE_SETTINGS",
     "MAX_KEEP_DAYS",
+    "MAX_SETTING_INTEGER",
     "OPERATION_NAME",
     "Settings",
 ]
@@ -55,6 +59,26 @@ class Settings(ApiSettings, ServerSettings, ProfileSettings, StorageSettings, Ba
                 f"CHORUS_QUERY_COST_PER_MINUTE ({budget}) is below CHORUS_MAX_QUERY_COST "
                 f"({self.max_query_cost}): the largest queries could never run"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _page_sizes(self) -> Self:
+        if self.page_size_default > self.page_size_max:
+            raise ValueError(
+                f"CHORUS_PAGE_SIZE_DEFAULT ({self.page_size_default}) is above "
+                f"CHORUS_PAGE_SIZE_MAX ({self.page_size_max})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _integers_fit(self) -> Self:
+        # No limit, size or count of Chorus's means anything past 2**31 - 1; a
+        # larger one is a typo (an extra digit, a pasted number), not a wish.
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            is_int = info.annotation in (int, int | None) and isinstance(value, int)
+            if is_int and value > MAX_SETTING_INTEGER:
+                raise ValueError(f"CHORUS_{name.upper()} ({value}) is above {MAX_SETTING_INTEGER}")
         return self
 
     @model_validator(mode="after")

@@ -82,4 +82,7 @@ class StorageSettings(BaseModel):
     def _long_secret(cls, value: str | None) -> str | None:
         if value is not None and len(value) < MIN_SECRET_LENGTH:
             raise ValueError(f"must be at least {MIN_SECRET_LENGTH} characters")
+        if value is not None and (value.strip() != value or not value.isprintable()):
+            # Blanks around a secret are a copy-paste slip (32 spaces are not a key).
+            raise ValueError("must not start or end with blanks or hold control characters")
         return value
