@@ -27,7 +27,7 @@ from graphql import (
     OperationDefinitionNode,
     SelectionSetNode,
 )
-from strawberry.extensions import SchemaExtension, ValidationCache
+from strawberry.extensions import SchemaExtension
 
 from chorus.graphql.limits import (
     FragmentFolder,
@@ -171,9 +171,9 @@ def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
 class DocumentShapeLimit(SchemaExtension):
     """Refuses a document by :func:`shape_error` before any validation rule runs.
 
-    Goes before :class:`ShapeCheckedValidationCache` in the extension list:
-    its refusal, set as the pre-execution errors, makes that cache (and
-    strawberry) skip validation.
+    Goes before :class:`~chorus.graphql.documents.CachedValidation` in the
+    extension list: its refusal, set as the pre-execution errors, makes that
+    extension (and strawberry) skip validation, and the document is not kept.
     """
 
     def __init__(self, limits: RequestLimits) -> None:
@@ -190,14 +190,4 @@ class DocumentShapeLimit(SchemaExtension):
         yield
 
 
-class ShapeCheckedValidationCache(ValidationCache):
-    """Strawberry's validation cache, except that a document already refused is not validated."""
-
-    def on_validate(self) -> Iterator[None]:
-        if self.execution_context.pre_execution_errors:
-            yield
-            return
-        yield from super().on_validate()
-
-
-__all__ = ["DocumentShapeLimit", "MergedSelections", "ShapeCheckedValidationCache", "shape_error"]
+__all__ = ["DocumentShapeLimit", "MergedSelections", "shape_error"]

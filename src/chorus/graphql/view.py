@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
+from graphql import DocumentNode, GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -44,11 +45,12 @@ from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
+from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
-from chorus.graphql.schema import build_schema, warm_parse
+from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
 from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
@@ -57,7 +59,9 @@ from chorus.resolvers import responses
 from chorus.resolvers.context import RequestContext, Services
 
 OFF_LOOP_BYTES = 2048
-"""Bodies larger than this are decoded, and their document parsed, in a worker thread."""
+"""Bodies larger than this are decoded, and their document parsed, in a worker thread.
+
+The document waits in :class:`~chorus.graphql.documents.DocumentCache` for its request."""
 
 RACED_READ_ATTEMPTS = 3
 """Runs of a query that read one playlist at two versions before its answer is sent as is.
@@ -71,18 +75,18 @@ _PREPARING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-prepar
 """One thread: several would each take the GIL in turn, and the loop would wait behind all."""
 
 
-def _prepare(body: bytes, max_tokens: int) -> object:
-    """``body`` decoded (or the error decoding raised), its document parsed into the cache.
+def _prepare(body: bytes, max_tokens: int) -> tuple[object, DocumentNode | GraphQLError | None]:
+    """``body`` decoded (or the error decoding raised), and its document parsed (or the error).
 
-    Runs in a worker thread: it touches nothing but the thread-safe parser cache.
+    Runs in a worker thread: it touches nothing shared.
     """
     try:
         decoded: object = decode_json(body, MAX_JSON_DEPTH)
     except (ValueError, RecursionError) as error:
-        return error
+        return error, None
     if isinstance(decoded, dict) and isinstance(decoded.get("query"), str):
-        warm_parse(decoded["query"], max_tokens)
-    return decoded
+        return decoded, parse_ahead(decoded["query"], max_tokens)
+    return decoded, None
 
 
 class ChorusGraphQL(GraphQL[RequestContext, None]):
@@ -108,7 +112,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
         self._operation_names = operation_names or OperationNames()
-        super().__init__(build_schema(limits, self._operation_names), **kwargs)
+        self.documents = DocumentCache()
+        super().__init__(build_schema(limits, self._operation_names, self.documents), **kwargs)
         self._tokens = TokenVerifier(secret)
         self._max_tokens = (limits or RequestLimits()).max_tokens
         self._decoded: dict[bytes, object] = {}
@@ -211,8 +216,14 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             # event loop (and /healthz) for tens of ms; in a thread the loop
             # keeps its turns. Both results are kept for the request to use.
             loop = asyncio.get_running_loop()
-            decoded = await loop.run_in_executor(_PREPARING, _prepare, body, self._max_tokens)
-            self._decoded[body] = decoded  # on the loop: the memo is not shared with threads
+            decoded, document = await loop.run_in_executor(
+                _PREPARING, _prepare, body, self._max_tokens
+            )
+            # On the loop: neither the memo nor the document cache is shared with threads.
+            self._decoded[body] = decoded
+            if document is not None and isinstance(decoded, dict):
+                query = decoded["query"]
+                self.documents.hold(query, parse_options(self._max_tokens), document)
             while len(self._decoded) > _DECODED_KEPT:
                 self._decoded.pop(next(iter(self._decoded)))
         operation = await read_operation(request, self.decode_json, self.persisted)

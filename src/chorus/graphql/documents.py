@@ -1,0 +1,220 @@
+"""The parsed documents requests share: kept only once they passed validation, within a budget.
+
+Clients send the same few documents over and over, so a parsed and
+validated document is kept (LRU, keyed by its text and parse options) and
+the next request with that text neither parses nor validates it again.
+
+A document is kept only after it **passed validation**, and the kept ones
+are bounded by count (:data:`MAX_DOCUMENTS`) and by the length of their text
+(:data:`MAX_DOCUMENT_CHARS` in all). Both bounds are about the garbage
+collector more than memory: a parsed document is thousands of objects
+(tokens linked both ways, nodes, locations), and every object kept lives
+in the oldest generation, which each full collection walks. When every
+parsed document was kept (a plain LRU of 256, as before), anonymous
+clients sending refused 8 KB documents, each new, filled it with 1.4
+million objects; full collections then took 0.3–0.5 s each, every few
+dozen requests, and ``/healthz`` waited with them (310 and 500 ms in
+``bench/hostile.py``). A refused document is now garbage as soon as its
+answer is sent.
+
+A large body's document is parsed in a worker thread before its request
+runs (:mod:`chorus.graphql.view`); :meth:`DocumentCache.hold` keeps it for
+that request, which takes it (:meth:`DocumentCache.document`) instead of
+parsing on the event loop. When that parse failed (a syntax error, more
+tokens than allowed) the request does not parse again before strawberry
+does, which turns the error into the answer.
+
+Everything here runs on the event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphql import DocumentNode, GraphQLError, parse
+from strawberry.extensions import SchemaExtension
+from strawberry.schema.schema import validate_document
+
+MAX_DOCUMENTS = 256
+"""Validated documents kept, at most."""
+
+MAX_DOCUMENT_CHARS = 256 * 1024
+"""Characters of document text kept, at most, in all (a longer document is never kept).
+
+About 0.75 objects per character once parsed: 256 KiB is under 200,000
+objects, a full collection of tens of milliseconds."""
+
+HELD_DOCUMENTS = 16
+"""Documents parsed ahead that wait for their request (oldest dropped)."""
+
+_Key = tuple[str, frozenset[tuple[str, Any]]]
+Rules = tuple[Any, ...]
+
+
+def _key(query: str, options: Mapping[str, Any]) -> _Key:
+    return query, frozenset(options.items())
+
+
+@dataclass(slots=True)
+class _Kept:
+    document: DocumentNode
+    passed: set[Rules] = field(default_factory=set)
+    """The rule sets it passed (a request without an operation name adds a rule)."""
+
+
+class DocumentCache:
+    """Validated documents by text (LRU, bounded), and documents parsed ahead for a request.
+
+    Args:
+        max_documents: documents kept, at most.
+        max_chars: characters of document text kept, at most, in all.
+    """
+
+    def __init__(
+        self, max_documents: int = MAX_DOCUMENTS, max_chars: int = MAX_DOCUMENT_CHARS
+    ) -> None:
+        self._max_documents = max_documents
+        self._max_chars = max_chars
+        self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
+        self._chars = 0
+        self._held: OrderedDict[_Key, DocumentNode | GraphQLError] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Documents kept (those held for a request aside)."""
+        return len(self._kept)
+
+    @property
+    def chars(self) -> int:
+        """Characters of the documents kept."""
+        return self._chars
+
+    def document(
+        self, query: str, options: Mapping[str, Any]
+    ) -> DocumentNode | GraphQLError | None:
+        """The document of ``query``: kept, or parsed ahead (taken: the document or the
+        error parsing raised); ``None`` if neither."""
+        key = _key(query, options)
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept.document
+        return self._held.pop(key, None)
+
+    def hold(
+        self, query: str, options: Mapping[str, Any], document: DocumentNode | GraphQLError
+    ) -> None:
+        """Keep ``document`` (or the error parsing raised), parsed ahead, for the request
+        with ``query``."""
+        key = _key(query, options)
+        self._held[key] = document
+        self._held.move_to_end(key)
+        while len(self._held) > HELD_DOCUMENTS:
+            self._held.popitem(last=False)
+
+    def passed(
+        self, query: str, options: Mapping[str, Any], document: DocumentNode, rules: Rules
+    ) -> bool:
+        """Whether ``document``, kept for ``query``, already passed validation by ``rules``."""
+        kept = self._kept.get(_key(query, options))
+        return kept is not None and kept.document is document and rules in kept.passed
+
+    def keep(
+        self, query: str, options: Mapping[str, Any], document: DocumentNode, rules: Rules
+    ) -> None:
+        """``document`` passed validation by ``rules``: keep it, within the bounds."""
+        if len(query) > self._max_chars:
+            return
+        key = _key(query, options)
+        kept = self._kept.get(key)
+        if kept is None or kept.document is not document:
+            if kept is not None:
+                self._chars -= len(query)
+            kept = self._kept[key] = _Kept(document)
+            self._chars += len(query)
+        kept.passed.add(rules)
+        self._kept.move_to_end(key)
+        while len(self._kept) > self._max_documents or self._chars > self._max_chars:
+            (dropped, _), _ = self._kept.popitem(last=False)
+            self._chars -= len(dropped)
+
+
+def parse_ahead(query: str, max_tokens: int) -> DocumentNode | GraphQLError:
+    """``query`` parsed as a request with ``max_tokens`` parses it, or the error it raised.
+
+    Pure: safe in a worker thread.
+    """
+    try:
+        return parse(query, max_tokens=max_tokens)
+    except GraphQLError as error:
+        return error
+
+
+def parse_options(max_tokens: int) -> dict[str, Any]:
+    """The parse options of a request (``MaxTokensLimiter`` sets them): a key's half."""
+    return {"max_tokens": max_tokens}
+
+
+class CachedParse(SchemaExtension):
+    """Parses through a :class:`DocumentCache`; a syntax error still gets ``extensions.code``.
+
+    Parsing happens in the ``on_parse`` hook, where a syntax error would
+    escape the whole operation before :class:`~chorus.graphql.errors.ErrorPolicy`
+    sees it. On an error the document is left unparsed instead, so strawberry
+    parses it again where it turns syntax errors into results.
+    """
+
+    def __init__(self, documents: DocumentCache) -> None:
+        self.documents = documents
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        if context.query is not None:
+            found = self.documents.document(context.query, context.parse_options)
+            if found is None:
+                with contextlib.suppress(GraphQLError):
+                    found = parse(context.query, **context.parse_options)
+            if isinstance(found, DocumentNode):
+                context.graphql_document = found
+        yield
+
+
+class CachedValidation(SchemaExtension):
+    """Validates through a :class:`DocumentCache`: a document that passed is kept.
+
+    A kept document is not validated again by the same rules. Goes after
+    :class:`~chorus.graphql.shape.DocumentShapeLimit`: a document it refused
+    (its errors already set) is neither validated nor kept.
+    """
+
+    def __init__(self, documents: DocumentCache) -> None:
+        self.documents = documents
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        document, query = context.graphql_document, context.query
+        if context.pre_execution_errors or document is None or query is None:
+            yield
+            return
+        rules = context.validation_rules
+        if self.documents.passed(query, context.parse_options, document, rules):
+            context.pre_execution_errors = []
+        else:
+            errors = validate_document(context.schema._schema, document, rules)
+            context.pre_execution_errors = errors
+            if not errors:
+                self.documents.keep(query, context.parse_options, document, rules)
+        yield
+
+
+__all__ = [
+    "CachedParse",
+    "CachedValidation",
+    "DocumentCache",
+    "Rules",
+    "parse_ahead",
+    "parse_options",
+]
