@@ -61,6 +61,20 @@ def test_a_fragment_bomb_is_refused_before_validation(api: Api) -> None:
     assert_no_traceback(api.server)
 
 
+def test_a_thousand_operations_are_refused_before_validation(api: Api) -> None:
+    """No operation is named: graphql-core's rules would walk all 1,000 first."""
+    document = " ".join(f"query Q{i} {{ __typename }}" for i in range(1_000))
+    message = refused(api, document, "GRAPHQL_VALIDATION_FAILED")
+    assert message == "1000 operations defined; the limit is 20"
+    twenty = " ".join(f"query Q{i} {{ __typename }}" for i in range(20))
+    body = api.http.post(
+        api.server.url,
+        json={"query": twenty, "operationName": "Q7"},
+        headers={"Authorization": f"Bearer {api.token('alice')}"},
+    ).json()
+    assert body["data"] == {"__typename": "Query"}, body
+
+
 def test_a_small_bomb_passes_every_rule(api: Api) -> None:
     # 2**10 copies of one field: within the expansion limit; depth and aliases
     # are computed once per fragment.

@@ -54,6 +54,8 @@ class RequestLimits:
     """Aliased fields of the document, fragments expanded."""
     max_tokens: int = 5_000
     """Lexical tokens of the document; checked while parsing, before any validation rule."""
+    max_operations: int = 20
+    """Operation definitions in one document (one runs; a client rarely sends more than a few)."""
     max_fragments: int = 50
     """Fragment definitions in one document."""
     max_fragment_spreads: int = 100

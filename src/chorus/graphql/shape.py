@@ -111,7 +111,7 @@ def _flattened(selection_set: SelectionSetNode) -> Iterator[FieldNode | Fragment
 def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
     """Why ``document`` is refused before validation, or ``None``; one linear walk.
 
-    Counts fragment definitions, fragment spreads as written, the fields
+    Counts operation and fragment definitions, fragment spreads as written, the fields
     sharing one response name in each selection set (inline fragments
     flattened into the set they sit in), the fields with a selection of one
     response name a set merges through its fragments
@@ -119,6 +119,9 @@ def shape_error(document: DocumentNode, limits: RequestLimits) -> str | None:
     then the fields the operations expand to (each fragment counted once and
     multiplied by its spreads). Each fragment's counts are computed once.
     """
+    operations = sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
+    if operations > limits.max_operations:
+        return f"{operations} operations defined; the limit is {limits.max_operations}"
     fragments = sum(isinstance(d, FragmentDefinitionNode) for d in document.definitions)
     if fragments > limits.max_fragments:
         return f"{fragments} fragments defined; the limit is {limits.max_fragments}"
