@@ -75,6 +75,22 @@ def test_a_thousand_operations_are_refused_before_validation(api: Api) -> None:
     assert body["data"] == {"__typename": "Query"}, body
 
 
+def test_a_large_document_that_does_not_parse_is_answered_as_a_small_one(api: Api) -> None:
+    """Over 2 KB the parse runs in a worker thread and its error is the answer, unparsed again."""
+    small = api.gql("{ a b")
+    large = api.gql("#" + "x" * 3_000 + "\n{ a b")
+    assert error_codes(small) == error_codes(large) == ["GRAPHQL_PARSE_FAILED"]
+    assert small["errors"][0]["message"] == large["errors"][0]["message"]
+    assert small["errors"][0]["locations"] == [{"line": 1, "column": 6}]
+    assert large["errors"][0]["locations"] == [{"line": 2, "column": 6}]
+    assert small.get("data") is None
+    assert large == {"data": None, "errors": large["errors"]}
+    over = api.gql("{" + " a" * 5_001 + " }")
+    assert error_codes(over) == ["GRAPHQL_PARSE_FAILED"]
+    assert "more than 5000 tokens" in over["errors"][0]["message"]
+    assert_no_traceback(api.server)
+
+
 def test_a_small_bomb_passes_every_rule(api: Api) -> None:
     # 2**10 copies of one field: within the expansion limit; depth and aliases
     # are computed once per fragment.

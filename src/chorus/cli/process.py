@@ -220,14 +220,17 @@ def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: 
     # Thousands of open sockets are a large heap that lives as long as they
     # do; every gen-2 pass walks all of it (1.5 s at 5,000 subscribed sockets,
     # every other commit in bench/ws_fanout.py). Young collections every
-    # 100,000 net allocations instead of 700 promote far less, so full passes
-    # become rare; cyclic garbage still goes, later (docs/api.md, "Live delivery").
+    # 50,000 net allocations instead of 700 promote far less, and full passes
+    # (every 100 middle ones) become rare. The middle generation is collected
+    # every 3 young ones so that it stays small: at 50 it held 5 million
+    # objects of parse garbage under a stream of over-long documents, and its
+    # one pass stalled the loop 2.4 s (docs/api.md, "Live delivery").
     gc.set_threshold(*GC_THRESHOLDS)
     server.run(sockets=[listener])
     return 0 if server.started else STARTUP_FAILURE
 
 
-GC_THRESHOLDS = (100_000, 50, 20)
+GC_THRESHOLDS = (50_000, 3, 100)
 """``gc.set_threshold`` of a serving process (CPython's defaults: 700, 10, 10)."""
 
 

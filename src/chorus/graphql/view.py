@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -87,6 +88,17 @@ def _prepare(body: bytes, max_tokens: int) -> tuple[object, DocumentNode | Graph
     if isinstance(decoded, dict) and isinstance(decoded.get("query"), str):
         return decoded, parse_ahead(decoded["query"], max_tokens)
     return decoded, None
+
+
+def parse_refusal(error: GraphQLError) -> Response:
+    """The answer to a document that does not parse, as strawberry and ``ErrorPolicy`` give it.
+
+    HTTP 200, ``{"data": null, "errors": [...]}`` with ``GRAPHQL_PARSE_FAILED``,
+    never cached.
+    """
+    formatted = {**error.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
+    body = json.dumps({"data": None, "errors": [formatted]}, separators=(",", ":"))
+    return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
 
 class ChorusGraphQL(GraphQL[RequestContext, None]):
@@ -221,11 +233,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             )
             # On the loop: neither the memo nor the document cache is shared with threads.
             self._decoded[body] = decoded
+            while len(self._decoded) > _DECODED_KEPT:
+                self._decoded.pop(next(iter(self._decoded)))
+            if isinstance(document, GraphQLError):
+                # Strawberry would parse it again on the loop to make this very
+                # answer: a few clients sending 10 KB over the token limit held
+                # /healthz for seconds.
+                return parse_refusal(document)
             if document is not None and isinstance(decoded, dict):
                 query = decoded["query"]
                 self.documents.hold(query, parse_options(self._max_tokens), document)
-            while len(self._decoded) > _DECODED_KEPT:
-                self._decoded.pop(next(iter(self._decoded)))
         operation = await read_operation(request, self.decode_json, self.persisted)
         if operation is None:
             return await self.run(request)
