@@ -177,6 +177,16 @@ class Attacks:
         document = "{ " + " ".join(f"a{u}{i}: {whole}" for i in range(30)) + " }"
         await self.post({"query": document}, anonymous=True)
 
+    async def over_the_token_limit(self) -> None:
+        """5,001 tokens (10 KB), no token: refused while parsing, new each time."""
+        await self.post({"query": "{" + " a" * 5_001 + f" }} #{uuid.uuid4().hex}"}, anonymous=True)
+
+    async def many_operations(self) -> None:
+        """1,000 unnamed operations (23 KB) within the token limit, no token."""
+        u = uuid.uuid4().hex[:6]
+        document = " ".join(f"query q{u}{i} {{ __typename }}" for i in range(1_000))
+        await self.post({"query": document}, anonymous=True)
+
     # 2
     async def nested_json(self) -> None:
         await self.post(
@@ -477,6 +487,8 @@ async def run_classes(
         ("1 validation cost (fragment bomb)", attacks.validation_cost),
         ("1 50 fragments merged side by side, no token", attacks.merged_fragments),
         ("1 30 x __schema, no token", attacks.introspection_aliases),
+        ("1 over the token limit (10 KB), no token", attacks.over_the_token_limit),
+        ("1 1,000 operations, no token", attacks.many_operations),
         ("2 nested JSON (100k brackets)", attacks.nested_json),
         ("3 subscription over HTTP", attacks.subscription_over_http),
         ("4 token claims of the wrong type", attacks.token_claims),

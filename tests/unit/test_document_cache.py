@@ -117,3 +117,28 @@ def test_a_parse_error_found_ahead_is_still_answered_with_its_code() -> None:
     result = schema.execute_sync(query)
     assert codes(result) == ["GRAPHQL_PARSE_FAILED"], result
     assert len(documents) == 0
+
+
+def test_a_failed_parse_ahead_leaves_no_cyclic_garbage() -> None:
+    """Its tokens and parser frames go by reference counting, not by the collector's passes."""
+    from chorus.graphql.documents import parse_ahead
+
+    over = "{" + " a" * 5_001 + " }"
+    gc.collect()
+    gc.disable()
+    try:
+        answers = [parse_ahead(over, 5_000) for _ in range(10)]
+        said = {
+            (str(a.message), tuple(a.locations or ()))
+            for a in answers
+            if isinstance(a, GraphQLError)
+        }
+        del answers
+        collected = gc.collect()
+    finally:
+        gc.enable()
+    assert len(said) == 1
+    message, locations = said.pop()
+    assert locations == ((1, 10_001),)
+    assert "more than 5000 tokens" in message
+    assert collected < 100  # 10 parses of 5,000 tokens, unlinked: nothing in cycles

@@ -150,7 +150,28 @@ def parse_ahead(query: str, max_tokens: int) -> DocumentNode | GraphQLError:
     try:
         return parse(query, max_tokens=max_tokens)
     except GraphQLError as error:
+        _unlink_tokens(error)
         return error
+
+
+def _unlink_tokens(error: GraphQLError) -> None:
+    """Free what a failed parse made by reference counting, not by the cyclic collector.
+
+    The lexer's tokens link both ways (``prev``/``next``) and the traceback
+    keeps the parser: a failed parse of 5,000 tokens left some 20,000
+    objects in cycles, and a stream of them made the collector's passes
+    long enough to stall the loop. The error's message and locations are
+    kept; its traceback (frames of graphql-core's parser) is dropped.
+    """
+    traceback, error.__traceback__ = error.__traceback__, None
+    while traceback is not None:
+        lexer = getattr(traceback.tb_frame.f_locals.get("self"), "_lexer", None)
+        token = getattr(lexer, "token", None)
+        while token is not None:
+            previous = token.prev
+            token.prev = token.next = None
+            token = previous
+        traceback = traceback.tb_next
 
 
 def parse_options(max_tokens: int) -> dict[str, Any]:
