@@ -215,6 +215,9 @@ def test_every_integer_setting_refuses_a_number_past_32_bits(
         ({"CHORUS_JWT_SECRET": " " * 40}, "blanks"),
         ({"CHORUS_JWT_SECRET": "x" * 40 + "\n"}, "blanks"),
         ({"CHORUS_LIBRARY_SECRET": "a\x01" * 20}, "control characters"),
+        ({"CHORUS_CATALOG_URL": "ftp://x"}, "CHORUS_CATALOG_URL"),
+        ({"CHORUS_CATALOG_URL": "localhost:8001"}, "CHORUS_CATALOG_URL"),
+        ({"CHORUS_CATALOG_URL": "http://"}, "CHORUS_CATALOG_URL"),
     ],
 )
 def test_settings_that_contradict_or_are_blank_are_refused(

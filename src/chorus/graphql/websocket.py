@@ -48,6 +48,19 @@ TOO_MANY_CONNECTIONS = "too many connections"
 """The reason a socket over the per-user limit is closed with (4429)."""
 
 
+NO_TOKEN = 'send {"Authorization": "Bearer <token>"} in the connection_init payload'
+"""The close reason of a ``connection_init`` without a token (4403)."""
+
+MAX_CLOSE_REASON_BYTES = 123
+"""The longest close reason a WebSocket close frame carries (RFC 6455 §5.5)."""
+
+
+def close_reason(text: str) -> str:
+    """``text`` cut to what a close frame may carry, on a character boundary."""
+    encoded = text.encode()[:MAX_CLOSE_REASON_BYTES]
+    return encoded.decode(errors="ignore")
+
+
 @runtime_checkable
 class ConnectionGate(Protocol):
     """What the handler asks of its view (:class:`~chorus.graphql.view.ChorusGraphQL`)."""
@@ -78,9 +91,15 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         view = self.view
         payload = message.get("payload")
-        if isinstance(view, ConnectionGate) and isinstance(payload, dict):
-            identity, _ = view.identify(authorization(payload))
-            if identity is not None and view.at_connection_limit(identity.user_id):
+        if isinstance(view, ConnectionGate) and not self.connection_acknowledged:
+            params = payload if isinstance(payload, dict) else {}
+            identity, error = view.identify(authorization(params))
+            if identity is None:
+                # Strawberry's own refusal says only "Forbidden"; over HTTP the
+                # same token gets its reason, and so does the socket's close.
+                await self.websocket.close(code=4403, reason=close_reason(error or NO_TOKEN))
+                return
+            if view.at_connection_limit(identity.user_id):
                 # Not 4403: a client must not take this for a bad token and sign out.
                 await self.websocket.close(code=4429, reason=TOO_MANY_CONNECTIONS)
                 return
@@ -189,6 +208,7 @@ async def _once(result: object) -> Any:
 
 __all__ = [
     "MAX_OPERATION_ID",
+    "NO_TOKEN",
     "TOO_MANY_CONNECTIONS",
     "ConnectionGate",
     "TransportWSHandler",

@@ -5,7 +5,7 @@ Part of :class:`chorus.settings.Settings`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chorus.domain.follows import FeedLimits
 from chorus.domain.limits import Limits
@@ -61,6 +61,19 @@ class ApiSettings(BaseModel):
         None, description="Base URL of a separate catalog service; unset: the embedded catalog."
     )
     catalog_timeout_ms: int = Field(2_000, ge=1, description="Catalog request timeout (ms).")
+
+    @field_validator("catalog_url")
+    @classmethod
+    def _catalog_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, _, rest = value.partition("://")
+        if scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise ValueError(
+                "use http://host:port or https://host (the catalog service's base URL)"
+            )
+        return value
+
     response_cache: bool = Field(
         True,
         description="Keep whole query answers by the exact versions they read "
