@@ -230,7 +230,16 @@ def consumer(config: KafkaConfig, group_id: str, *, client_id: str) -> AIOKafkaC
         heartbeat_interval_ms=1_000,
         fetch_max_wait_ms=config.fetch_max_wait_ms,
         max_poll_records=500,
+        # A topic re-created by another client (a broker that lost its state)
+        # may have more partitions; the group leader rebalances only when its
+        # metadata shows them. The forced refresh after an assignment can run
+        # before the re-creation; this bounds the wait to 10 s, not 5 minutes.
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
+
+
+METADATA_MAX_AGE_MS = 10_000
+"""How old a consumer's topic metadata may get (ms): the longest a new partition goes unread."""
 
 
 def can_commit(kafka: AIOKafkaConsumer) -> bool:
