@@ -124,6 +124,8 @@ class Attacks:
         self.seen: collections.Counter[str] = collections.Counter()
         self.cli_playlist = ""
         """A playlist ``chorus import`` made, which class 10's second import extends."""
+        self.chinook_music = ""
+        """Chinook's "Music" (3,290 entries, every one with media in the embedded catalog)."""
 
     def note(self, response: httpx.Response) -> None:
         try:
@@ -279,6 +281,21 @@ class Attacks:
             for i in range(30)
         )
         await self.post({"query": f'{{ playlist(id: "{self.playlist_id}") {{ {fields} }} }}'})
+
+    async def wide_page_read(self) -> None:
+        # Every field of 100 entries, 24 times (cost 9,697, under the 10,000
+        # limit); a fresh alias prefix each time, so the response cache cannot
+        # answer it and every request executes all 2,400 entries and media.
+        prefix = "p" + uuid.uuid4().hex[:8]
+        node = (
+            "id positionKey mediaId addedAt addedBy { id }"
+            " media { id title artists album durationMs available viewerHasLiked }"
+        )
+        fields = " ".join(
+            f"{prefix}{i}: entries(first: 100) {{ edges {{ cursor node {{ {node} }} }} }}"
+            for i in range(24)
+        )
+        await self.post({"query": f'{{ playlist(id: "{self.chinook_music}") {{ {fields} }} }}'})
 
     # 8
     async def cors(self) -> None:
@@ -463,6 +480,18 @@ def cli_import(env: dict[str, str], path: Path) -> str:
     return done.stdout.split()[0]
 
 
+def chinook_music(env: dict[str, str]) -> str:
+    """``chorus import chinook`` for alice; the global id of its first "Music" playlist."""
+    done = subprocess.run(
+        [*CLI, "import", "chinook", "--owner", "alice"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return next(line.split()[0] for line in done.stdout.splitlines() if "Music" in line)
+
+
 def create_playlist(port: int) -> str:
     created = httpx.post(
         f"http://127.0.0.1:{port}/graphql",
@@ -496,6 +525,7 @@ async def run_classes(
         ("5 slowloris: 50 sockets, a header line per 0.5 s", None),
         ("6 replays past the rate limit", attacks.replays),
         ("7 expensive read (30 x changes(first: 100) with entries)", attacks.read_cost),
+        ("7 wide read (24 x entries(first: 100), all fields)", attacks.wide_page_read),
         ("8 CORS preflight, unlisted origin", attacks.cors),
         ("9 metrics label flood, no token", attacks.metrics_flood),
         ("10 second serve on the same SQLite", None),
@@ -560,6 +590,7 @@ def main() -> None:
     try:
         attacks = Attacks(port, env, create_playlist(port), args.bomb_fragments)
         attacks.cli_playlist = cli_import(env, mpd_slice(folder / "first.json", 100))
+        attacks.chinook_music = chinook_music(env)
         prober.start()
         windows = asyncio.run(run_classes(attacks, args.seconds, args.concurrency, folder))
         time.sleep(0.5)
