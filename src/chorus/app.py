@@ -17,7 +17,8 @@ their own processes, or here with ``with_workers``.
 Routes: ``/graphql`` (POST queries and mutations; GET queries, persisted
 ones included, and GraphiQL in a browser;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
-``/readyz`` (the servers it needs answer), ``/metrics`` (Prometheus; only
+``/readyz`` (the servers it needs answer), ``/graphiql/`` (GraphiQL's own
+assets, :mod:`chorus.graphql.ide`), ``/metrics`` (Prometheus; only
 with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>`` when that is set).
 
 Middleware, outermost first: the request id (every response carries it),
@@ -34,10 +35,12 @@ from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from chorus import bootstrap, health
+from chorus.graphql import ide
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
 from chorus.graphql.persisted import PersistedDocuments, load_manifest
@@ -112,6 +115,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             Route("/healthz", healthz),
             Route("/readyz", health.readyz),
             Route("/metrics", health.metrics),
+            Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
         ],
         lifespan=lifespan,
     )

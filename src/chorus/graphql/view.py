@@ -45,6 +45,7 @@ from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
+from chorus.graphql import ide
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
@@ -153,6 +154,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         context = RequestContext(services, identity.user_id if identity else None, error)
         request.state.chorus_context = context  # what the HTTP cache reads after execution
         return context
+
+    @property
+    def graphql_ide_html(self) -> str:
+        """GraphiQL from Chorus's own assets (:mod:`chorus.graphql.ide`), not a CDN."""
+        return ide.PAGE
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        response = await super().render_graphql_ide(request)
+        response.headers["Content-Security-Policy"] = ide.CONTENT_SECURITY_POLICY
+        return response
 
     def should_render_graphql_ide(self, request: Any) -> bool:
         # A GET with only persisted-query extensions is a query, not a browser.
