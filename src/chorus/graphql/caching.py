@@ -13,7 +13,8 @@ Every query answer carries:
 * ``Cache-Control: private, no-cache``: every answer needs a token, so no
   shared cache (CDN) may keep it, and a browser revalidates each time
   (cheap: a ``304``);
-* ``Vary: Authorization``: the answer depends on who asks.
+* ``Vary: Authorization, Accept``: the answer depends on who asks, and its
+  media type on ``Accept`` (:mod:`chorus.graphql.negotiation`).
 
 Mutations (and anything else that is not a query answer) carry
 ``Cache-Control: no-store``.
@@ -32,7 +33,7 @@ from chorus.graphql.persisted import PersistedDocuments
 
 QUERY_CACHE_CONTROL = "private, no-cache"
 NO_STORE = "no-store"
-VARY = "Authorization"
+VARY = "Authorization, Accept"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,8 @@ async def read_operation(
 
     ``None`` (strawberry answers, errors included) for anything but a POST
     of a JSON object or a GET with ``query`` or ``extensions`` parameters
-    whose parts have the right types.
+    whose parts have the right types (``variables`` and ``extensions`` objects,
+    ``operationName`` a string).
 
     Args:
         decode: the view's bounded JSON decoder of bodies.
@@ -93,6 +95,8 @@ async def read_operation(
     variables, name = data.get("variables"), data.get("operationName")
     if not isinstance(variables, dict | None) or not isinstance(name, str | None):
         return None
+    if not isinstance(data.get("extensions"), dict | None):
+        return None  # strawberry refuses it (400): never answered from the cache
     document, sha = persisted.resolve(data.get("query"), data.get("extensions"))
     if not isinstance(document, str):
         return None

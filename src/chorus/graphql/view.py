@@ -45,7 +45,7 @@ from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
-from chorus.graphql import ide
+from chorus.graphql import ide, negotiation
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
@@ -179,9 +179,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
         Raises:
             PersistedQueryError: see :meth:`PersistedDocuments.resolve`.
+            HTTPException: 400, ``extensions`` that is not an object.
         """
         data = await super().parse_http_body(request)
         if isinstance(data, GraphQLRequestData):
+            if data.extensions is not None and not isinstance(data.extensions, dict):
+                raise HTTPException(400, "extensions must be a JSON object")
             query, _ = self.persisted.resolve(data.query, data.extensions)
             if query is not data.query and isinstance(query, str):
                 data = dataclasses.replace(data, query=query)
@@ -223,12 +226,19 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             await super().__call__(scope, receive, send)
             return
         request = Request(scope, receive=receive)
+        media = negotiation.negotiate(request.headers.get("accept"))
+        if media is None and not self.should_render_graphql_ide(request):
+            message = f"answers are {negotiation.GRAPHQL_RESPONSE} or {negotiation.JSON}"
+            await error_response(406, message, "BAD_REQUEST")(scope, receive, send)
+            return
         try:
             response = await self._answer(request)
         except HTTPException as error:
             response = error_response(error.status_code, error.reason, "BAD_REQUEST")
         except PersistedQueryError as error:
             response = error_response(error.status, error.message, error.code)
+        if media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
+            response = negotiation.as_graphql_response(response)
         await response(scope, receive, send)
 
     async def _answer(self, request: Request) -> Response:
