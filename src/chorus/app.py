@@ -18,8 +18,9 @@ Routes: ``/graphql`` (POST queries and mutations; GET queries, persisted
 ones included, and GraphiQL in a browser;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/graphiql/`` (GraphiQL's own
-assets, :mod:`chorus.graphql.ide`), ``/metrics`` (Prometheus; only
-with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>`` when that is set).
+assets, :mod:`chorus.graphql.ide`), ``/web/`` (the reference web client),
+``/metrics`` (Prometheus; only with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>``
+when that is set).
 
 Middleware, outermost first: the request id (every response carries it),
 CORS (``CHORUS_CORS_ORIGINS``, the same list the WebSocket handshake checks),
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             Route("/readyz", health.readyz),
             Route("/metrics", health.metrics),
             Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
+            Mount(ide.WEB_URL, StaticFiles(directory=ide.WEB_PATH, html=True), name="web"),
         ],
         lifespan=lifespan,
     )

@@ -2,7 +2,7 @@
 
 ``GET /graphql`` from a browser (``Accept: text/html``) answers :data:`PAGE`;
 its scripts and styles come from ``/graphiql/`` (:data:`ASSETS_PATH`), the
-files ``scripts/vendor-graphiql`` copied from the npm packages (GraphiQL
+files ``scripts/vendor-assets`` copied from the npm packages (GraphiQL
 3.8.3, React 18.2.0; versions, integrity and licences in
 ``src/chorus/static/graphiql/``). Nothing is fetched from another host, so the
 page works without internet; :data:`CONTENT_SECURITY_POLICY` makes the
@@ -13,6 +13,8 @@ on the same URL; GraphiQL's *Headers* editor is sent with both: as HTTP
 headers, and as the ``connection_init`` payload of each subscription's socket
 (so ``{"Authorization": "Bearer <token>"}`` works for both). The headers are
 kept in the browser's local storage for this origin.
+
+The same app serves the reference web client at ``/web/`` (:data:`WEB_PATH`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ ASSETS_URL = "/graphiql"
 
 ASSETS_PATH = Path(__file__).resolve().parent.parent / "static" / "graphiql"
 """GraphiQL's and React's files, with their licences and ``VERSIONS``."""
+
+WEB_URL = "/web"
+"""Where the app serves the reference web client (``examples/web/`` in the repository)."""
+
+WEB_PATH = ASSETS_PATH.parent / "web"
+"""The reference web client: ``index.html``, ``chorus.js`` (its sync logic), ``app.js``
+and ``vendor/`` (the graphql-ws browser client, with its licence)."""
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; "

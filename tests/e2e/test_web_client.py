@@ -1,0 +1,112 @@
+"""The reference web client (``/web/``, ``examples/web/``) in a real browser (issue 16.2–3).
+
+Two pages of it, two users, in Debian's Chromium (Playwright,
+``tests/e2e/js/webclient.mjs``), edit one collaborative playlist at once by
+clicking — add a searched media, move up and down, remove — while one page's
+socket is cut halfway. Each must settle with nothing pending at the server's
+version, in the server's order. Screenshots of the pages are in
+``test-artifacts/`` when it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Api
+from tests.servers import ChorusServer
+
+JS_DIR = Path(__file__).parent / "js"
+ARTEFACTS = Path(os.environ.get("CHORUS_TEST_ARTIFACTS", "test-artifacts"))
+EXAMPLES = Path(__file__).parents[2] / "examples" / "web"
+
+
+def test_the_client_is_served_and_is_the_examples_folder(server: ChorusServer) -> None:
+    page = httpx.get(f"{server.base_url}/web/")
+    assert page.status_code == 200
+    assert not re.findall(r"(?:src|href)=\"https?://", page.text)
+    for name in ("chorus.js", "app.js", "vendor/graphql-ws.min.js"):
+        served = httpx.get(f"{server.base_url}/web/{name}")
+        assert served.status_code == 200, name
+        assert served.content == (EXAMPLES / name).read_bytes()
+    assert "MIT" in (EXAMPLES / "vendor" / "graphql-ws.LICENSE").read_text()
+
+
+def shared_playlist(api: Api) -> str:
+    created = api.data(
+        'mutation { createPlaylist(input: {operationId: "web", title: "Web", '
+        "collaborative: true}) { playlist { id } } }"
+    )
+    playlist: str = created["createPlaylist"]["playlist"]["id"]
+    member = api.data(
+        "mutation($i: SetMemberRoleInput!) { setMemberRole(input: $i) { version } }",
+        i={
+            "playlistId": playlist,
+            "operationId": "web-bob",
+            "baseVersion": 0,
+            "userId": "bob",
+            "role": "EDITOR",
+        },
+    )
+    seeded = api.data(
+        "mutation($i: AddEntriesInput!) { addEntries(input: $i) { version } }",
+        i={
+            "playlistId": playlist,
+            "operationId": "web-seed",
+            "baseVersion": 1,
+            "mediaIds": [f"chinook:track:{n}" for n in range(1, 6)],
+        },
+    )
+    assert (member["setMemberRole"]["version"], seeded["addEntries"]["version"]) == (1, 2)
+    return playlist
+
+
+def server_order(api: Api, playlist: str) -> tuple[int, list[str]]:
+    data = api.data(
+        "query($id: ID!) { playlist(id: $id) { version"
+        " entries(first: 100) { edges { node { id } } } } }",
+        id=playlist,
+    )["playlist"]
+    return data["version"], [e["node"]["id"] for e in data["entries"]["edges"]]
+
+
+def test_two_pages_editing_at_once_converge_to_the_servers_order(
+    server: ChorusServer, api: Api
+) -> None:
+    node = shutil.which("node")
+    if node is None or not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists():
+        pytest.fail("node and Debian's chromium are needed (scripts/test installs chromium)")
+    playlist = shared_playlist(api)
+    done = subprocess.run(
+        [
+            node,
+            str(JS_DIR / "webclient.mjs"),
+            server.base_url,
+            playlist,
+            str(ARTEFACTS),
+            "8",
+            *(api.token(user) for user in ("alice", "bob")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    steps: dict[str, dict[str, Any]] = {}
+    for line in done.stdout.splitlines():
+        step = json.loads(line)
+        steps[step.pop("step")] = step
+    assert done.returncode == 0, (steps.get("failed"), done.stderr[-2000:])
+    assert sum(steps["edited"]["done"].values()) == 16
+    version, order = server_order(api, playlist)
+    states = steps["settled"]["states"]
+    assert [s["version"] for s in states] == [version, version]
+    assert [s["order"] for s in states] == [order, order]
+    assert version > 2  # the pages' edits committed
