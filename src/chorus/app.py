@@ -29,6 +29,7 @@ the body size limit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -46,6 +47,8 @@ from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
 from chorus.graphql.persisted import PersistedDocuments, load_manifest
 from chorus.graphql.view import ChorusGraphQL
+from chorus.health import Check
+from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER
 from chorus.middleware import BodySizeLimit, RequestId
 from chorus.resolvers.context import Services
@@ -67,6 +70,9 @@ async def healthz(request: Request) -> JSONResponse:
     )
 
 
+_log = logging.getLogger("chorus.app")
+
+
 def create_app(settings: Settings | None = None, *, with_workers: bool = False) -> ASGIApp:
     """The Chorus ASGI app for ``settings`` (read from the environment when omitted).
 
@@ -78,7 +84,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             ``CHORUS_PERSISTED_DOCUMENTS`` file that cannot be used.
     """
     settings = settings or Settings()
-    secret = bootstrap.jwt_secret(settings)
+    tokens = bootstrap.token_verifier(settings)
     if with_workers:
         settings.require_full_profile("--with-workers")
 
@@ -87,12 +93,19 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
         async with bootstrap.api_services(settings, with_workers=with_workers) as api:
             app.state.services = api.services
             app.state.readiness = api.checks
+            if isinstance(tokens, JWKSVerifier):
+                # Fetched before traffic comes; /readyz says when it cannot be.
+                app.state.readiness = [*api.checks, Check("jwks", tokens.keys.ensure)]
+                try:
+                    await tokens.keys.ensure()
+                except RuntimeError as error:
+                    _log.warning("identity provider keys not fetched yet: %s", error)
             yield
 
     origins = settings.cors_origin_list
     registered = load_manifest(settings.persisted_documents) if settings.persisted_documents else {}
     graphql_app = ChorusGraphQL(
-        secret,
+        tokens,
         graphql_ide="graphiql",
         allow_queries_via_get=True,
         persisted=PersistedDocuments(registered, only_registered=settings.persisted_documents_only),

@@ -1,6 +1,11 @@
-"""Bearer tokens: HS256 JWTs whose ``sub`` is the user id (docs/semantics.md, Members and roles).
+"""Bearer tokens: JWTs whose ``sub`` (or the claim ``CHORUS_JWT_USER_CLAIM`` names) is the user id.
 
-Tokens must carry ``sub`` and ``exp``; expired tokens, a wrong signature and
+Two kinds of key, never both (README, Identity providers): HS256 with the
+local secret when ``CHORUS_JWKS_URL`` is unset, else only the identity
+provider's RS256/ES256 keys (:mod:`chorus.jwks`). Here: HS256 and the claim
+checks both kinds share (:class:`ClaimRules`, :func:`check_claims`).
+
+Tokens must carry the user claim and ``exp``; expired tokens, a wrong signature and
 any algorithm other than HS256 (``alg: none`` included) are rejected. Any
 valid ``sub`` is a user: there is no user table. PyJWT checks the signature;
 :func:`verify` checks every claim itself, so that a token holding anything at
@@ -29,6 +34,8 @@ MIN_SECRET_LENGTH = 32
 DEFAULT_TTL = timedelta(days=30)
 MAX_TOKEN_LENGTH = 4096
 """Longest bearer token accepted (characters); a Chorus token is under 200."""
+MAX_TTL = timedelta(days=366)
+"""Longest lifetime ``chorus token --ttl`` mints."""
 MAX_NUMERIC_DATE = 253_402_300_799
 """The last second of year 9999 (seconds since 1970), the latest ``exp``, ``nbf`` or ``iat``."""
 
@@ -39,6 +46,22 @@ _JWS = jwt.PyJWS()
 
 class InvalidToken(Exception):
     """The bearer token cannot be trusted; ``str(error)`` says why, for the client."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRules:
+    """What a token's claims must hold, besides times (settings: README, Identity providers).
+
+    Attributes:
+        user_claim: the claim that holds the user id (``CHORUS_JWT_USER_CLAIM``).
+        issuer: the ``iss`` every token must carry; ``None``: ``iss`` is ignored.
+        audience: a value ``aud`` must be or hold; ``None``: a token with any ``aud``
+            is refused (it was made for another service).
+    """
+
+    user_claim: str = "sub"
+    issuer: str | None = None
+    audience: str | None = None
 
 
 def check_user_id(user_id: str) -> str:
@@ -52,14 +75,26 @@ def check_user_id(user_id: str) -> str:
     return user_id
 
 
-def mint_token(secret: str, user_id: str, *, ttl: timedelta = DEFAULT_TTL) -> str:
-    """A signed token for ``user_id`` valid for ``ttl``.
+def mint_token(
+    secret: str,
+    user_id: str,
+    *,
+    ttl: timedelta = DEFAULT_TTL,
+    rules: ClaimRules | None = None,
+) -> str:
+    """An HS256 token for ``user_id`` valid for ``ttl``, carrying what ``rules`` require.
 
     Raises:
         ValueError: a malformed user id.
     """
+    rules = rules or ClaimRules()
     now = datetime.now(UTC)
-    claims = {"sub": check_user_id(user_id), "iat": now, "exp": now + ttl}
+    user = check_user_id(user_id)
+    claims: dict[str, object] = {"sub": user, rules.user_claim: user, "iat": now, "exp": now + ttl}
+    if rules.issuer is not None:
+        claims["iss"] = rules.issuer
+    if rules.audience is not None:
+        claims["aud"] = rules.audience
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
@@ -76,7 +111,9 @@ def verify_token(secret: str, token: str) -> str:
     return verify(secret, token).user_id
 
 
-def verify(secret: str, token: str, *, now: datetime | None = None) -> Identity:
+def verify(
+    secret: str, token: str, *, now: datetime | None = None, rules: ClaimRules | None = None
+) -> Identity:
     """The identity of a valid token, whatever its header and claims hold.
 
     PyJWT checks only the form and the signature (HS256); every claim Chorus
@@ -85,29 +122,26 @@ def verify(secret: str, token: str, *, now: datetime | None = None) -> Identity:
 
     * the token: at most :data:`MAX_TOKEN_LENGTH` characters of base64url
       and two dots (a compact JWS);
-    * ``sub``: a user id (:func:`check_user_id`);
+    * ``sub`` (or ``rules.user_claim``): a user id (:func:`check_user_id`);
     * ``exp`` (required), ``nbf`` and ``iat`` (optional): NumericDates, JSON
       numbers (not booleans) of seconds since 1970 between 0 and the end of
       year 9999; ``exp`` must be after ``now``, ``nbf`` and ``iat`` not after it;
-    * ``aud``: absent (Chorus mints none; a token naming an audience was
-      made for another service).
+    * ``iss`` and ``aud``: as :class:`ClaimRules` says (by default ``aud``
+      absent: a token naming an audience was made for another service).
 
-    Other claims and header fields (``kid``, ``typ``, ``iss``, nested
-    values) are ignored.
+    Other claims and header fields (``kid``, ``typ``, nested values) are ignored.
 
     Args:
         secret: the HS256 key.
         token: the compact token, without ``Bearer``.
         now: the time to check against (UTC; default: the clock).
+        rules: the user claim, issuer and audience (default: ``sub``, neither).
 
     Raises:
         InvalidToken: expired, not yet valid, badly signed, wrong algorithm,
             malformed, or without a usable ``sub``; its message says which.
     """
-    if len(token) > MAX_TOKEN_LENGTH:
-        raise InvalidToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
-    if not _COMPACT_JWS.fullmatch(token):
-        raise InvalidToken("the token is malformed (not three base64url parts)")
+    check_form(token)
     try:
         payload = _JWS.decode(token, secret, algorithms=[ALGORITHM])
     except jwt.InvalidSignatureError:
@@ -118,28 +152,55 @@ def verify(secret: str, token: str, *, now: datetime | None = None) -> Identity:
         # PyJWT reads the header before it checks the signature: whatever an
         # unsigned header holds must end here, never as a server error.
         raise InvalidToken("the token is malformed") from None
-    claims = _claims(payload)
-    return Identity(_subject(claims), _check_times(claims, now or datetime.now(UTC)))
+    return check_claims(payload, rules or ClaimRules(), now)
 
 
-def _claims(payload: bytes) -> dict[str, object]:
+def check_form(token: str) -> None:
+    """Raise :class:`InvalidToken` unless ``token`` is a short compact JWS."""
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
+    if not _COMPACT_JWS.fullmatch(token):
+        raise InvalidToken("the token is malformed (not three base64url parts)")
+
+
+def check_claims(payload: bytes, rules: ClaimRules, now: datetime | None = None) -> Identity:
+    """The identity in a verified token's ``payload`` (its JSON bytes), claims checked.
+
+    Raises:
+        InvalidToken: see :func:`verify`.
+    """
     try:
         claims = json.loads(payload)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise InvalidToken("the token is malformed (its claims are not JSON)") from None
     if not isinstance(claims, dict):
         raise InvalidToken("the token is malformed (its claims are not a JSON object)")
-    if "aud" in claims:
-        raise InvalidToken("the token names an audience: it was made for another service")
-    return claims
+    _check_issuer_audience(claims, rules)
+    user = _subject(claims, rules.user_claim)
+    return Identity(user, _check_times(claims, now or datetime.now(UTC)))
 
 
-def _subject(claims: dict[str, object]) -> str:
-    sub = claims.get("sub")
+def _check_issuer_audience(claims: dict[str, object], rules: ClaimRules) -> None:
+    if rules.issuer is not None and claims.get("iss") != rules.issuer:
+        raise InvalidToken(f"the token's issuer (iss) must be {rules.issuer}")
+    aud = claims.get("aud")
+    if rules.audience is None:
+        if "aud" in claims:
+            raise InvalidToken("the token names an audience: it was made for another service")
+        return
+    # RFC 7519 §4.1.3: one string, or an array of strings.
+    audiences = aud if isinstance(aud, list) else [aud]
+    if rules.audience not in [a for a in audiences if isinstance(a, str)]:
+        raise InvalidToken(f"the token's audience (aud) must include {rules.audience}")
+
+
+def _subject(claims: dict[str, object], name: str) -> str:
+    sub = claims.get(name)
     try:
         return check_user_id(sub if isinstance(sub, str) else "")
     except ValueError:
-        raise InvalidToken("the token's subject (sub) is not a valid user id") from None
+        what = "subject" if name == "sub" else "user claim"
+        raise InvalidToken(f"the token's {what} ({name}) is not a valid user id") from None
 
 
 def _numeric_date(claims: dict[str, object], name: str) -> datetime | None:
@@ -186,11 +247,15 @@ class TokenVerifier:
 
     Args:
         secret: the HS256 secret.
+        rules: the claims every token must hold.
         max_tokens: valid tokens remembered (least recently used forgotten).
     """
 
-    def __init__(self, secret: str, *, max_tokens: int = 10_000) -> None:
+    def __init__(
+        self, secret: str, *, rules: ClaimRules | None = None, max_tokens: int = 10_000
+    ) -> None:
         self._secret = secret
+        self._rules = rules or ClaimRules()
         self._max = max_tokens
         self._seen: OrderedDict[str, tuple[Identity, float]] = OrderedDict()
 
@@ -207,11 +272,15 @@ class TokenVerifier:
                 self._seen.move_to_end(token)
                 return identity
             del self._seen[token]
-        identity = verify(self._secret, token)
+        identity = verify(self._secret, token, rules=self._rules)
         self._seen[token] = (identity, identity.expires_at.timestamp())
         while len(self._seen) > self._max:
             self._seen.popitem(last=False)
         return identity
+
+    async def identify(self, token: str) -> Identity:
+        """:meth:`verify`, awaitable like :meth:`chorus.jwks.JWKSVerifier.identify`."""
+        return self.verify(token)
 
 
 def bearer_token(header: str | None) -> str | None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chorus import health, wiring
-from chorus.auth import load_or_create_secret
+from chorus.auth import ClaimRules, TokenVerifier, load_or_create_secret
 from chorus.caches.heads import Heads, LocalHeads, SharedHeads
 from chorus.caches.reader import SnapshotCache
 from chorus.caches.responses import ResponseCache
@@ -37,6 +37,7 @@ from chorus.catalog.protocol import Catalog
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
+from chorus.jwks import JWKSKeys, JWKSVerifier
 from chorus.resolvers.context import Services
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.settings import Settings
@@ -52,6 +53,28 @@ def jwt_secret(settings: Settings) -> str:
             (:func:`~chorus.auth.load_or_create_secret`).
     """
     return settings.jwt_secret or load_or_create_secret(Path(settings.data_dir))
+
+
+def claim_rules(settings: Settings) -> ClaimRules:
+    """The user claim, issuer and audience of ``CHORUS_JWT_*``."""
+    return ClaimRules(settings.jwt_user_claim, settings.jwt_issuer, settings.jwt_audience)
+
+
+def token_verifier(settings: Settings) -> TokenVerifier | JWKSVerifier:
+    """The identity provider's verifier when ``CHORUS_JWKS_URL`` is set, else HS256's.
+
+    Raises:
+        SecretUnusable: as :func:`jwt_secret` (HS256 only).
+    """
+    if settings.jwks_url is None:
+        return TokenVerifier(jwt_secret(settings), rules=claim_rules(settings))
+    keys = JWKSKeys(
+        settings.jwks_url,
+        cache_s=settings.jwks_cache_s,
+        refetch_interval_s=settings.jwks_refetch_interval_s,
+        timeout_s=settings.jwks_timeout_ms / 1000,
+    )
+    return JWKSVerifier(keys, settings.jwt_algorithm_set, claim_rules(settings))
 
 
 def library_secret(settings: Settings) -> bytes:

@@ -7,7 +7,7 @@
     chorus fanout                 full profile: Kafka → Redis pub/sub
     chorus project-cache          full profile: Kafka → Redis snapshots
     chorus feed                   full profile: Kafka → pushed feed rows in SQL
-    chorus token USER             print a bearer token for USER
+    chorus token USER [--ttl S]   print a bearer token for USER (HS256, local use)
     chorus export-schema          print the schema as SDL (schema.graphql)
     chorus db upgrade             apply migrations to CHORUS_DATABASE_URL
     chorus import chinook --owner USER
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from chorus import __version__
 from chorus.cli import commands
-from chorus.cli.arguments import count, days, port, user
+from chorus.cli.arguments import count, days, port, ttl, user
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 
@@ -93,6 +93,13 @@ def _add_tools(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """The commands that do one thing and exit."""
     token = subparsers.add_parser("token", help="print a bearer token for a user")
     token.add_argument("user", type=user, help="the user id (the token's sub)")
+    token.add_argument(
+        "--ttl",
+        type=ttl,
+        default=None,
+        metavar="SECONDS",
+        help="how long the token is valid (1 s to 366 days; default 30 days)",
+    )
     token.set_defaults(run=commands.token)
 
     subparsers.add_parser("export-schema", help="print the GraphQL schema (SDL)").set_defaults(

@@ -24,6 +24,22 @@ def count(value: str) -> int:
     return number
 
 
+def ttl(value: str) -> float:
+    """A token lifetime in seconds: above 0, at most :data:`chorus.auth.MAX_TTL`."""
+    from chorus.auth import MAX_TTL
+
+    most = MAX_TTL.total_seconds()
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= most:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds above 0 and at most {most:.0f} (366 days)"
+        )
+    return seconds
+
+
 def days(value: str) -> float:
     from chorus.settings import MAX_KEEP_DAYS
 

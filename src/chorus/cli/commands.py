@@ -40,7 +40,8 @@ def serve(args: argparse.Namespace) -> int:
         # Each process has its own head registry and subscription hub: only
         # Redis (heads, pub/sub) tells every process of the others' commits.
         require_full_profile(settings, f"--workers {args.workers}")
-    jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
+    if settings.jwks_url is None:
+        jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
     lock = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
     stop_cleanly_on_signals()
@@ -158,9 +159,19 @@ def db_upgrade(_args: argparse.Namespace) -> int:
 
 
 def token(args: argparse.Namespace) -> int:
-    from chorus.auth import mint_token
+    from datetime import timedelta
 
-    print(mint_token(jwt_secret(load_settings()), args.user))
+    from chorus.auth import DEFAULT_TTL, mint_token
+    from chorus.bootstrap import claim_rules
+
+    settings = load_settings()
+    if settings.jwks_url is not None:
+        fail(
+            "CHORUS_JWKS_URL is set: this server accepts only its identity provider's "
+            "tokens, not the local HS256 ones `chorus token` signs"
+        )
+    lifetime = DEFAULT_TTL if args.ttl is None else timedelta(seconds=args.ttl)
+    print(mint_token(jwt_secret(settings), args.user, ttl=lifetime, rules=claim_rules(settings)))
     return 0
 
 

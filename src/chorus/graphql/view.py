@@ -54,6 +54,7 @@ from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDee
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
+from chorus.jwks import JWKSVerifier
 from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
@@ -103,7 +104,7 @@ def parse_refusal(error: GraphQLError) -> Response:
 
 
 class ChorusGraphQL(GraphQL[RequestContext, None]):
-    """The ``/graphql`` endpoint; ``secret`` verifies bearer tokens (HS256).
+    """The ``/graphql`` endpoint; ``tokens`` verifies bearer tokens (HS256 or the provider's).
 
     WebSockets speak ``graphql-transport-ws`` only (DESIGN.md §GraphQL
     contract): the legacy Apollo ``graphql-ws`` subprotocol, which strawberry
@@ -115,7 +116,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     def __init__(
         self,
-        secret: str,
+        tokens: TokenVerifier | JWKSVerifier,
         *,
         max_connections_per_user: int = 20,
         limits: RequestLimits | None = None,
@@ -127,20 +128,23 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         self._operation_names = operation_names or OperationNames()
         self.documents = DocumentCache()
         super().__init__(build_schema(limits, self._operation_names, self.documents), **kwargs)
-        self._tokens = TokenVerifier(secret)
+        self._tokens = tokens
         self._max_tokens = (limits or RequestLimits()).max_tokens
         self._decoded: dict[bytes, object] = {}
         self._max_connections_per_user = max_connections_per_user
         self.persisted = persisted or PersistedDocuments()
         self.connections: Counter[str] = Counter()
 
-    def identify(self, header: object) -> tuple[Identity | None, str | None]:
-        """``(identity, None)`` for a valid token, ``(None, reason)`` otherwise."""
+    async def identify(self, header: object) -> tuple[Identity | None, str | None]:
+        """``(identity, None)`` for a valid token, ``(None, reason)`` otherwise.
+
+        Awaits only when the identity provider's keys must be fetched (in a thread).
+        """
         try:
             if header is not None and not isinstance(header, str):
                 raise InvalidToken("use 'Authorization: Bearer <token>'")
             token = bearer_token(header)
-            return (self._tokens.verify(token) if token else None), None
+            return (await self._tokens.identify(token) if token else None), None
         except InvalidToken as error:
             return None, str(error)
 
@@ -150,7 +154,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services = request.app.state.services
         if isinstance(request, WebSocket):
             return RequestContext(services, None, "send the token in connection_init")
-        identity, error = self.identify(request.headers.get("authorization"))
+        identity, error = await self.identify(request.headers.get("authorization"))
         context = RequestContext(services, identity.user_id if identity else None, error)
         request.state.chorus_context = context  # what the HTTP cache reads after execution
         return context
@@ -196,7 +200,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}
-        identity, error = self.identify(authorization(params))
+        identity, error = await self.identify(authorization(params))
         if identity is None:
             raise ConnectionRejectionError({"reason": error or "send a bearer token"})
         viewer = identity.user_id
@@ -270,7 +274,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services = request.app.state.services
         # Learned names come from OperationMetrics, once an operation passed validation.
         label = self._operation_names.label(operation.operation_name)
-        identity, _ = self.identify(request.headers.get("authorization"))
+        identity, _ = await self.identify(request.headers.get("authorization"))
         if identity is None or not responses.enabled(services):
             return await self._execute(request, services, None, label)
         asked = responses.AnswerRequest.of(

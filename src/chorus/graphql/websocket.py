@@ -65,7 +65,7 @@ def close_reason(text: str) -> str:
 class ConnectionGate(Protocol):
     """What the handler asks of its view (:class:`~chorus.graphql.view.ChorusGraphQL`)."""
 
-    def identify(self, header: object) -> tuple[Identity | None, str | None]: ...
+    async def identify(self, header: object) -> tuple[Identity | None, str | None]: ...
 
     def at_connection_limit(self, user_id: str) -> bool: ...
 
@@ -93,7 +93,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         payload = message.get("payload")
         if isinstance(view, ConnectionGate) and not self.connection_acknowledged:
             params = payload if isinstance(payload, dict) else {}
-            identity, error = view.identify(authorization(params))
+            identity, error = await view.identify(authorization(params))
             if identity is None:
                 # Strawberry's own refusal says only "Forbidden"; over HTTP the
                 # same token gets its reason, and so does the socket's close.

@@ -10,9 +10,10 @@ its checks: storage (:mod:`~chorus.settings.storage`: the database, the data
 directory and its secrets, writes, retention), the full profile
 (:mod:`~chorus.settings.profile`: Kafka and Redis), the HTTP server
 (:mod:`~chorus.settings.server`: bind address, transport bounds, CORS,
-``/metrics``) and the API (:mod:`~chorus.settings.api`: request limits, the
-catalog, the response cache, the feed). A check of one value stays with its
-field; the checks across settings are :class:`Settings`' own.
+``/metrics``), the API (:mod:`~chorus.settings.api`: request limits, the
+catalog, the response cache, the feed) and identity
+(:mod:`~chorus.settings.identity`: the JWKS URL and the claims tokens hold).
+A check of one value stays with its field; the checks across settings are :class:`Settings`' own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chorus.settings.api import ApiSettings
+from chorus.settings.identity import IdentitySettings
 from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
 from chorus.settings.server import OPERATION_NAME, ServerSettings
 from chorus.settings.storage import DEFAULT_DATABASE_URL, MAX_KEEP_DAYS, StorageSettings
@@ -40,7 +42,9 @@ __all__ = [
 ]
 
 
-class Settings(ApiSettings, ServerSettings, ProfileSettings, StorageSettings, BaseSettings):
+class Settings(
+    IdentitySettings, ApiSettings, ServerSettings, ProfileSettings, StorageSettings, BaseSettings
+):
     """Chorus configuration; frozen once read."""
 
     # allow_inf_nan: every float setting is finite ("inf" and "nan" parse as floats).
@@ -105,6 +109,15 @@ class Settings(ApiSettings, ServerSettings, ProfileSettings, StorageSettings, Ba
             raise ValueError(
                 "CHORUS_PERSISTED_DOCUMENTS_ONLY needs CHORUS_PERSISTED_DOCUMENTS: the file "
                 "of the documents that may run"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _provider_named(self) -> Self:
+        if self.jwks_url is not None and (self.jwt_issuer is None or self.jwt_audience is None):
+            raise ValueError(
+                "CHORUS_JWKS_URL needs CHORUS_JWT_ISSUER and CHORUS_JWT_AUDIENCE: a provider's "
+                "token for another service must not open this one"
             )
         return self
 
