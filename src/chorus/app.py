@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
@@ -110,6 +111,9 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
         allow_queries_via_get=True,
         persisted=PersistedDocuments(registered, only_registered=settings.persisted_documents_only),
         max_subscriptions_per_connection=settings.max_ws_operations,
+        # A socket that never sends connection_init holds its slot no longer
+        # than a slow HTTP head may (strawberry's default is a minute).
+        connection_init_wait_timeout=timedelta(seconds=settings.head_timeout_s),
         max_connections_per_user=settings.max_ws_connections_per_user,
         allowed_origins=origins,
         operation_names=OperationNames(settings.metrics_operation_name_list),

@@ -33,6 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConcurrencyError, ConnectionClosed
 from websockets.typing import Subprotocol
 
+from chorus.settings import Settings
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, all_entries, committed, create_playlist, mutate, track, version
 from tests.servers import TEST_SECRET, ChorusServer
@@ -599,46 +600,47 @@ async def test_a_malformed_subscription_is_refused_with_a_code(
 # --- limits ---------------------------------------------------------------------------
 
 
-async def test_the_101st_operation_on_one_connection_is_refused(
+async def test_the_operation_past_the_limit_on_one_connection_is_refused(
     server: ChorusServer, api: Api
 ) -> None:
+    limit = Settings().max_ws_operations  # the default the server runs with
     playlist_id = create_playlist(api)
     add(api, playlist_id, [track(1)], 0)
     async with socket(server, api.token("alice")) as ws:
-        for n in range(1, 101):
+        for n in range(1, limit + 1):
             await subscribe(ws, str(n), playlist_id, 0)
         started: set[str] = set()
-        while len(started) < 100:
+        while len(started) < limit:
             message = await receive(ws)
             assert (message["type"], message["payload"]["data"]["playlistEvents"]["version"]) == (
                 "next",
                 1,
             ), message
             started.add(message["id"])
-        assert health(server)["live_streams"] >= 100
-        await subscribe(ws, "101", playlist_id, 0)
+        assert health(server)["live_streams"] >= limit
+        await subscribe(ws, str(limit + 1), playlist_id, 0)
         refused = await receive(ws)
-        assert (refused["id"], refused["type"]) == ("101", "error"), refused
-        assert "100" in refused["payload"][0]["message"], refused
+        assert (refused["id"], refused["type"]) == (str(limit + 1), "error"), refused
+        assert str(limit) in refused["payload"][0]["message"], refused
         assert refused["payload"][0]["extensions"]["code"] == "LIMIT_EXCEEDED", refused
-        # The 100 keep streaming; completing one frees a place for another.
+        # The others keep streaming; completing one frees a place for another.
         add(api, playlist_id, [track(2)], 1)
         live: dict[str, int] = {}
-        while len(live) < 100:
+        while len(live) < limit:
             message = await receive(ws)
             assert message["type"] == "next", message
             live[message["id"]] = message["payload"]["data"]["playlistEvents"]["version"]
         assert set(live.values()) == {2}
         await ws.send(json.dumps({"id": "7", "type": "complete"}))
         for _ in range(50):  # the server forgets the operation asynchronously
-            await subscribe(ws, "102", playlist_id, 1)
+            await subscribe(ws, "next-one", playlist_id, 1)
             message = await receive(ws)
             if message["type"] == "next":
                 break
             assert message["type"] == "error", message
             await asyncio.sleep(0.05)
         assert (message["id"], message["payload"]["data"]["playlistEvents"]["version"]) == (
-            "102",
+            "next-one",
             2,
         )
     await settled(server)

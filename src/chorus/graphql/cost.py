@@ -29,8 +29,13 @@ The model (GitHub's and Shopify's, simplified):
 * a union's alternatives (``... on EntriesAdded``, ``... on EntriesMoved``)
   are added up, not maximised: an over-estimate, never an under-estimate.
 
+A page size given by a variable counts at the value sent, or at the
+variable's default when none was sent.
+
 A mutation costs the same way: 1 for the field plus its payload selection.
-Subscriptions are not costed (each event is bounded by depth and aliases).
+A subscription's selection is costed like a query: it runs for every event,
+so it may not cost more than a query may (``feedEvents { playlist {
+changes(…) } }`` would otherwise read without a limit).
 """
 
 from __future__ import annotations
@@ -220,10 +225,17 @@ def operation_cost(
     root = schema.get_root_type(operation.operation)
     if root is None:
         return None
+    sent = variables or {}
+    # A default is what runs when the variable is not sent (or sent as null).
+    defaults = {
+        d.variable.name.value: int(d.default_value.value)
+        for d in operation.variable_definitions or ()
+        if isinstance(d.default_value, IntValueNode) and sent.get(d.variable.name.value) is None
+    }
     counter = CostCounter(
         schema,
         {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)},
-        variables or {},
+        {**sent, **defaults},
         limits.page_size_default,
         limits.page_size_max,
     )
@@ -257,8 +269,10 @@ class QueryCostLimit(SchemaExtension):
     Runs when execution starts (validation passed, variables known):
     over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
     left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
-    set; queries only, mutations spend ``CHORUS_RATE_LIMIT_PER_MINUTE``)
-    → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
+    set) → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
+    A mutation is charged too but never refused here (edits spend
+    ``CHORUS_RATE_LIMIT_PER_MINUTE``): over the budget, its payload's
+    ``playlist`` is refused with ``RATE_LIMITED`` and the edit still runs.
     The response's ``extensions.cost`` says ``requestedQueryCost`` and
     ``maximum``, plus ``throttleStatus`` when the budget is on.
     """
@@ -270,7 +284,7 @@ class QueryCostLimit(SchemaExtension):
     def on_execute(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
-        if document is not None and context.operation_type is not OperationType.SUBSCRIPTION:
+        if document is not None:
             found = operation_cost(
                 context.schema._schema,
                 document,
@@ -278,30 +292,45 @@ class QueryCostLimit(SchemaExtension):
                 context.variables,
                 self.limits,
             )
-            refusal = self._refusal(found) if found is not None else None
-            if refusal is not None:
-                context.result = ExecutionResult(data=None, errors=[refusal])
+            if context.operation_type is OperationType.SUBSCRIPTION:
+                if found is not None and found.cost > self.limits.max_query_cost:
+                    # Strawberry sends an error raised here as the stream's one
+                    # result (the subscription's ``error`` message).
+                    raise self._over(found.cost)
+            else:
+                refusal = self._refusal(found) if found is not None else None
+                if refusal is not None:
+                    context.result = ExecutionResult(data=None, errors=[refusal])
         yield
+
+    def _over(self, cost: int) -> GraphQLError:
+        return GraphQLError(
+            f"the query costs {cost}; the limit is {self.limits.max_query_cost} "
+            "(ask for smaller pages or fewer fields)",
+            extensions={"code": "GRAPHQL_VALIDATION_FAILED"},
+        )
 
     def _refusal(self, found: OperationCost) -> GraphQLError | None:
         cost, maximum = found.cost, self.limits.max_query_cost
         self.report = {"requestedQueryCost": cost, "maximum": maximum}
         if cost > maximum:
-            return GraphQLError(
-                f"the query costs {cost}; the limit is {maximum} "
-                "(ask for smaller pages or fewer fields)",
-                extensions={"code": "GRAPHQL_VALIDATION_FAILED"},
-            )
+            return self._over(cost)
         request = self.execution_context.context
         if not isinstance(request, RequestContext) or request.viewer_id is None:
             return None
         budget = request.services.query_budget
-        # Mutations have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which
-        # a retry of a committed edit does not spend: charging them here would
-        # refuse the retry that learns whether the edit committed.
-        if budget is None or self.execution_context.operation_type is OperationType.MUTATION:
+        if budget is None:
             return None
         allowed = found.introspection_only or budget.allow(request.viewer_id, cost)
+        if self.execution_context.operation_type is OperationType.MUTATION:
+            # Edits have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which a
+            # retry of a committed edit does not spend: refusing it here would
+            # refuse the retry that learns whether it committed. What its
+            # payload reads is a query, though: over budget, ``playlist`` is refused.
+            if allowed and not found.introspection_only:
+                request.query_cost = cost
+            request.payload_reads_refused = not allowed
+            return None
         available = budget.available(request.viewer_id)
         self.report["throttleStatus"] = {
             "maximumAvailable": budget.per_minute,

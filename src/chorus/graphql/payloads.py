@@ -18,6 +18,7 @@ from chorus.graphql import ids
 from chorus.graphql.playlist import Playlist
 from chorus.graphql.types import ChorusInfo, PlaylistEntry
 from chorus.resolvers import queries
+from chorus.resolvers.errors import PayloadReadRefused
 from chorus.resolvers.mutations import MutationResult
 
 ErrorCode = strawberry.enum(ErrorCodeEnum, name="ErrorCode", description="Why a mutation failed.")
@@ -69,6 +70,11 @@ class MutationPayload:
     async def playlist(self, info: ChorusInfo) -> Playlist | None:
         if self.playlist_id is None:
             return None
+        if info.context.payload_reads_refused:
+            raise PayloadReadRefused(
+                "the payload's read is over your query budget (CHORUS_QUERY_COST_PER_MINUTE); "
+                "the edit's own answer is in the other fields"
+            )
         record = await queries.visible_playlist(info.context, self.playlist_id)
         return Playlist.from_record(record) if record else None
 

@@ -164,6 +164,11 @@ class RequestContext:
     """``query``, ``mutation`` or ``subscription`` once execution began (set by the schema)."""
     query_cost: float = 0
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
+    payload_reads_refused: bool = False
+    """A mutation whose payload's reads are over the viewer's query budget: ``playlist`` is
+    refused (:class:`~chorus.resolvers.errors.PayloadReadRefused`), the edit is not."""
+    history_entries: int = 0
+    """Entries of the log this request read through ``changes`` (bounded per request)."""
     loaders: Loaders = field(init=False)
     reads: ReadSet = field(init=False)
     """What this request (or subscription event) read: what its answer may be cached by."""

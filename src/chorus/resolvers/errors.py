@@ -26,6 +26,32 @@ class BadUserInput(RequestError):
     code = "BAD_USER_INPUT"
 
 
+class PayloadReadRefused(RequestError):
+    """A mutation's payload asked to read more than what is left of the viewer's query budget.
+
+    The edit itself ran (its answer, a retry's included, is in the payload's
+    other fields); only ``playlist`` is refused.
+    """
+
+    code = "RATE_LIMITED"
+
+
+class TooMuchHistory(RequestError):
+    """One request would read more of the log than :data:`HISTORY_ENTRIES_PER_REQUEST`."""
+
+    code = "LIMIT_EXCEEDED"
+
+
+HISTORY_ENTRIES_PER_REQUEST = 10_000
+"""Entries one request may read through ``changes`` (added, moved, removed, all fields).
+
+The query cost counts a version at 100 entries (:mod:`chorus.graphql.cost`),
+which holds for edits; a revert's version can hold a whole playlist, so the
+read itself is bounded too: a batch stops before the version that would go
+past this (``hasMore`` stays true; the next request goes on from there).
+"""
+
+
 CATALOG_UNAVAILABLE = "the media catalog is not available; try again"
 """The message of :class:`ServiceUnavailable` when the catalog does not answer."""
 

@@ -20,10 +20,16 @@ from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
 from chorus.db.history import AtVersion, NotKept
 from chorus.db.pages import EntriesPage, Page
+from chorus.domain.changes import Change, EntriesAdded, EntriesMoved, EntriesRemoved
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
+from chorus.resolvers.errors import (
+    CATALOG_UNAVAILABLE,
+    HISTORY_ENTRIES_PER_REQUEST,
+    ServiceUnavailable,
+    TooMuchHistory,
+)
 from chorus.resolvers.snapshots import fill_on_miss, snapshot_first_page, snapshot_header
 from chorus.subscriptions.catchup import CatchUpPage, read_since
 
@@ -218,7 +224,40 @@ async def changes(
     page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))
     if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
-    return page
+    return _within_history_budget(ctx, page) if page is not None else None
+
+
+def _within_history_budget(ctx: RequestContext, page: CatchUpPage) -> CatchUpPage:
+    """``page`` cut before the version that would take the request past its history budget.
+
+    Raises:
+        TooMuchHistory: the request's earlier fields spent the whole budget.
+    """
+    kept = 0
+    for committed in page.versions:
+        entries = sum(_entries_in(change) for change in committed.changes)
+        # The first version of a request always goes (however large), so a
+        # sync makes progress; after it, nothing past the budget.
+        if ctx.history_entries and ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST:
+            break
+        ctx.history_entries += entries
+        kept += 1
+    if kept == len(page.versions):
+        return page
+    if kept == 0:
+        raise TooMuchHistory(
+            f"this request reads more than {HISTORY_ENTRIES_PER_REQUEST} entries of history; "
+            "ask for fewer fields of changes, or page on in another request"
+        )
+    return dataclasses.replace(page, versions=page.versions[:kept], has_more=True)
+
+
+def _entries_in(change: Change) -> int:
+    if isinstance(change, EntriesAdded | EntriesRemoved):
+        return len(change.entries)
+    if isinstance(change, EntriesMoved):
+        return len(change.moves)
+    return 0
 
 
 async def search_media(

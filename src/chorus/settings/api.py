@@ -24,11 +24,12 @@ class ApiSettings(BaseModel):
     max_subscriber_lag: int = Field(
         1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
     )
+    # 10 × 20: at 2,000 subscriptions one user held /healthz for seconds (an attacker's pass).
     max_ws_connections_per_user: int = Field(
-        20, ge=1, description="Open WebSocket connections per user, per process."
+        10, ge=1, description="Open WebSocket connections per user, per process."
     )
     max_ws_operations: int = Field(
-        100, ge=1, description="Operations (subscriptions) per WebSocket connection."
+        20, ge=1, description="Operations (subscriptions) per WebSocket connection."
     )
     rate_limit_per_minute: int | None = Field(
         None, ge=1, description="Mutations per user per minute (per process); unset: no limit."
