@@ -77,7 +77,8 @@ async def _one_by_one(state: GroupState, queued: QueuedBatch) -> list[Committed 
             answer = error
         else:
             digest = request_hash(command)
-            answer = await state.one(QueuedCommand(command, queued.actor_id, digest))
+            waiting = QueuedCommand(command, queued.actor_id, digest)
+            answer = await state.one(waiting, queued.refused.get(i))
             if isinstance(answer, DomainError):
                 answer = _located(answer, i, op)
         if op.client_entry_ids:
@@ -108,6 +109,9 @@ async def _atomic(state: GroupState, queued: QueuedBatch) -> list[Committed | Do
         for i, op in enumerate(ops[1:], 1):
             if state.record_of((actor, op.operation_id)) is not None:
                 raise _Refused(i, _reused(i, op))
+        if queued.refused:
+            first = min(queued.refused)
+            raise _Refused(first, _located(queued.refused[first], first, ops[first]))
         role = await state.role(actor)
         async with state.conn.begin_nested():  # a refusal rolls back to here
             decisions = await _decide_all(state, batch, actor, role)

@@ -77,13 +77,20 @@ class GroupState:
             self.roles[actor_id] = await repository.get_role(self.conn, self.playlist_id, actor_id)
         return self.roles[actor_id]
 
-    async def one(self, c: QueuedCommand) -> Committed | DomainError:
-        """Replay, refuse or decide-and-write ``c`` on the header as the group left it."""
+    async def one(
+        self, c: QueuedCommand, refusal: DomainError | None = None
+    ) -> Committed | DomainError:
+        """Replay, refuse or decide-and-write ``c`` on the header as the group left it.
+
+        ``refusal``: the error to answer unless ``c`` replays (refused before it was queued).
+        """
         try:
             if replay := idempotency.replay(
                 self.record_of(c.key), c.digest, c.command.operation_id
             ):
                 return replay
+            if refusal is not None:
+                return refusal
             role = await self.role(c.actor_id)
             if isinstance(c.command, RevertPlaylist):
                 # It reads the log: the group's versions so far must be in it.

@@ -7,7 +7,8 @@ A single command (:class:`QueuedCommand`) is answered with its
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from chorus.db.idempotency import Committed
 from chorus.domain.batch import Batch
@@ -31,10 +32,16 @@ class QueuedCommand:
 
 @dataclass(frozen=True, slots=True)
 class QueuedBatch:
-    """A batch of one actor's edits, checked by :func:`chorus.domain.batch.check_batch`."""
+    """A batch of one actor's edits, checked by :func:`chorus.domain.batch.check_batch`.
+
+    ``refused`` holds the operations refused before the batch was queued (by
+    index: an add whose media the catalog does not know); each is answered with
+    its error unless it had committed already, when it replays.
+    """
 
     batch: Batch
     actor_id: str
+    refused: Mapping[int, DomainError] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[tuple[str, str]]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -51,6 +51,7 @@ from chorus.domain.commands import (
     UnlikeMedia,
     request_hash,
 )
+from chorus.domain.errors import DomainError
 from chorus.domain.handlers import (
     Context,
     Decision,
@@ -174,12 +175,15 @@ class PlaylistStore:
         assert isinstance(answer, Committed)
         return answer
 
-    async def apply_batch(self, batch: Batch, actor_id: str) -> BatchAnswer:
+    async def apply_batch(
+        self, batch: Batch, actor_id: str, refused: Mapping[int, DomainError] | None = None
+    ) -> BatchAnswer:
         """Apply a batch of edits (``applyOperations``) in order, in one transaction.
 
         Through the owner queue like any command, as one item weighing its
         operations (:mod:`chorus.db.batches`); without group commit, in a
-        transaction of its own.
+        transaction of its own. ``refused``: operations (by index) refused
+        before, answered with their error unless they committed already.
 
         Returns:
             One answer per operation (a commit, maybe replayed, or its domain
@@ -192,7 +196,7 @@ class PlaylistStore:
             DatabaseUnavailable: the database cannot be reached.
         """
         check_batch(batch, self.limits)
-        queued = QueuedBatch(batch, actor_id)
+        queued = QueuedBatch(batch, actor_id, refused or {})
         if self.owners is not None:
             answer = await self.owners.submit(batch.playlist_id, actor_id, queued)
         else:
