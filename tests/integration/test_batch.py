@@ -108,7 +108,9 @@ async def _one_at_a_time(
     for op in ops:
         single = dataclasses.replace(op, operation_id=f"{op.operation_id}-single")
         committed = await store.execute(_command(single, pid, base, seeds, made), ALICE)
-        made.update(zip(op.client_ids, (e.entry_id for e in committed.outcome.entries)))
+        made.update(
+            zip(op.client_ids, (e.entry_id for e in committed.outcome.entries), strict=False)
+        )
 
 
 def _committed(answer: BatchAnswer) -> list[Committed]:
@@ -137,9 +139,8 @@ async def test_an_offline_batch_200_versions_behind_equals_its_edits_one_by_one(
     assert answer.version == base + 250
     order = await media_order(database, ed.playlist_id)
     assert order == await media_order(database, twin.playlist_id)
-    assert any(m.startswith("m-offline") for m in order) and any(
-        m.startswith("m-bob") for m in order
-    )
+    assert any(m.startswith("m-offline") for m in order)
+    assert any(m.startswith("m-bob") for m in order)
     assert (await header(database, ed.playlist_id)).title == (
         await header(database, twin.playlist_id)
     ).title
@@ -210,9 +211,11 @@ async def test_an_operation_on_a_refused_adds_temporary_id_is_refused_the_others
     refused, orphan, ok = answer.answers
     assert isinstance(refused, LimitExceeded)
     assert refused.field == ("operations", "0", "addEntries", "mediaIds")
-    assert isinstance(orphan, InvalidInput) and "did not commit" in orphan.message
+    assert isinstance(orphan, InvalidInput)
+    assert "did not commit" in orphan.message
     assert orphan.field == ("operations", "1", "moveEntries", "entryIds", "0")
-    assert isinstance(ok, Committed) and ok.outcome.version == ed.version + 1
+    assert isinstance(ok, Committed)
+    assert ok.outcome.version == ed.version + 1
 
 
 async def test_an_atomic_batch_is_one_version_and_one_event(
@@ -254,10 +257,12 @@ async def test_an_atomic_batch_with_a_refused_operation_commits_nothing(
         _batch(ops, ed.playlist_id, ed.version, seeds, atomic=True), ALICE
     )
     first, second, third = answer.answers
-    assert isinstance(third, InvalidInput) and third.field is not None
+    assert isinstance(third, InvalidInput)
+    assert third.field is not None
     assert third.field[:3] == ("operations", "2", "updatePlaylist")
     for other in (first, second):
-        assert isinstance(other, InvalidInput) and "not applied" in other.message
+        assert isinstance(other, InvalidInput)
+        assert "not applied" in other.message
     assert await tally(database) == before
     assert answer.version == ed.version
     await fold_log(database, ed.playlist_id)

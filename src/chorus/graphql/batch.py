@@ -232,6 +232,11 @@ class _Builder:
                     pid, opid, base, tuple(value.media_ids), self.placement(value, at)
                 )
                 client_ids = tuple(value.client_entry_ids or ())
+                if value.client_entry_ids is not None and len(client_ids) != len(value.media_ids):
+                    raise InvalidInput(
+                        f"clientEntryIds must have one id per media id ({len(value.media_ids)})",
+                        field=(*at, "clientEntryIds"),
+                    )
                 self._declare(client_ids, at)
                 return domain.Operation(command, client_ids, frozenset(self.temporaries))
             case MoveEntriesOperation():
