@@ -98,7 +98,7 @@ class ApplyOperationsInput:
 
 
 @strawberry.type(description="What one operation of a batch did.")
-class OperationResult:
+class BatchOperationPayload:
     operation_id: strawberry.ID
     version: int | None = strawberry.field(description="The version committed; null on error.")
     replayed: bool = strawberry.field(
@@ -113,7 +113,7 @@ class OperationResult:
     user_errors: list[UserError]
 
     @classmethod
-    def of(cls, operation_id: str, answer: Committed | DomainError) -> OperationResult:
+    def of(cls, operation_id: str, answer: Committed | DomainError) -> BatchOperationPayload:
         if isinstance(answer, DomainError):
             return cls(
                 operation_id=strawberry.ID(operation_id),
@@ -141,7 +141,7 @@ class OperationResult:
 
 @strawberry.type
 class ApplyOperationsPayload:
-    results: list[OperationResult] = strawberry.field(
+    results: list[BatchOperationPayload] = strawberry.field(
         description="One per operation, in order; empty when the batch was refused whole."
     )
     version: int | None = strawberry.field(
@@ -168,7 +168,7 @@ class ApplyOperationsPayload:
             return cls(results=[], version=None, user_errors=errors, playlist_id=None)
         answers = result.answer.answers
         results = [
-            OperationResult.of(_operation_id(op), a)
+            BatchOperationPayload.of(_operation_id(op), a)
             for op, a in zip(input.operations, answers, strict=True)
         ]
         return cls(
