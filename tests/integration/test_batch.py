@@ -9,6 +9,7 @@ resolve to the entries their add made; the log still folds to the tables.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import pytest
@@ -40,6 +41,17 @@ from tests.integration.store_helpers import (
     new_playlist,
     tally,
 )
+
+
+@pytest.fixture
+def store(database: Database) -> PlaylistStore:
+    """Ids from a counter: twins given the same edits make ids in the same relative order.
+
+    With random ids two twins can end in different orders (the order then
+    depends on the entry-id tie-break), so the comparisons below need them.
+    """
+    counter = itertools.count()
+    return PlaylistStore(database, id_factory=lambda: f"{next(counter):032x}")
 
 
 async def _seeded(store: PlaylistStore) -> tuple[Editor, list[str]]:
