@@ -218,6 +218,9 @@ def test_every_integer_setting_refuses_a_number_past_32_bits(
         ({"CHORUS_CATALOG_URL": "ftp://x"}, "CHORUS_CATALOG_URL"),
         ({"CHORUS_CATALOG_URL": "localhost:8001"}, "CHORUS_CATALOG_URL"),
         ({"CHORUS_CATALOG_URL": "http://"}, "CHORUS_CATALOG_URL"),
+        ({"CHORUS_MAX_BATCH_ENTRIES": "50"}, "CHORUS_MAX_BATCH_ENTRIES (50) is below"),
+        ({"CHORUS_MAX_BATCH_OPERATIONS": "0"}, "CHORUS_MAX_BATCH_OPERATIONS"),
+        ({"CHORUS_MAX_BATCH_OPERATIONS": "5000"}, "CHORUS_MAX_BATCH_OPERATIONS"),
     ],
 )
 def test_settings_that_contradict_or_are_blank_are_refused(

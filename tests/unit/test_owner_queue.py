@@ -58,6 +58,25 @@ async def test_commands_that_wait_together_commit_together_one_per_user_in_turn(
     assert owners.waiting("p") == 0
 
 
+async def test_a_group_is_bounded_by_weight_and_a_heavy_item_still_goes_alone() -> None:
+    commit = Recorder()
+    weights = {"batch": 10, "b1": 3}
+    owners = OwnerQueues(
+        commit, size=100, per_user=10, max_group=4, weight=lambda item: weights.get(item, 1)
+    )
+    first = asyncio.create_task(owners.submit("p", "ann", "a0"))
+    await settle()
+    rest = [
+        asyncio.create_task(owners.submit("p", user, item))
+        for user, item in [("ann", "batch"), ("bo", "b0"), ("bo", "b1"), ("cy", "c0")]
+    ]
+    await settle()
+    commit.release.set()
+    assert await first == "a0"
+    assert await asyncio.gather(*rest) == ["batch", "b0", "b1", "c0"]
+    assert commit.groups == [["p:a0"], ["p:batch"], ["p:b0", "p:c0"], ["p:b1"]]
+
+
 async def test_a_full_queue_refuses_with_a_retry_hint_and_each_user_gets_a_share() -> None:
     commit = Recorder()
     owners = OwnerQueues(commit, size=5, per_user=2, max_group=10)

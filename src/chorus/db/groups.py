@@ -16,38 +16,113 @@ lost during COMMIT, possibly all of it): each command is then retried in a
 transaction of its own, where a retry of a command that did commit replays
 it, so no group is ever partly committed, and every command gets its own
 answer. The database being unavailable is answered to each command at once.
+
+A batch (``applyOperations``, :mod:`chorus.db.batches`) waits in the queue as
+one item and is applied inside the group like its operations queued one after
+the other, resolving its temporary ids as it goes; an atomic batch is one
+version, under a savepoint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import idempotency, repository, writer
+from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cancelled
 from chorus.db.idempotency import Committed
+from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
 from chorus.domain.changes import MembersChanged
-from chorus.domain.commands import PlaylistCommand, RevertPlaylist
+from chorus.domain.commands import RevertPlaylist
 from chorus.domain.errors import DomainError
 from chorus.domain.handlers import Context, Decision, Outcome, decide
 from chorus.domain.model import Playlist, Role
 
+__all__ = ["GroupCommit", "GroupState", "QueuedBatch", "QueuedCommand"]
 
-@dataclass(frozen=True, slots=True)
-class QueuedCommand:
-    """A command waiting in an owner queue, with its request hash."""
 
-    command: PlaylistCommand
-    actor_id: str
-    digest: str
+@dataclass(slots=True)
+class GroupState:
+    """One group's transaction as its commands go by: the header, the rows still to write.
 
-    @property
-    def key(self) -> tuple[str, str]:
-        """The idempotency key: operation ids are scoped to their actor."""
-        return self.actor_id, self.command.operation_id
+    Attributes:
+        playlist_id: the group's playlist.
+        conn: the group's write transaction, the playlist row locked.
+        header: the playlist as the previous command left it (``None``: missing).
+        stored: the idempotency records of the group's operation ids before it.
+        context: the handlers' context of an actor id.
+        pending: log rows and outbox events not written yet (they wait for the group's end).
+        committed: this group's commits: idempotency key → (request hash, stored result).
+        roles: the actors' roles, read once each (a member change forgets one).
+    """
+
+    playlist_id: str
+    conn: AsyncConnection
+    header: Playlist | None
+    stored: dict[tuple[str, str], idempotency.Stored]
+    context: Callable[[str], Context]
+    pending: list[writer.Record] = field(default_factory=list)
+    committed: dict[tuple[str, str], idempotency.Stored] = field(default_factory=dict)
+    roles: dict[str, Role | None] = field(default_factory=dict)
+
+    def record_of(self, key: tuple[str, str]) -> idempotency.Stored | None:
+        """The idempotency record of ``key``: committed before the group or in it."""
+        return self.stored.get(key) or self.committed.get(key)
+
+    async def role(self, actor_id: str) -> Role | None:
+        if actor_id not in self.roles:
+            self.roles[actor_id] = await repository.get_role(self.conn, self.playlist_id, actor_id)
+        return self.roles[actor_id]
+
+    async def one(
+        self, c: QueuedCommand, refusal: DomainError | None = None
+    ) -> Committed | DomainError:
+        """Replay, refuse or decide-and-write ``c`` on the header as the group left it.
+
+        ``refusal``: the error to answer unless ``c`` replays (refused before it was queued).
+        """
+        try:
+            if replay := idempotency.replay(
+                self.record_of(c.key), c.digest, c.command.operation_id
+            ):
+                return replay
+            if refusal is not None:
+                return refusal
+            role = await self.role(c.actor_id)
+            if isinstance(c.command, RevertPlaylist):
+                # It reads the log: the group's versions so far must be in it.
+                await writer.write_records(self.conn, self.pending)
+                self.pending = []
+            decision = await self._decide_and_write(c, role)
+        except DomainError as error:
+            return error
+        self.header = decision.playlist
+        self.committed[c.key] = (c.digest, self.pending[-1].log["result"])
+        return Committed(decision.outcome)
+
+    async def _decide_and_write(self, c: QueuedCommand, role: Role | None) -> Decision:
+        """Decide ``c`` on the header, write its entry and member rows, add its records."""
+        view = repository.SqlPlaylistView(self.conn, c.command.playlist_id)
+        decision = await decide(c.command, self.header, role, view, self.context(c.actor_id))
+        await writer.write_decision(
+            self.conn,
+            decision,
+            operation_id=c.command.operation_id,
+            actor_id=c.actor_id,
+            request_hash=c.digest,
+            group=self.pending,
+        )
+        self.forget_roles(decision)
+        return decision
+
+    def forget_roles(self, decision: Decision) -> None:
+        """The next command reads a changed member's new role."""
+        for change in decision.changes:
+            if isinstance(change, MembersChanged):
+                self.roles.pop(change.user_id, None)
 
 
 class GroupCommit:
@@ -56,8 +131,8 @@ class GroupCommit:
     Args:
         db: the database.
         context: the handlers' context of an actor id (clock, ids, limits).
-        committed: called with the group's last outcome and how many commands
-            committed, after the transaction committed (never for replays).
+        committed: called with the group's last outcome and how many versions
+            it committed, after the transaction committed (never for replays).
     """
 
     def __init__(
@@ -71,9 +146,9 @@ class GroupCommit:
         self._committed = committed
 
     async def __call__(
-        self, playlist_id: str, group: Sequence[QueuedCommand]
-    ) -> list[Committed | BaseException]:
-        """One answer per command of ``group``, in order; never raises."""
+        self, playlist_id: str, group: Sequence[Queued]
+    ) -> list[Answer | BaseException]:
+        """One answer per item of ``group``, in order; never raises."""
         try:
             return await finish_even_if_cancelled(self._group(playlist_id, group))
         except DatabaseUnavailable as error:
@@ -84,79 +159,65 @@ class GroupCommit:
                 # connection, and then each retry replays): one by one, the command
                 # at fault fails alone.
                 return [a for c in group for a in await self(playlist_id, [c])]
-            if isinstance(error, IntegrityError):  # a twin committed in another transaction
-                (only,) = group
-                try:
-                    return [
-                        await idempotency.replay_after_race(
-                            self._db, error, only.actor_id, only.command.operation_id, only.digest
-                        )
-                    ]
-                except Exception as replay_error:
-                    return [replay_error]
+            return await self._alone(playlist_id, group[0], error)
+
+    async def _alone(
+        self, playlist_id: str, only: Queued, error: Exception
+    ) -> list[Answer | BaseException]:
+        """The answer of a group of one whose transaction failed with ``error``."""
+        if not isinstance(error, IntegrityError):
             return [error]
+        try:
+            if isinstance(only, QueuedBatch):
+                # A twin of one of its operations committed in another transaction:
+                # once more, and that operation replays.
+                return await finish_even_if_cancelled(self._group(playlist_id, [only]))
+            return [
+                await idempotency.replay_after_race(
+                    self._db, error, only.actor_id, only.command.operation_id, only.digest
+                )
+            ]
+        except Exception as replay_error:
+            return [replay_error]
 
     async def _group(
-        self, playlist_id: str, group: Sequence[QueuedCommand]
-    ) -> list[Committed | BaseException]:
-        answers: list[Committed | BaseException] = []
-        pending: list[writer.Record] = []
-        """Log rows and outbox events not written yet (they wait for the group's end)."""
-        committed: dict[tuple[str, str], idempotency.Stored] = {}
-        """This group's commits: idempotency key → (request hash, stored result)."""
+        self, playlist_id: str, group: Sequence[Queued]
+    ) -> list[Answer | BaseException]:
+        answers: list[Answer | BaseException] = []
+        keys = [k for c in group for k in (c.keys if isinstance(c, QueuedBatch) else [c.key])]
         async with self._db.write() as conn:
             header = await repository.get_playlist(conn, playlist_id, for_update=True)
-            stored = await idempotency.stored_many(conn, [c.key for c in group])
-            roles: dict[str, Role | None] = {}
+            stored = await idempotency.stored_many(conn, keys)
+            state = GroupState(playlist_id, conn, header, stored, self._context)
             for c in group:
-                try:
-                    record = stored.get(c.key) or committed.get(c.key)
-                    if replay := idempotency.replay(record, c.digest, c.command.operation_id):
-                        answers.append(replay)
-                        continue
-                    if c.actor_id not in roles:
-                        roles[c.actor_id] = await repository.get_role(conn, playlist_id, c.actor_id)
-                    if isinstance(c.command, RevertPlaylist):
-                        # It reads the log: the group's versions so far must be in it.
-                        await writer.write_records(conn, pending)
-                        pending = []
-                    decision = await self._decide_and_write(conn, c, header, roles, pending)
-                except DomainError as error:
-                    answers.append(error)
-                    continue
-                header = decision.playlist
-                committed[c.key] = (c.digest, pending[-1].log["result"])
-                answers.append(Committed(decision.outcome))
-            if committed:
-                assert header is not None
-                await writer.write_header(conn, header)
-                await writer.write_records(conn, pending)
-        if committed:
-            assert header is not None
-            self._committed(Outcome(header.id, header.version), len(committed))
+                answer: Answer | DomainError
+                if isinstance(c, QueuedBatch):
+                    answer = await batches.apply(state, c)
+                else:
+                    answer = await state.one(c)
+                answers.append(answer)
+            if state.committed:
+                assert state.header is not None
+                await writer.write_header(conn, state.header)
+                await writer.write_records(conn, state.pending)
+        if state.committed:
+            assert state.header is not None
+            self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
 
-    async def _decide_and_write(
-        self,
-        conn: AsyncConnection,
-        c: QueuedCommand,
-        header: Playlist | None,
-        roles: dict[str, Role | None],
-        pending: list[writer.Record],
-    ) -> Decision:
-        """Decide ``c`` on ``header``, write its entry and member rows, add its records."""
-        view = repository.SqlPlaylistView(conn, c.command.playlist_id)
-        context = self._context(c.actor_id)
-        decision = await decide(c.command, header, roles[c.actor_id], view, context)
-        await writer.write_decision(
-            conn,
-            decision,
-            operation_id=c.command.operation_id,
-            actor_id=c.actor_id,
-            request_hash=c.digest,
-            group=pending,
-        )
-        for change in decision.changes:
-            if isinstance(change, MembersChanged):  # the next command reads the new role
-                roles.pop(change.user_id, None)
-        return decision
+
+def _versions(answers: Sequence[Answer | BaseException]) -> int:
+    """How many versions the answers committed (replays and errors commit none)."""
+    count = 0
+    for answer in answers:
+        if isinstance(answer, BatchAnswer):
+            count += len(
+                {a.outcome.version for a in answer.answers if isinstance(a, Committed) and _new(a)}
+            )
+        elif isinstance(answer, Committed) and _new(answer):
+            count += 1
+    return count
+
+
+def _new(answer: Committed) -> bool:
+    return not answer.replayed

@@ -67,14 +67,21 @@ class _Queue(Generic[T, R]):
         mine = self.by_user.get(user_id)
         return len(mine) if mine else 0
 
-    def take(self, limit: int) -> list[Waiting[T, R]]:
-        """Up to ``limit`` commands, one per user in turn; a user still waiting goes last."""
+    def take(self, limit: int, weight: Callable[[T], int] = lambda _: 1) -> list[Waiting[T, R]]:
+        """Commands weighing up to ``limit`` (at least one), one per user in turn.
+
+        A user still waiting goes last.
+        """
         group: list[Waiting[T, R]] = []
-        while self.by_user and len(group) < limit:
+        taken = 0
+        while self.by_user and taken < limit:
             for user_id in list(self.by_user):
-                if len(group) == limit:
-                    break
                 mine = self.by_user[user_id]
+                cost = weight(mine[0].item)
+                if taken >= limit or (group and taken + cost > limit):
+                    taken = limit  # full: the next group starts with this one
+                    break
+                taken += cost
                 group.append(mine.popleft())
                 if mine:
                     self.by_user.move_to_end(user_id)
@@ -94,7 +101,9 @@ class OwnerQueues(Generic[T, R]):
         size: commands that may wait per playlist (``CHORUS_OWNER_QUEUE_SIZE``).
         per_user: of which at most this many from one user
             (``CHORUS_OWNER_QUEUE_PER_USER``).
-        max_group: commands committed together at most.
+        max_group: commands committed together at most (by ``weight``).
+        weight: what one queued item counts against ``max_group`` (a batch of
+            edits: its operations); always at least one item is taken.
         clock: monotonic seconds, for the retry hint.
     """
 
@@ -105,6 +114,7 @@ class OwnerQueues(Generic[T, R]):
         size: int,
         per_user: int,
         max_group: int,
+        weight: Callable[[T], int] = lambda _: 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if size < 1 or per_user < 1 or max_group < 1:
@@ -113,6 +123,7 @@ class OwnerQueues(Generic[T, R]):
         self.size = size
         self.per_user = per_user
         self.max_group = max_group
+        self._weight = weight
         self._clock = clock
         self._queues: dict[str, _Queue[T, R]] = {}
         self._per_command_s: float | None = None
@@ -166,7 +177,7 @@ class OwnerQueues(Generic[T, R]):
         """Commit groups until the queue is empty, then leave (no await after the check)."""
         try:
             while queue.count:
-                group = queue.take(self.max_group)
+                group = queue.take(self.max_group, self._weight)
                 OWNER_QUEUE_WAITING.dec(len(group))
                 GROUP_COMMIT_SIZE.observe(len(group))
                 started = self._clock()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -38,10 +38,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import idempotency, repository, writer
 from chorus.db.engine import Database, finish_even_if_cancelled
-from chorus.db.groups import GroupCommit, QueuedCommand
+from chorus.db.groups import GroupCommit
 from chorus.db.idempotency import Committed
 from chorus.db.owners import OwnerQueues
+from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand, weight
 from chorus.domain import library
+from chorus.domain.batch import Batch, check_batch
 from chorus.domain.commands import (
     CreatePlaylist,
     LikeMedia,
@@ -49,6 +51,7 @@ from chorus.domain.commands import (
     UnlikeMedia,
     request_hash,
 )
+from chorus.domain.errors import DomainError
 from chorus.domain.handlers import (
     Context,
     Decision,
@@ -62,7 +65,7 @@ from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
 
 # Committed is the idempotency module's; its callers take it from here, with the store.
-__all__ = ["Committed", "PlaylistStore"]
+__all__ = ["BatchAnswer", "Committed", "PlaylistStore"]
 
 OWNER_QUEUE_SIZE = 1024
 """Commands that may wait per playlist and process (``CHORUS_OWNER_QUEUE_SIZE``)."""
@@ -125,12 +128,14 @@ class PlaylistStore:
         self._clock = clock
         self._new_id = id_factory
         self._on_commit = on_commit
-        self.owners: OwnerQueues[QueuedCommand, Committed] | None = (
+        self._groups = GroupCommit(db, self._context, self._committed)
+        self.owners: OwnerQueues[Queued, Answer] | None = (
             OwnerQueues(
-                GroupCommit(db, self._context, self._committed),
+                self._groups,
                 size=queue_size,
                 per_user=queue_per_user,
                 max_group=max_group,
+                weight=weight,
             )
             if group_commit
             else None
@@ -166,7 +171,41 @@ class PlaylistStore:
         ):
             await self.ensure_liked_songs(actor_id)  # a group locks a row that exists
         waiting = QueuedCommand(command, actor_id, request_hash(command))
-        return await self.owners.submit(command.playlist_id, actor_id, waiting)
+        answer = await self.owners.submit(command.playlist_id, actor_id, waiting)
+        assert isinstance(answer, Committed)
+        return answer
+
+    async def apply_batch(
+        self, batch: Batch, actor_id: str, refused: Mapping[int, DomainError] | None = None
+    ) -> BatchAnswer:
+        """Apply a batch of edits (``applyOperations``) in order, in one transaction.
+
+        Through the owner queue like any command, as one item weighing its
+        operations (:mod:`chorus.db.batches`); without group commit, in a
+        transaction of its own. ``refused``: operations (by index) refused
+        before, answered with their error unless they committed already.
+
+        Returns:
+            One answer per operation (a commit, maybe replayed, or its domain
+            error) and the playlist's version once the batch was applied.
+
+        Raises:
+            InvalidInput, LimitExceeded: the batch is malformed as a whole
+                (:func:`chorus.domain.batch.check_batch`); nothing was applied.
+            RateLimited: the playlist's owner queue is full; nothing was queued.
+            DatabaseUnavailable: the database cannot be reached.
+        """
+        check_batch(batch, self.limits)
+        queued = QueuedBatch(batch, actor_id, refused or {})
+        if self.owners is not None:
+            answer = await self.owners.submit(batch.playlist_id, actor_id, queued)
+        else:
+            (alone,) = await finish_even_if_cancelled(self._groups(batch.playlist_id, [queued]))
+            if isinstance(alone, BaseException):
+                raise alone
+            answer = alone
+        assert isinstance(answer, BatchAnswer)
+        return answer
 
     @property
     def keeps_liked_songs(self) -> bool:

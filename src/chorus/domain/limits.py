@@ -29,6 +29,10 @@ class Limits:
     page_size_max: int = 100
     max_subscriber_lag: int = 1_000
     """Versions a live subscriber may fall behind before it gets a resync."""
+    max_batch_operations: int = 100
+    """Operations in one ``applyOperations`` batch."""
+    max_batch_entries: int = 1_000
+    """Media ids and entry ids across one batch's operations, all counted together."""
 
 
 DEFAULT_LIMITS = Limits()

@@ -17,6 +17,7 @@ from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
 from chorus.domain.follows import Target, TargetKind
 from chorus.graphql import arguments
+from chorus.graphql.batch import ApplyOperationsInput, ApplyOperationsPayload, build_batch
 from chorus.graphql.follows import FollowInput, FollowPayload, UnfollowInput
 from chorus.graphql.inputs import (
     AddEntriesInput,
@@ -48,7 +49,8 @@ from chorus.graphql.payloads import (
     skipped_ids,
 )
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import follows, mutations
+from chorus.resolvers import batch, follows, mutations
+from chorus.resolvers.batch import BatchResult
 from chorus.resolvers.mutations import MutationResult
 
 
@@ -222,6 +224,23 @@ class Mutation:
             ),
         )
         return DeletePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Apply edits made offline against baseVersion, in order, each rebased "
+        "like its own mutation; adds may name their entries with clientEntryIds for later "
+        "operations. A retry with the same operationIds replays what committed and applies "
+        "the rest (docs/api.md, Offline edits)."
+    )
+    async def apply_operations(
+        self, info: ChorusInfo, input: ApplyOperationsInput
+    ) -> ApplyOperationsPayload:
+        info.context.viewer()
+        try:
+            built = build_batch(input, info.context.services.limits)
+        except DomainError as error:
+            return ApplyOperationsPayload.of(input, BatchResult(None, error=error))
+        result = await batch.apply_operations(info.context, built)
+        return ApplyOperationsPayload.of(input, result)
 
     @strawberry.mutation(
         description="Put a media at the top of the viewer's Liked Songs (made on first use)."

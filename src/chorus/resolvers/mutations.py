@@ -40,7 +40,8 @@ class MutationResult:
     playlist_id: str | None = None
 
 
-def _well_formed(media_id: str, limits: Limits) -> bool:
+def well_formed_media(media_id: str, limits: Limits) -> bool:
+    """Whether the catalog may be asked for ``media_id`` (the domain refuses the others)."""
     try:
         check_id(media_id, ("mediaIds",), limits, "a media id")
     except InvalidInput:
@@ -56,7 +57,7 @@ async def _check_media(
     Malformed ids are left to the domain, which refuses them as ``INVALID_INPUT``
     after its access checks; some (a lone surrogate, NUL) no catalog could even look up.
     """
-    wanted = [m for m in dict.fromkeys(media_ids) if _well_formed(m, ctx.services.limits)]
+    wanted = [m for m in dict.fromkeys(media_ids) if well_formed_media(m, ctx.services.limits)]
     try:
         known = await ctx.services.catalog.get_many(wanted)
     except CatalogUnavailable:

@@ -86,6 +86,17 @@ class Settings(
         return self
 
     @model_validator(mode="after")
+    def _batch_holds_an_edit(self) -> Self:
+        largest_edit = max(self.max_media_per_add, self.max_entries_per_edit)
+        if self.max_batch_entries < largest_edit:
+            raise ValueError(
+                f"CHORUS_MAX_BATCH_ENTRIES ({self.max_batch_entries}) is below the largest "
+                f"single edit (CHORUS_MAX_MEDIA_PER_ADD / CHORUS_MAX_ENTRIES_PER_EDIT, "
+                f"{largest_edit}): an edit the mutation accepts could not go in a batch"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _feed_page_sizes(self) -> Self:
         if self.feed_page_size_default > self.feed_page_size_max:
             raise ValueError(

@@ -24,6 +24,16 @@ class ApiSettings(BaseModel):
     max_subscriber_lag: int = Field(
         1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
     )
+    max_batch_operations: int = Field(
+        100, ge=1, le=1_000, description="Operations in one applyOperations batch."
+    )
+    max_batch_entries: int = Field(
+        1_000,
+        ge=1,
+        le=100_000,
+        description="Media ids and entry ids across all operations of one applyOperations "
+        "batch, counted together.",
+    )
     # 10 × 20: at 2,000 subscriptions one user held /healthz for seconds (an attacker's pass).
     max_ws_connections_per_user: int = Field(
         10, ge=1, description="Open WebSocket connections per user, per process."
@@ -138,4 +148,6 @@ class ApiSettings(BaseModel):
             page_size_default=self.page_size_default,
             page_size_max=self.page_size_max,
             max_subscriber_lag=self.max_subscriber_lag,
+            max_batch_operations=self.max_batch_operations,
+            max_batch_entries=self.max_batch_entries,
         )
