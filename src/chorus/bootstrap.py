@@ -39,6 +39,7 @@ from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
 from chorus.jwks import JWKSKeys, JWKSVerifier
 from chorus.resolvers.context import Services
+from chorus.resolvers.durations import Durations
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.settings import Settings
 from chorus.subscriptions.hub import Hub
@@ -203,6 +204,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 snapshots=events.snapshots,
                 responses=answers,
                 heads=versions,
+                durations=Durations(ttl_s=settings.media_freshness_s),
             )
             try:
                 yield Api(services, checks)

@@ -13,6 +13,9 @@ UNVERSIONED_FIELDS = frozenset(
     {
         "Query.searchMedia",  # the catalog's answer, no version
         "Viewer.playlists",  # which playlists a user has: no one version names it
+        "User.playlists",  # the same, and which of them the viewer may read
+        "Query.searchPlaylists",  # a playlist created or renamed changes it: no version
+        "Query.user",  # reads nothing at any version: nothing worth keeping
         "Playlist.members",  # a members page does not name its version
         "Playlist.changes",  # history depends on retention too
         # Immutable once committed, but retention (chorus compact) can take it without a

@@ -1,4 +1,4 @@
-"""Batched and paged reads for the API: playlists by id, roles, members, a user's playlists.
+"""Batched and paged reads for the API: playlists by id, roles, members (lists: db/finding.py).
 
 Batched reads serve the per-request DataLoaders (one query per batch); paged
 reads are keyset pages over an index, ``limit`` rows after an exclusive
@@ -8,14 +8,13 @@ keyset position.
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
 
-from sqlalchemy import ColumnElement, func, literal, select, tuple_
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.repository import playlist_from_row
-from chorus.db.tables import UTCDateTime, playlist, playlist_entry, playlist_member
-from chorus.domain.model import Member, Playlist, PlaylistKind, Role
+from chorus.db.tables import playlist, playlist_entry, playlist_member
+from chorus.domain.model import Member, Playlist, Role
 
 
 async def get_playlists(
@@ -63,44 +62,6 @@ async def count_members(conn: AsyncConnection, playlist_id: str) -> int:
         )
         or 0
     )
-
-
-def _of_user(user_id: str) -> tuple[ColumnElement[bool], ...]:
-    return (
-        playlist.c.id == playlist_member.c.playlist_id,
-        playlist_member.c.user_id == user_id,
-        playlist.c.deleted_at.is_(None),
-        # Liked Songs has its own field (viewer.likedSongs), not a place in this list.
-        playlist.c.kind == PlaylistKind.PLAYLIST.value,
-    )
-
-
-async def playlists_of(
-    conn: AsyncConnection,
-    user_id: str,
-    *,
-    after: tuple[datetime, str] | None,
-    limit: int,
-) -> list[Playlist]:
-    """Playlists the user owns or is a member of, newest first.
-
-    Args:
-        after: exclusive keyset ``(created_at, id)`` of the previous page's last one.
-    """
-    query = select(playlist).where(*_of_user(user_id))
-    if after is not None:
-        created_at, playlist_id = after
-        query = query.where(
-            tuple_(playlist.c.created_at, playlist.c.id)
-            < tuple_(literal(created_at, UTCDateTime()), literal(playlist_id))
-        )
-    query = query.order_by(playlist.c.created_at.desc(), playlist.c.id.desc()).limit(limit)
-    return [playlist_from_row(r) for r in await conn.execute(query)]
-
-
-async def count_playlists_of(conn: AsyncConnection, user_id: str) -> int:
-    query = select(func.count()).select_from(playlist).where(*_of_user(user_id))
-    return int(await conn.scalar(query) or 0)
 
 
 async def media_in(conn: AsyncConnection, playlist_id: str, media_ids: Collection[str]) -> set[str]:

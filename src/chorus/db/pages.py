@@ -273,19 +273,3 @@ async def members_page(
         rows = await listing.members_page(conn, playlist_id, after_user=after_user, limit=size + 1)
         total = await listing.count_members(conn, playlist_id)
     return Page(rows[:size], len(rows) > size, after_user is not None, total)
-
-
-async def playlists_page(
-    db: Database, user_id: str, *, size: int, after: tuple[datetime, str] | None
-) -> Page[Playlist]:
-    """Playlists the user owns or is a member of, newest first.
-
-    Args:
-        size: playlists wanted (``>= 0``).
-        after: exclusive keyset ``(created_at, playlist id)`` of the previous
-            page's last playlist, or ``None`` for the first page.
-    """
-    async with db.read() as conn:
-        rows = await listing.playlists_of(conn, user_id, after=after, limit=size + 1)
-        total = await listing.count_playlists_of(conn, user_id)
-    return Page(rows[:size], len(rows) > size, after is not None, total)

@@ -30,6 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from chorus.domain.finding import MAX_TITLE_KEY_LENGTH
 from chorus.domain.limits import MAX_ID_LENGTH
 from chorus.domain.positions import MAX_LENGTH
 
@@ -63,6 +64,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 POSITION_KEY = String(MAX_LENGTH).with_variant(String(MAX_LENGTH, collation="C"), "postgresql")
+# Title keys compare by code point too: the title search is a range of them
+# (chorus.domain.finding.prefix_end), and PostgreSQL's locale order is not that.
+TITLE_KEY = String(MAX_TITLE_KEY_LENGTH).with_variant(
+    String(MAX_TITLE_KEY_LENGTH, collation="C"), "postgresql"
+)
 JSON_DOCUMENT: Any = JSON().with_variant(JSONB(), "postgresql")
 ID = String(MAX_ID_LENGTH)
 
@@ -86,6 +92,13 @@ playlist = Table(
     Column("deleted_at", UTCDateTime),
     # PLAYLIST, or a system playlist such as LIKED_SONGS (chorus.domain.library).
     Column("kind", String(16), nullable=False, server_default="PLAYLIST"),
+    # The title case-folded (chorus.domain.finding.title_key), written with the
+    # title: ordering by title and searching titles ignore case on both dialects.
+    Column("title_key", TITLE_KEY, nullable=False, server_default=""),
+)
+# searchPlaylists: PUBLIC titles by prefix, in (title key, id) order, one range scan.
+Index(
+    "ix_playlist_visibility_title_key", playlist.c.visibility, playlist.c.title_key, playlist.c.id
 )
 
 playlist_member = Table(

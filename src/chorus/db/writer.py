@@ -32,6 +32,7 @@ from chorus.domain.changes import (
     entry_from_wire,
     entry_to_wire,
 )
+from chorus.domain.finding import title_key
 from chorus.domain.handlers import Decision, Outcome
 from chorus.domain.history import checkpoint_due
 from chorus.domain.model import Entry, Playlist, Role
@@ -41,6 +42,7 @@ def _header_values(p: Playlist) -> dict[str, Any]:
     values = {f.name: getattr(p, f.name) for f in dataclasses.fields(p)}
     values["visibility"] = p.visibility.value
     values["kind"] = p.kind.value
+    values["title_key"] = title_key(p.title)
     return values
 
 

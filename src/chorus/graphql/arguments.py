@@ -127,15 +127,6 @@ def member_position(after: str | None) -> str | None:
     return _decoded_after(after, ids.decode_member_cursor)
 
 
-def playlist_position(after: str | None) -> tuple[datetime, str] | None:
-    """The keyset ``(created_at, playlist id)`` of a ``Viewer.playlists`` cursor.
-
-    Raises:
-        BadUserInput: not a cursor of that connection.
-    """
-    return _decoded_after(after, ids.decode_playlist_cursor)
-
-
 def _decoded_after(after: str | None, decode: Callable[[str], T]) -> T | None:
     """``decode(after)``, or ``None`` for no cursor; a malformed one is ``BAD_USER_INPUT``."""
     if after is None:

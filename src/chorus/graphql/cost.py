@@ -20,6 +20,9 @@ The model (GitHub's and Shopify's, simplified):
   the largest page size (200) more than its selection (bench/history.py:
   such a read with 50 entries takes about 4–5× ``entries(first: 50)`` at the
   head, which costs 101), so 30 aliases of it are over the limit;
+* ``Playlist.totalDurationMs``, a scalar that reads every live entry's media
+  id and their catalog durations (once per version: a memo), costs the
+  default page size (50), as a page of entries with its media would;
 * any other list without a page size of its own (a version's ``changes``,
   whose alternatives are added up below; a payload's ``entries``, bounded
   by the request's own input) is counted as one item;
@@ -83,6 +86,9 @@ VERSION_LISTS = frozenset({("EntriesAdded", "entries"), ("EntriesMoved", "entrie
 
 REPLAYING_FIELDS = frozenset({("Playlist", "atVersion")})
 """Fields that undo the mutation log: each costs twice the largest page size more."""
+
+SUMMING_FIELDS = frozenset({("Playlist", "totalDurationMs")})
+"""Scalars that sum a whole playlist: each costs the default page size."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +161,8 @@ class CostCounter:
             return 0, False  # __typename, or a field validation refused
         is_list = isinstance(get_nullable_type(definition.type), GraphQLList)
         named = get_named_type(definition.type)
+        if (parent.name, node.name.value) in SUMMING_FIELDS:
+            return self.page_size_default, is_list
         if node.selection_set is None or not is_composite_type(named):
             return 0, is_list
         part = self.selection(node.selection_set, named)

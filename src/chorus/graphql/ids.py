@@ -11,7 +11,11 @@ opaque strings while the server can decode them without a lookup:
     ``(position_key, entry_id)`` of the entry, which stays meaningful after
     the entry moves away or is removed (it pages from where the entry stood);
   - ``Playlist.members``: ``"m:<user id>"``;
-  - ``Viewer.playlists``: ``"p:<created_at, ISO 8601>|<playlist id>"``;
+  - ``Viewer.playlists``, ``User.playlists``, ``searchPlaylists``:
+    ``"o:" + JSON [order field, direction, value, playlist id]`` — the order
+    it belongs to and the keyset ``(value, id)`` in it (the value: an ISO
+    8601 time, or a title key); the older ``"p:<created_at>|<playlist id>"``
+    of ``Viewer.playlists`` still reads as ``CREATED_AT DESC``;
   - ``searchMedia``: ``"s:<position>"``, the 0-based position in the results.
 
 Decoding never raises anything but :class:`MalformedId`; what a malformed
@@ -22,9 +26,19 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import unicodedata
 from datetime import datetime
 
 from chorus.domain import positions
+from chorus.domain.finding import (
+    MAX_TITLE_KEY_LENGTH,
+    NEWEST_FIRST,
+    Direction,
+    OrderField,
+    PlaylistKey,
+    PlaylistOrder,
+)
 
 MAX_ENCODED_LENGTH = 512
 
@@ -38,6 +52,11 @@ _PLAYLIST = "p"
 _SEARCH = "s"
 _FOLLOW = "f"
 _FEED = "d"
+_ORDERED = "o"
+
+MAX_ORDERED_CURSOR_LENGTH = 16 * MAX_TITLE_KEY_LENGTH + 512
+"""An ordered playlist cursor holds a title key as ASCII JSON (``\\uXXXX``, twice for an
+astral character: 12 characters each), in base64 (4/3 of that)."""
 
 
 class MalformedId(ValueError):
@@ -48,8 +67,8 @@ def _encode(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _decode(value: str) -> str:
-    if not value or len(value) > MAX_ENCODED_LENGTH:
+def _decode(value: str, max_length: int = MAX_ENCODED_LENGTH) -> str:
+    if not value or len(value) > max_length:
         raise MalformedId("malformed")
     try:
         raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
@@ -142,13 +161,13 @@ def cursor(prefix: str, value: str) -> str:
     return _encode(f"{prefix}:{value}")
 
 
-def decode_cursor(prefix: str, value: str) -> str:
+def decode_cursor(prefix: str, value: str, max_length: int = MAX_ENCODED_LENGTH) -> str:
     """The keyset value of a :func:`cursor` with ``prefix``.
 
     Raises:
         MalformedId: not such a cursor.
     """
-    found, sep, rest = _decode(value).partition(":")
+    found, sep, rest = _decode(value, max_length).partition(":")
     if found != prefix or not sep or not rest:
         raise MalformedId("malformed cursor")
     return rest
@@ -184,6 +203,53 @@ def decode_playlist_cursor(value: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(created), playlist_id_
     except ValueError:
         raise MalformedId("malformed cursor") from None
+
+
+def ordered_playlist_cursor(key: PlaylistKey) -> str:
+    """The cursor of a playlist in a list ordered by ``key.order``: the order and the keyset."""
+    value = key.value.isoformat() if isinstance(key.value, datetime) else key.value
+    order = key.order
+    fields = [order.field.value, order.direction.value, value, key.playlist_id]
+    return cursor(_ORDERED, json.dumps(fields, separators=(",", ":")))
+
+
+def decode_ordered_playlist_cursor(value: str) -> PlaylistKey:
+    """The place an ordered playlist cursor names (an old ``Viewer.playlists`` one too).
+
+    Raises:
+        MalformedId: not a cursor of a list of playlists.
+    """
+    try:
+        created_at, playlist_id_ = decode_playlist_cursor(value)
+    except MalformedId:
+        pass
+    else:
+        if created_at.tzinfo is None or not playlist_id_:
+            raise MalformedId("malformed cursor")
+        return PlaylistKey(NEWEST_FIRST, created_at, playlist_id_)
+    text = decode_cursor(_ORDERED, value, MAX_ORDERED_CURSOR_LENGTH)
+    try:
+        field, direction, at, playlist_id_ = json.loads(text)
+        order = PlaylistOrder(OrderField(field), Direction(direction))
+    except (ValueError, TypeError):
+        raise MalformedId("malformed cursor") from None
+    if not isinstance(at, str) or not isinstance(playlist_id_, str) or not playlist_id_:
+        raise MalformedId("malformed cursor")
+    if order.field is OrderField.TITLE:
+        # JSON escapes may spell lone surrogates or NUL, which no title key holds
+        # and PostgreSQL cannot even compare.
+        if len(at) > MAX_TITLE_KEY_LENGTH or any(
+            unicodedata.category(ch) in ("Cc", "Cs") for ch in at
+        ):
+            raise MalformedId("malformed cursor")
+        return PlaylistKey(order, at, playlist_id_)
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        raise MalformedId("malformed cursor") from None
+    if when.tzinfo is None:
+        raise MalformedId("malformed cursor")
+    return PlaylistKey(order, when, playlist_id_)
 
 
 def search_cursor(position: int) -> str:

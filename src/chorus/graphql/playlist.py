@@ -23,7 +23,7 @@ from chorus.graphql.entries import entry_connection
 from chorus.graphql.history import PlaylistChangeBatch
 from chorus.graphql.past import PlaylistAtVersion
 from chorus.graphql.types import ChorusInfo, Node, PlaylistMember, Role, User, Visibility
-from chorus.resolvers import queries
+from chorus.resolvers import finding, queries
 from chorus.resolvers.errors import BadUserInput
 
 
@@ -100,6 +100,15 @@ class Playlist(Node):
     async def follower_count(self, info: ChorusInfo) -> int:
         target = Target(TargetKind.PLAYLIST, self.record.id)
         return await info.context.loaders.follower_count.load(target)
+
+    @strawberry.field(
+        description="The sum of the live entries' catalog durations, in milliseconds; media "
+        "the catalog does not know, or knows without a duration, count 0; null while the "
+        "catalog does not answer. Computed once per version (catalog changes show within "
+        "CHORUS_MEDIA_FRESHNESS_S)."
+    )
+    async def total_duration_ms(self, info: ChorusInfo) -> int | None:
+        return await finding.total_duration_ms(info.context, self.record)
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import strawberry
 
-from chorus.domain.model import Playlist as PlaylistRecord
-from chorus.graphql import arguments, ids
+from chorus.domain.validation import is_user_id
+from chorus.graphql import arguments, finding, ids
 from chorus.graphql.connections import Connection, connection, page_info
+from chorus.graphql.finding import PlaylistConnection, PlaylistOrder
 from chorus.graphql.follows import (
     FeedConnection,
     FollowConnection,
@@ -21,10 +22,6 @@ from chorus.graphql.follows import (
 from chorus.graphql.playlist import Playlist, first_page_asked
 from chorus.graphql.types import ChorusInfo, Media, Node, PlaylistEntry, User
 from chorus.resolvers import follows, queries
-
-
-def _playlist_cursor(p: PlaylistRecord) -> str:
-    return ids.playlist_cursor(p.created_at, p.id)
 
 
 def _search_cursor(hit: queries.SearchHit) -> str:
@@ -39,14 +36,20 @@ def _search_node(hit: queries.SearchHit) -> Media:
 class Viewer:
     user: User
 
-    @strawberry.field(description="Playlists the viewer owns or is a member of, newest first.")
+    @strawberry.field(
+        description="Playlists the viewer owns or is a member of (not Liked Songs), in "
+        "`orderBy` (default: CREATED_AT, newest first); `first`/`after` or `last`/`before`."
+    )
     async def playlists(
-        self, info: ChorusInfo, first: int | None = None, after: str | None = None
-    ) -> Connection[Playlist]:
-        position = arguments.playlist_position(after)
-        size, _ = arguments.page_size(info.context.services.limits, first)
-        page = await queries.viewer_playlists(info.context, size=size, after=position)
-        return connection(page, Playlist.from_record, _playlist_cursor)
+        self,
+        info: ChorusInfo,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+        order_by: PlaylistOrder | None = None,
+    ) -> PlaylistConnection:
+        return await finding.viewer_playlists(info, first, after, last, before, order_by)
 
     @strawberry.field(
         description="The viewer's Liked Songs: a PRIVATE playlist only they see, made on "
@@ -132,6 +135,26 @@ class Query:
     def viewer(self, info: ChorusInfo) -> Viewer:
         info.context.reads.depends_on_viewer()
         return Viewer(user=User(id=strawberry.ID(info.context.viewer())))
+
+    @strawberry.field(
+        description="A user by id (the token's `sub`, as `User.id` gives it): any "
+        "well-formed id is a user; null for a malformed one."
+    )
+    def user(self, info: ChorusInfo, id: strawberry.ID) -> User | None:
+        info.context.viewer()
+        return User(id=id) if is_user_id(id) else None
+
+    @strawberry.field(description=finding.SEARCH_DESCRIPTION)
+    async def search_playlists(
+        self,
+        info: ChorusInfo,
+        query: str,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> PlaylistConnection:
+        return await finding.search_playlists(info, query, first, after, last, before)
 
     @strawberry.field(
         description="Catalog media whose title, artists or album contain the "

@@ -8,7 +8,7 @@ page (``Playlist``, ``Viewer``) are in :mod:`chorus.graphql.playlist` and
 from __future__ import annotations
 
 from datetime import datetime
-from typing import cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import strawberry
 from strawberry.types import Info
@@ -34,6 +34,9 @@ Visibility = strawberry.enum(
     description="PUBLIC: readable by every authenticated user. PRIVATE: members only.",
 )
 
+if TYPE_CHECKING:
+    from chorus.graphql.finding import PlaylistConnection, PlaylistOrder
+
 ChorusInfo = Info[RequestContext, None]
 
 
@@ -49,6 +52,26 @@ class User:
     @strawberry.field(description="Users following this user.")
     async def follower_count(self, info: ChorusInfo) -> int:
         return await info.context.loaders.follower_count.load(Target(TargetKind.USER, self.id))
+
+    @strawberry.field(
+        description="Playlists this user owns that the viewer may read: the PUBLIC ones and "
+        "those shared with the viewer (a member); never another PRIVATE one. The viewer's "
+        "own: all of them. Default order: CREATED_AT, newest first; `first`/`after` or "
+        "`last`/`before`."
+    )
+    async def playlists(
+        self,
+        info: ChorusInfo,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+        order_by: Annotated[PlaylistOrder, strawberry.lazy("chorus.graphql.finding")] | None = None,
+    ) -> Annotated[PlaylistConnection, strawberry.lazy("chorus.graphql.finding")]:
+        # Imported here: a playlist connection holds playlists, whose owner is a User.
+        from chorus.graphql import finding
+
+        return await finding.user_playlists(info, self.id, first, after, last, before, order_by)
 
 
 @strawberry.type(description="Media metadata from the catalog.")

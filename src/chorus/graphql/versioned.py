@@ -54,6 +54,9 @@ VERSIONED_FIELDS = frozenset(
                 "owner",
                 "viewerRole",
                 "entries",
+                # The sum over the version's entries (resolvers.finding names the
+                # version it read) and catalog durations (read_media: freshness).
+                "totalDurationMs",
             ]
         ),
         *(f"PlaylistEntryConnection.{n}" for n in ("edges", "pageInfo", "totalCount", "version")),

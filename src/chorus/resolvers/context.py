@@ -28,6 +28,7 @@ from chorus.domain.changes import Change
 from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
+from chorus.resolvers.durations import Durations
 from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.resolvers.reads import ReadSet
@@ -57,6 +58,8 @@ class Services:
     follows: FollowStore | None = None
     """Follows and unfollows; ``None``: a process without the feed (some tests)."""
     feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
+    durations: Durations = field(default_factory=Durations)
+    """``Playlist.totalDurationMs`` by playlist version (:mod:`chorus.resolvers.finding`)."""
 
 
 class Loaders:

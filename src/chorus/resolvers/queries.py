@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
@@ -195,19 +194,6 @@ async def members_page(
     """Members of a visible playlist by user id, after the user id ``after``."""
     ctx.reads.refuse("a members page does not name its version")
     return await pages.members_page(ctx.services.db, playlist.id, size=size, after_user=after)
-
-
-async def viewer_playlists(
-    ctx: RequestContext, *, size: int, after: tuple[datetime, str] | None
-) -> Page[Playlist]:
-    """The viewer's playlists, newest first, after the keyset ``(created_at, id)``.
-
-    Raises:
-        Unauthenticated: no valid token.
-    """
-    viewer = ctx.viewer()
-    ctx.reads.refuse("the viewer's playlists have no version")
-    return await pages.playlists_page(ctx.services.db, viewer, size=size, after=after)
 
 
 async def changes(

@@ -1,0 +1,130 @@
+"""Finding playlists: the viewer's and a user's lists, the PUBLIC title search, total durations.
+
+Arguments come checked (:mod:`chorus.graphql.playlist_arguments`). None of
+the lists is kept in the response cache: a list of many playlists is named
+by no one playlist's version (a playlist created, shared or renamed changes
+it without moving any version the answer read), so each refuses its answer
+(:class:`~chorus.resolvers.reads.ReadSet`). ``Playlist.totalDurationMs`` is
+named by its playlist's version and the catalog's freshness, and is kept.
+"""
+
+from __future__ import annotations
+
+from chorus.catalog.protocol import CatalogUnavailable
+from chorus.db import finding
+from chorus.db.pages import Page
+from chorus.domain.finding import PlaylistKey, PlaylistOrder
+from chorus.domain.model import Playlist
+from chorus.resolvers.context import RequestContext
+
+LISTS_UNCACHED = "a list of playlists is named by no playlist's version"
+"""Why an answer holding `viewer.playlists`, `User.playlists` or `searchPlaylists` is not kept."""
+
+
+async def viewer_playlists(
+    ctx: RequestContext,
+    order: PlaylistOrder,
+    *,
+    size: int,
+    after: PlaylistKey | None,
+    before: PlaylistKey | None,
+    from_end: bool,
+) -> Page[Playlist]:
+    """The viewer's playlists (owned or a member of) in ``order``, between the keysets.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
+    viewer = ctx.viewer()
+    ctx.reads.refuse(LISTS_UNCACHED)
+    return await finding.viewer_playlists(
+        ctx.services.db, viewer, order, size=size, after=after, before=before, from_end=from_end
+    )
+
+
+async def user_playlists(
+    ctx: RequestContext,
+    owner_id: str,
+    order: PlaylistOrder,
+    *,
+    size: int,
+    after: PlaylistKey | None,
+    before: PlaylistKey | None,
+    from_end: bool,
+) -> Page[Playlist]:
+    """``owner_id``'s playlists the viewer may read (PUBLIC, or shared with them), in ``order``.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
+    viewer = ctx.viewer()
+    ctx.reads.refuse(LISTS_UNCACHED)
+    ctx.reads.depends_on_viewer()
+    return await finding.user_playlists(
+        ctx.services.db,
+        owner_id,
+        viewer,
+        order,
+        size=size,
+        after=after,
+        before=before,
+        from_end=from_end,
+    )
+
+
+async def search_playlists(
+    ctx: RequestContext,
+    key: str,
+    *,
+    size: int,
+    after: PlaylistKey | None,
+    before: PlaylistKey | None,
+    from_end: bool,
+) -> Page[Playlist]:
+    """PUBLIC playlists whose title key starts with ``key``, by title key then id.
+
+    Raises:
+        Unauthenticated: no valid token.
+    """
+    ctx.viewer()
+    ctx.reads.refuse(LISTS_UNCACHED)
+    return await finding.search_public(
+        ctx.services.db, key, size=size, after=after, before=before, from_end=from_end
+    )
+
+
+async def total_duration_ms(ctx: RequestContext, playlist: Playlist) -> int | None:
+    """The sum of the catalog durations of a visible playlist's live entries, in milliseconds.
+
+    A media the catalog does not know, or knows without a duration, counts
+    0; a media in the list twice counts twice. Read at the head: when that is
+    past ``playlist.version`` (an edit committed between), the answer names
+    both versions and is not cached (:data:`~chorus.resolvers.reads.RACED`).
+
+    Returns:
+        The total; ``None`` when the catalog does not answer (then the answer
+        is not cached) or the playlist is gone.
+    """
+    durations = ctx.services.durations
+    ctx.reads.read_media()
+    known = durations.get(playlist.id, playlist.version)
+    if known is not None:
+        ctx.reads.version(playlist.id, playlist.version)
+        return known
+    found = await finding.media_counts(ctx.services.db, playlist.id)
+    if found is None:
+        ctx.reads.refuse("a playlist deleted while it was read")
+        return None
+    version, counts = found
+    ctx.reads.version(playlist.id, version)
+    try:
+        media = await ctx.services.catalog.get_many(list(counts))
+    except CatalogUnavailable:
+        ctx.reads.refuse("the catalog did not answer")
+        return None
+    total = 0
+    for media_id, count in counts.items():
+        m = media.get(media_id)
+        total += count * (m.duration_ms or 0 if m is not None else 0)
+    durations.put(playlist.id, version, total)
+    return total
