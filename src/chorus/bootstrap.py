@@ -203,6 +203,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 snapshots=events.snapshots,
                 responses=answers,
                 heads=versions,
+                presence=events.presence,
             )
             try:
                 yield Api(services, checks)

@@ -32,6 +32,7 @@ from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.resolvers.reads import ReadSet
 from chorus.subscriptions.hub import Hub
+from chorus.subscriptions.presence import Presence
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,8 @@ class Services:
     follows: FollowStore | None = None
     """Follows and unfollows; ``None``: a process without the feed (some tests)."""
     feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
+    presence: Presence | None = None
+    """Who has which playlist open (:mod:`chorus.subscriptions.presence`); ``None``: off."""
 
 
 class Loaders:
