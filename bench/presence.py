@@ -11,9 +11,10 @@ the mutation is sent to the moment the watcher decoded the
 ``PresenceChanged`` naming that member EDITING (one clock, same machine).
 
 Baseline, same run: a bare Redis pub/sub round trip (``PUBLISH`` on one
-connection, the message read on a subscribed one, redis-py) and a bare HTTP
-round trip to the same server (``{ __typename }``), so the table shows what
-presence adds to what it cannot avoid.
+connection, the message read on a subscribed one, redis-py), a bare HTTP
+round trip to the same server (``{ __typename }``) and a plain playlist read
+(``title viewerRole``: the SQL reads ``setPresence`` also makes), so the table
+shows what presence adds to what it cannot avoid.
 
     flock /work/bench.lock python bench/presence.py [--profile embedded|full]
         [--users 1000] [--changes 200]
@@ -61,6 +62,7 @@ WATCH = """subscription($id: ID!) { playlistPresence(playlistId: $id) { __typena
   ... on PlaylistPresence { entries { user { id } state } }
   ... on PresenceChanged { entries { user { id } state } left { id } } } }"""
 ROLE = "mutation($i: SetMemberRoleInput!) { setMemberRole(input: $i) { userErrors { code } } }"
+READ = "query($id: ID!) { playlist(id: $id) { title viewerRole } }"
 SET = (
     """mutation($input: SetPresenceInput!) { setPresence(input: $input) { userErrors { code } } }"""
 )
@@ -86,14 +88,17 @@ class Http:
         return data
 
 
-async def open_socket(server: ChorusServer, user: str, query: str, pid: str) -> ClientConnection:
-    ws = await connect(server.url.replace("http://", "ws://", 1), subprotocols=[PROTOCOL])
+async def open_socket(
+    server: ChorusServer, user: str, query: str, variables: dict[str, Any]
+) -> ClientConnection:
+    url = server.url.replace("http://", "ws://", 1)
+    ws = await connect(url, subprotocols=[PROTOCOL], open_timeout=60)
     token = mint_token(TEST_SECRET, user)
     await ws.send(
         json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
     )
     assert json.loads(await ws.recv())["type"] == "connection_ack"
-    payload = {"query": query, "variables": {"id": pid}}
+    payload = {"query": query, "variables": variables}
     await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": payload}))
     return ws
 
@@ -125,7 +130,7 @@ async def measure(
 ) -> tuple[list[float], list[float]]:
     http = Http(server.url)
     pid = await asyncio.to_thread(setup, http, users)
-    watcher = await open_socket(server, "owner", WATCH, pid)
+    watcher = await open_socket(server, "owner", WATCH, {"id": pid})
     listed: dict[str, str] = {}
     arrived: dict[str, float] = {}
 
@@ -148,7 +153,7 @@ async def measure(
     for start in range(0, users, 100):
         sockets += await asyncio.gather(
             *(
-                open_socket(server, f"u{n}", EVENTS, pid)
+                open_socket(server, f"u{n}", EVENTS, {"id": pid, "since": users})
                 for n in range(start, min(users, start + 100))
             )
         )
@@ -158,26 +163,32 @@ async def measure(
         await asyncio.sleep(0.05)
     print(f"{users} present; {changes} changes", file=sys.stderr)
     samples: list[float] = []
+    answered: list[float] = []
     for n in range(changes):
         user = f"u{n % users}"
         arrived.pop(user, None)
         started = time.perf_counter()
         await asyncio.to_thread(http.data, user, SET, input={"playlistId": pid, "state": "EDITING"})
+        answered.append((time.perf_counter() - started) * 1000)
         while user not in arrived:
             assert time.perf_counter() - started < 10, f"{user} EDITING never arrived"
             await asyncio.sleep(0.0005)
         samples.append((arrived[user] - started) * 1000)
         await asyncio.to_thread(http.data, user, SET, input={"playlistId": pid, "state": None})
-    bare_http = []
+    bare_http: list[float] = []
+    reads: list[float] = []
     for _ in range(changes):
         started = time.perf_counter()
         await asyncio.to_thread(http.data, "owner", "{ __typename }")
         bare_http.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        await asyncio.to_thread(http.data, "owner", READ, id=pid)
+        reads.append((time.perf_counter() - started) * 1000)
     reader.cancel()
     for ws in [watcher, *sockets]:
         ws.transport.abort()
     http.client.close()
-    return samples, bare_http
+    return samples, answered, reads, bare_http
 
 
 async def redis_round_trips(count: int) -> list[float]:
@@ -250,15 +261,17 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         async with server_of(args.profile, Path(tmp), args.users) as server:
-            presence, bare_http = await measure(server, args.users, args.changes)
+            presence, answered, reads, bare_http = await measure(server, args.users, args.changes)
     bare_redis = await redis_round_trips(args.changes)
     print(f"\n{args.profile} profile, {args.users:,} present users, one watcher\n")
     print("| what | samples | p50 ms | p99 ms |\n|---|---|---|---|")
     print(row("setPresence → PresenceChanged at the watcher", presence))
+    print(row("setPresence answered (HTTP)", answered))
+    print(row("a playlist read (title, viewerRole) on the same server", reads))
     print(row("bare HTTP round trip to the same server", bare_http))
     print(row("bare Redis PUBLISH → subscriber", bare_redis))
-    ratio = statistics.median(presence) / statistics.median(bare_http)
-    print(f"\np50 presence / bare HTTP: {ratio:.2f}x")
+    ratio = statistics.median(presence) / statistics.median(reads)
+    print(f"\np50 presence delivery / playlist read: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

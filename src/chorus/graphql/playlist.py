@@ -146,8 +146,9 @@ class Playlist(Node):
         return None if at is None else PlaylistAtVersion.from_at(at)
 
     @strawberry.field(
-        description="Who has the playlist open right now (live, short-lived: an entry goes "
-        "within CHORUS_PRESENCE_TTL_S of its session; never cached). null with a "
+        description="Who has the playlist open right now: live and short-lived (an entry goes "
+        "when its subscription ends, or within CHORUS_PRESENCE_TTL_S × 4/3 when its server "
+        "dies or its setPresence is not repeated); never cached. null with a "
         "SERVICE_UNAVAILABLE error when presence cannot be read (Redis down)."
     )
     async def presence(self, info: ChorusInfo) -> PlaylistPresence | None:
