@@ -205,6 +205,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 responses=answers,
                 heads=versions,
                 durations=Durations(ttl_s=settings.media_freshness_s),
+                presence=events.presence,
             )
             try:
                 yield Api(services, checks)

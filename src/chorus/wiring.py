@@ -40,7 +40,9 @@ from chorus.resilience.breaker import CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.settings import Settings
 from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
+from chorus.subscriptions.presence import LocalPresenceStore, Presence
 from chorus.subscriptions.redis_bus import RedisBus
+from chorus.subscriptions.redis_presence import RedisPresenceStore
 
 WORKERS = ("relay", "fanout", "project-cache", "feed")
 """The full profile's worker names, as the CLI spells them."""
@@ -194,12 +196,14 @@ class CommitHooks:
 
 @dataclass(frozen=True, slots=True)
 class Events:
-    """The event path an API process runs on: its bus, relay (if here), snapshots, checks."""
+    """The event path an API process runs on: its bus, relay (if here), snapshots, checks,
+    and presence (:mod:`chorus.subscriptions.presence`)."""
 
     bus: Bus
     relay: OutboxRelay | None
     snapshots: SnapshotCache | None
     checks: list[health.Check]
+    presence: Presence | None = None
 
 
 class HeadRaisingPublisher(BusPublisher):
@@ -234,14 +238,17 @@ async def embedded_events(
     and ``heads`` (the response cache's, if on) hear of them.
     """
     bus = InProcessBus()
+    presence = Presence(LocalPresenceStore(), ttl_s=settings.presence_ttl_s)
+    await presence.start()
     publisher = BusPublisher(bus) if heads is None else HeadRaisingPublisher(bus, heads)
     relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
     tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
     if db.dialect == "sqlite":
         tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
     try:
-        yield Events(bus, relay, None, [])
+        yield Events(bus, relay, None, [], presence)
     finally:
+        await presence.aclose()
         for task in reversed(tasks):
             await cancel_and_wait(task)
         await bus.aclose()
@@ -257,14 +264,18 @@ async def full_events(
     snapshots = snapshot_cache(settings, client)
     bus = RedisBus(url)
     await bus.start()
+    # Presence lives in Redis beside the snapshots, never in SQL or Kafka.
+    presence = Presence(RedisPresenceStore(client), ttl_s=settings.presence_ttl_s)
+    await presence.start()
     checks = [health.redis_check(client), health.kafka_check(servers)]
     try:
         if with_workers:
             async with running_workers(settings, WORKERS, db) as running:
-                yield Events(bus, running.relay, snapshots, checks)
+                yield Events(bus, running.relay, snapshots, checks, presence)
         else:
-            yield Events(bus, None, snapshots, checks)
+            yield Events(bus, None, snapshots, checks, presence)
     finally:
+        await presence.aclose()
         await snapshots.aclose()
         await bus.aclose()
         await client.aclose()

@@ -64,6 +64,9 @@ BUILT_BY_THE_ROOT = {
     "InProcessBus",
     "Hub",
     "RateLimiter",
+    "Presence",
+    "LocalPresenceStore",
+    "RedisPresenceStore",
 }
 
 

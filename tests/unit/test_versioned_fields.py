@@ -28,6 +28,7 @@ UNVERSIONED_FIELDS = frozenset(
         "Viewer.likedSongs",  # made on first use: its read may create it
         "Viewer.following",
         "Viewer.feed",  # rows written by the feed consumer, no version
+        "Playlist.presence",  # live and short-lived: no version names it
     }
 )
 """Fields reachable by a query that a cached answer must not hold."""
@@ -59,6 +60,9 @@ _BELOW_UNVERSIONED = frozenset(
     f"{kind}.{field}"
     for kind in [
         "PlaylistChangeBatch",
+        "PlaylistPresence",
+        "PresenceEntry",
+        "PresenceChanged",
         "PlaylistAtVersion",
         "PlaylistChanged",
         "EntriesAdded",

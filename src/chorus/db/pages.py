@@ -85,6 +85,12 @@ async def roles_of(db: Database, user_id: str, playlist_ids: Collection[str]) ->
         return await listing.get_roles(conn, user_id, playlist_ids)
 
 
+async def member_roles(db: Database, playlist_id: str) -> dict[str, Role]:
+    """Every member of a playlist and their role, by user id."""
+    async with db.read() as conn:
+        return {m.user_id: m.role for m in await repository.get_members(conn, playlist_id)}
+
+
 async def media_in(db: Database, playlist_id: str, media_ids: Collection[str]) -> set[str]:
     """Which of ``media_ids`` have a live entry in the playlist (``ix_playlist_entry_media``)."""
     async with db.read() as conn:

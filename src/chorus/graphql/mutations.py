@@ -48,8 +48,9 @@ from chorus.graphql.payloads import (
     placed_entries,
     skipped_ids,
 )
+from chorus.graphql.presence_mutation import SetPresenceInput, SetPresencePayload
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import batch, follows, mutations
+from chorus.resolvers import batch, follows, mutations, presence
 from chorus.resolvers.batch import BatchResult
 from chorus.resolvers.mutations import MutationResult
 
@@ -260,6 +261,21 @@ class Mutation:
     )
     async def follow(self, info: ChorusInfo, input: FollowInput) -> FollowPayload:
         return await _follow(info, input.kind, input.target_id, on=True)
+
+    @strawberry.mutation(
+        description="Say what the viewer is doing on a playlist it may read (EDITING, "
+        "VIEWING; null: withdraw). Not a playlist version: no operationId, nothing logged. "
+        "Lasts expiresInSeconds unless repeated; a playlistEvents subscription makes the "
+        "viewer VIEWING by itself. Not visible: NOT_FOUND."
+    )
+    async def set_presence(self, info: ChorusInfo, input: SetPresenceInput) -> SetPresencePayload:
+        info.context.viewer()
+        try:
+            pid = arguments.input_playlist_id(input.playlist_id)
+        except DomainError as error:
+            return SetPresencePayload.from_outcome(presence.PresenceOutcome(None, 0, error))
+        outcome = await presence.set_presence(info.context, pid, input.state)
+        return SetPresencePayload.from_outcome(outcome)
 
     @strawberry.mutation(description="Stop following; unfollowing again changes nothing.")
     async def unfollow(self, info: ChorusInfo, input: UnfollowInput) -> FollowPayload:

@@ -22,8 +22,9 @@ from chorus.graphql.connections import Connection, PlaylistEntryConnection, conn
 from chorus.graphql.entries import entry_connection
 from chorus.graphql.history import PlaylistChangeBatch
 from chorus.graphql.past import PlaylistAtVersion
+from chorus.graphql.presence import PlaylistPresence
 from chorus.graphql.types import ChorusInfo, Node, PlaylistMember, Role, User, Visibility
-from chorus.resolvers import finding, queries
+from chorus.resolvers import finding, presence, queries
 from chorus.resolvers.errors import BadUserInput
 
 
@@ -152,6 +153,16 @@ class Playlist(Node):
         found = await queries.playlist_at(info.context, self.record, version)
         at = arguments.check_at_version(version, found)
         return None if at is None else PlaylistAtVersion.from_at(at)
+
+    @strawberry.field(
+        description="Who has the playlist open right now: live and short-lived (an entry goes "
+        "when its subscription ends, or within CHORUS_PRESENCE_TTL_S × 4/3 when its server "
+        "dies or its setPresence is not repeated); never cached. null with a "
+        "SERVICE_UNAVAILABLE error when presence cannot be read (Redis down)."
+    )
+    async def presence(self, info: ChorusInfo) -> PlaylistPresence | None:
+        found = await presence.playlist_presence(info.context, self.record)
+        return PlaylistPresence.from_listing(self.record.id, found)
 
     @strawberry.field(description="Members ordered by user id.")
     async def members(

@@ -13,8 +13,9 @@ from chorus.graphql import arguments
 from chorus.graphql.delivery import SharedEvent, group_key
 from chorus.graphql.follows import FeedItem
 from chorus.graphql.history import PlaylistChanged
+from chorus.graphql.presence import PresenceEvent, presence_event
 from chorus.graphql.types import ChorusInfo
-from chorus.resolvers import follows, subscriptions
+from chorus.resolvers import follows, presence, subscriptions
 from chorus.subscriptions.stream import Resync
 
 
@@ -72,6 +73,22 @@ class Subscription:
         finally:
             if hub is not None:
                 hub.groups.leave(group)
+
+    @strawberry.subscription(
+        description="Who has a playlist open, live: first the whole PlaylistPresence, then "
+        "a PresenceChanged for each change (joins, leaves, state changes; those that come "
+        "together in one message). The viewer must be able to read the playlist (else "
+        "NOT_FOUND); losing access ends it with FORBIDDEN. Watching does not make the "
+        "viewer present: a playlistEvents subscription does."
+    )
+    async def playlist_presence(
+        self, info: ChorusInfo, playlist_id: strawberry.ID
+    ) -> AsyncGenerator[PresenceEvent, None]:
+        pid = arguments.input_playlist_id(playlist_id)
+        items = presence.presence_events(info.context, pid)
+        async with contextlib.aclosing(items):
+            async for item in items:
+                yield presence_event(item)
 
     @strawberry.subscription(
         description="The viewer's feed, live: each new version of a playlist the viewer "

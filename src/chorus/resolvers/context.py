@@ -33,6 +33,7 @@ from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.resolvers.reads import ReadSet
 from chorus.subscriptions.hub import Hub
+from chorus.subscriptions.presence import Presence
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,8 @@ class Services:
     feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
     durations: Durations = field(default_factory=Durations)
     """``Playlist.totalDurationMs`` by playlist version (:mod:`chorus.resolvers.finding`)."""
+    presence: Presence | None = None
+    """Who has which playlist open (:mod:`chorus.subscriptions.presence`); ``None``: off."""
 
 
 class Loaders:

@@ -36,6 +36,7 @@ async def playlist_events(
         playlist_id,
         since_version,
         max_lag=services.limits.max_subscriber_lag,
+        presence=services.presence,
     )
     # Closed with this generator: `async for` alone would leave the stream in
     # the hub until the garbage collector finalizes it.

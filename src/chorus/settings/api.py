@@ -24,6 +24,14 @@ class ApiSettings(BaseModel):
     max_subscriber_lag: int = Field(
         1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
     )
+    presence_ttl_s: float = Field(
+        30.0,
+        ge=0.3,
+        le=3_600,
+        description="How long presence outlives its session (seconds): a socket's entry "
+        "is refreshed every third of it and goes within this after its process dies; a "
+        "setPresence declaration lasts this long unless repeated.",
+    )
     max_batch_operations: int = Field(
         100, ge=1, le=1_000, description="Operations in one applyOperations batch."
     )

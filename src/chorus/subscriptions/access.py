@@ -51,6 +51,10 @@ class SharedAccess:
         The read happens after ``version`` committed (so it sees that
         version's change, or a later one), once per version for the process.
         """
+        return (await self.readers(playlist_id, version)).can_read(viewer)
+
+    async def readers(self, playlist_id: str, version: int) -> Readers:
+        """The playlist's header and members' roles, read once after ``version`` for the process."""
         key = (playlist_id, version)
         future = self._answers.get(key)
         if future is None:
@@ -59,11 +63,14 @@ class SharedAccess:
             while len(self._answers) > self._kept:
                 self._answers.popitem(last=False)
         try:
-            readers = await asyncio.shield(future)
+            return await asyncio.shield(future)
         except Exception:
             self._answers.pop(key, None)  # the next stream reads again
             raise
-        return readers.can_read(viewer)
+
+    async def fresh(self, playlist_id: str) -> Readers:
+        """The playlist's header and members' roles, read now (not shared)."""
+        return await self._read(playlist_id)
 
     async def head(self, playlist_id: str, *, max_age_s: float) -> int | None:
         """The playlist's version (``None``: no such playlist), as read at most ``max_age_s`` ago.

@@ -35,6 +35,7 @@ from chorus.domain.errors import Forbidden, InvalidInput, NotFound
 from chorus.domain.model import role_can_read
 from chorus.subscriptions.catchup import read_since
 from chorus.subscriptions.hub import Hub, Membership
+from chorus.subscriptions.presence import Presence
 
 PAGE_SIZE = 100
 
@@ -167,8 +168,12 @@ async def playlist_stream(
     *,
     max_lag: int = 1_000,
     idle_check_s: float = 15.0,
+    presence: Presence | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version`` of a playlist the viewer may see, forever.
+
+    With ``presence``, the viewer is VIEWING the playlist from the moment its
+    access was checked until the stream ends (closed, or access lost).
 
     Raises:
         NotFound: the playlist is missing or not visible to the viewer.
@@ -186,9 +191,10 @@ async def playlist_stream(
                 f"sinceVersion must be between 0 and {current}", field=("sinceVersion",)
             )
         stream.last = since_version
-        async for item in stream.catch_up():
-            yield item
-        async for item in stream.live(member):
-            yield item
+        async with presence.hold(playlist_id, viewer) if presence else contextlib.nullcontext():
+            async for item in stream.catch_up():
+                yield item
+            async for item in stream.live(member):
+                yield item
     finally:
         await hub.leave(member)
