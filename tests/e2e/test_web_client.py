@@ -4,7 +4,7 @@ Two pages of it, two users, in Debian's Chromium (Playwright,
 ``tests/e2e/js/webclient.mjs``), edit one collaborative playlist at once by
 clicking — add a searched media, move up and down, remove — while one page's
 socket is cut halfway. Each must settle with nothing pending at the server's
-version, in the server's order. Screenshots of the pages are in
+version, in the server's order, and show both users present and editing. Screenshots of the pages are in
 ``test-artifacts/`` when it fails.
 """
 
@@ -110,3 +110,5 @@ def test_two_pages_editing_at_once_converge_to_the_servers_order(
     assert [s["version"] for s in states] == [version, version]
     assert [s["order"] for s in states] == [order, order]
     assert version > 2  # the pages' edits committed
+    # Each page sees both users present; both edited, so both said EDITING.
+    assert [s["presence"] for s in states] == [{"alice": "EDITING", "bob": "EDITING"}] * 2

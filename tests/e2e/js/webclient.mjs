@@ -82,7 +82,8 @@ async function oneEdit(page) {
 const settled = (page) => page.evaluate(() => {
   const s = window.chorusSession();
   return { version: s.version, pending: s.pending.length, status: s.status,
-           order: [...document.querySelectorAll("#entries li")].map((li) => li.dataset.id) };
+           order: [...document.querySelectorAll("#entries li")].map((li) => li.dataset.id),
+           presence: Object.fromEntries([...s.presence].map(([user, p]) => [user, p.state])) };
 });
 
 try {

@@ -30,6 +30,10 @@ function render(s) {
   $("pending").textContent = s.pending.length ? `${s.pending.length} pending` : "";
   document.body.dataset.version = String(s.version);
   document.body.dataset.pending = String(s.pending.length);
+  const here = [...s.presence].map(([user, { state }]) =>
+    text("span", `${user}${state === "EDITING" ? " (editing)" : ""}`, { title: state }));
+  if (s.othersCount) here.push(text("span", `+${s.othersCount} others`));
+  $("presence").replaceChildren(...(here.length ? [text("span", "Here:"), ...here] : []));
   const list = s.view();
   const editable = s.viewerRole === "OWNER" || s.viewerRole === "EDITOR";
   $("entries").replaceChildren(

@@ -14,6 +14,10 @@
 //   `ResyncRequired` reads the playlist again; a closed socket reconnects
 //   (backoff) and subscribes again from the last applied version.
 //
+// * presence: `playlistPresence` tells who else has the playlist open (members
+//   listed, others counted); while you edit, `setPresence(EDITING)` is
+//   repeated every 10 s, and dropped 30 s after your last edit.
+//
 //   const session = new PlaylistSession({ url, token, playlistId, onChange });
 //   await session.open();   session.add(["chinook:track:1"]);   session.close();
 
@@ -44,6 +48,19 @@ const EVENTS = `subscription Events($id: ID!, $since: Int!) {
     ... on ResyncRequired { currentVersion reason }
   }
 }`;
+const PRESENCE_ENTRY = "user { id } state since";
+const PRESENCE = `subscription Presence($id: ID!) {
+  playlistPresence(playlistId: $id) {
+    __typename
+    ... on PlaylistPresence { othersCount entries { ${PRESENCE_ENTRY} } }
+    ... on PresenceChanged { othersCount entries { ${PRESENCE_ENTRY} } left { id } }
+  }
+}`;
+const SET_PRESENCE = `mutation SetPresence($i: SetPresenceInput!) {
+  setPresence(input: $i) { state expiresInSeconds userErrors { code message } }
+}`;
+const EDITING_REPEAT_MS = 10000; // a third of the server's default CHORUS_PRESENCE_TTL_S
+const EDITING_IDLE_MS = 30000; // no edit for this long: back to VIEWING
 const PAYLOAD = "version replayed rebased userErrors { code message currentVersion retryAfterMs }";
 const MUTATIONS = {
   add: `mutation Add($i: AddEntriesInput!) { addEntries(input: $i) { ${PAYLOAD} } }`,
@@ -80,6 +97,11 @@ export class PlaylistSession {
     this.retry = 0;
     this.unsubscribe = null;
     this.socket = null;
+    this.presence = new Map(); // user id → { state, since }
+    this.othersCount = 0;
+    this.unwatch = null;
+    this.lastEdit = 0;
+    this.editing = null; // the interval repeating setPresence(EDITING)
   }
 
   // --- reads -------------------------------------------------------------
@@ -123,6 +145,7 @@ export class PlaylistSession {
     this.entries = entries;
     this.version = oldest;
     this.subscribe();
+    this.watchPresence();
     this.onChange(this);
   }
 
@@ -180,6 +203,7 @@ export class PlaylistSession {
   }
 
   async send(kind, fields, media = null) {
+    this.markEditing();
     const operationId = crypto.randomUUID();
     const input = { playlistId: this.playlistId, operationId, baseVersion: this.version, ...fields };
     const edit = { operationId, kind, input, media, committedAt: null };
@@ -223,6 +247,48 @@ export class PlaylistSession {
   settle() {
     this.pending = this.pending.filter((e) => e.committedAt === null || e.committedAt > this.version);
     this.onChange(this);
+  }
+
+  // --- presence ----------------------------------------------------------
+
+  watchPresence() {
+    if (this.closed || this.unwatch) return;
+    this.unwatch = this.socket.subscribe(
+      { query: PRESENCE, variables: { id: this.playlistId } },
+      {
+        next: ({ data }) => {
+          const event = data?.playlistPresence;
+          if (!event) return;
+          if (event.__typename === "PlaylistPresence") this.presence.clear();
+          for (const { user, state, since } of event.entries) this.presence.set(user.id, { state, since });
+          for (const { id } of event.left ?? []) this.presence.delete(id);
+          this.othersCount = event.othersCount;
+          this.onChange(this);
+        },
+        error: () => this.rewatch(),
+        complete: () => this.rewatch(),
+      },
+    );
+  }
+
+  rewatch() {
+    this.unwatch = null;
+    if (!this.closed) setTimeout(() => this.watchPresence(), 1000);
+  }
+
+  /** Says EDITING now and every 10 s while edits go on; VIEWING again 30 s after the last. */
+  markEditing() {
+    this.lastEdit = Date.now();
+    if (this.editing) return;
+    const say = (state) =>
+      this.request(SET_PRESENCE, { i: { playlistId: this.playlistId, state } }).catch(() => {});
+    say("EDITING");
+    this.editing = setInterval(() => {
+      if (Date.now() - this.lastEdit < EDITING_IDLE_MS) return say("EDITING");
+      clearInterval(this.editing);
+      this.editing = null;
+      say(null);
+    }, EDITING_REPEAT_MS);
   }
 
   // --- events ------------------------------------------------------------
@@ -312,6 +378,8 @@ export class PlaylistSession {
 
   close() {
     this.closed = true;
+    clearInterval(this.editing);
+    this.unwatch?.();
     this.unsubscribe?.();
     this.socket?.dispose();
   }
