@@ -189,6 +189,33 @@ class Attacks:
         document = " ".join(f"query q{u}{i} {{ __typename }}" for i in range(1_000))
         await self.post({"query": document}, anonymous=True)
 
+    async def unknown_input_fields(self) -> None:
+        """An input object of 1,600 unknown fields (13 KB), no token; new each time."""
+        literal = " ".join(f"k{i}: 1" for i in range(1_600))
+        query = f"mutation {{ follow(input: {{{literal}}}) {{ changed }} }} #{uuid.uuid4().hex}"
+        await self.post({"query": query}, anonymous=True)
+
+    async def subscription_cost(self) -> None:
+        """A subscription over the cost limit (feedEvents reading changes), over WebSocket."""
+        fields = " ".join(
+            f"a{i}: changes(sinceVersion: 0, first: 100) {{ versions {{ changes {{"
+            " ... on EntriesAdded { entries { id media { title } } } } } }"
+            for i in range(6)
+        )
+        query = f"subscription {{ feedEvents {{ version playlist {{ {fields} }} }} }}"
+        url = f"ws://127.0.0.1:{self.port}/graphql"
+        try:
+            async with websockets.connect(url, subprotocols=[WS_PROTOCOL]) as ws:
+                await ws.send(json.dumps({"type": "connection_init", "payload": self.auth}))
+                await ws.recv()
+                message = {"id": "1", "type": "subscribe", "payload": {"query": query}}
+                await ws.send(json.dumps(message))
+                answer = json.loads(await ws.recv())
+                codes = {e.get("extensions", {}).get("code") for e in answer.get("payload") or []}
+                self.seen[f"ws {answer.get('type')} {','.join(sorted(c for c in codes if c))}"] += 1
+        except (OSError, websockets.WebSocketException) as exc:
+            self.seen[type(exc).__name__] += 1
+
     # 2
     async def nested_json(self) -> None:
         await self.post(
@@ -518,6 +545,7 @@ async def run_classes(
         ("1 30 x __schema, no token", attacks.introspection_aliases),
         ("1 over the token limit (10 KB), no token", attacks.over_the_token_limit),
         ("1 1,000 operations, no token", attacks.many_operations),
+        ("1 1,600 unknown input fields, no token", attacks.unknown_input_fields),
         ("2 nested JSON (100k brackets)", attacks.nested_json),
         ("3 subscription over HTTP", attacks.subscription_over_http),
         ("4 token claims of the wrong type", attacks.token_claims),
@@ -526,6 +554,7 @@ async def run_classes(
         ("6 replays past the rate limit", attacks.replays),
         ("7 expensive read (30 x changes(first: 100) with entries)", attacks.read_cost),
         ("7 wide read (24 x entries(first: 100), all fields)", attacks.wide_page_read),
+        ("7 subscription over the cost limit", attacks.subscription_cost),
         ("8 CORS preflight, unlisted origin", attacks.cors),
         ("9 metrics label flood, no token", attacks.metrics_flood),
         ("10 second serve on the same SQLite", None),
