@@ -4,8 +4,8 @@ Two pages of it, two users, in Debian's Chromium (Playwright,
 ``tests/e2e/js/webclient.mjs``), edit one collaborative playlist at once by
 clicking — add a searched media, move up and down, remove — while one page's
 socket is cut halfway. Each must settle with nothing pending at the server's
-version, in the server's order, and show both users present and editing. Screenshots of the pages are in
-``test-artifacts/`` when it fails.
+version, in the server's order, and show both users present and editing.
+Screenshots of the pages are in ``test-artifacts/`` when it fails.
 """
 
 from __future__ import annotations
