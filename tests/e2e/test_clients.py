@@ -5,7 +5,8 @@ which ``scripts/test`` runs): graphql-codegen's ``typescript`` and
 ``typescript-operations`` type its operations and ``tsc --noEmit`` checks a
 client's code against them; relay-compiler compiles fragments using
 ``@connection``, ``@refetchable``, ``@appendNode`` and ``@deleteRecord``, and
-the operations it compiled run against the server; Apollo Client 4's
+the operations it compiled run against the server, in relay-runtime's store
+too; Apollo Client 4's
 ``InMemoryCache`` normalises entries and media and takes a mutation's payload
 into its cache; the README's JavaScript example runs on Node 20 as written.
 """
@@ -70,7 +71,7 @@ def relay_artifacts() -> dict[str, str]:
     generated = CLIENTS / "relay" / "__generated__"
     shutil.rmtree(generated, ignore_errors=True)
     run(str(BIN / "relay-compiler"))
-    return {p.name.removesuffix(".graphql.ts"): p.read_text() for p in generated.glob("*.ts")}
+    return {p.name.removesuffix(".graphql.js"): p.read_text() for p in generated.glob("*.js")}
 
 
 def operation_text(artifact: str) -> str:
@@ -131,6 +132,23 @@ def test_relay_operations_run_and_delete_record_gets_the_ids_relay_stored(
         mutate(api, "removeEntries", playlistId=pid, baseVersion=base, entryIds=ids[:2])
     )
     assert (partly["removedEntryIds"], partly["skippedEntryIds"]) == ([ids[1]], [ids[0]])
+
+
+def test_relay_runtime_appends_and_deletes_records_in_its_store(
+    relay: dict[str, str], server: ChorusServer, api: Api
+) -> None:
+    pid = create_playlist(api, title="Relay store")
+    ids = [e["id"] for e in add(api, pid, [track(n) for n in (1, 2, 3)], 0)["entries"]]
+    out = run(node(), "relay/store.mjs", server.url, api.token("alice"), pid)
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    assert result["before"] == ids
+    (new,) = result["added"]
+    assert result["afterAdd"] == [*ids, new]
+    assert result["removedEntryIds"] == [ids[0], new]
+    assert result["afterRemove"] == ids[1:]
+    assert result["records"] == {ids[0]: None, new: None}
+    # Media are Relay records too, keyed by their catalog id.
+    assert result["media"] == "Media"
 
 
 def test_apollo_normalises_entries_and_media_and_takes_a_mutation_payload(

@@ -1,8 +1,9 @@
 // Relay documents a playlist view needs, compiled by relay-compiler against
 // the committed schema (npm run relay; tests/e2e/test_clients.py runs it).
-// relay-compiler only reads the graphql`` literals; an app would import
-// `graphql` from react-relay and hand these to its hooks.
-declare function graphql(text: TemplateStringsArray): unknown;
+// relay-compiler only reads the graphql`` literals: an app would import
+// `graphql` from react-relay (babel-plugin-relay swaps each literal for its
+// artifact); relay/store.mjs imports the artifacts in __generated__ itself.
+// This file is never run.
 
 // A page of entries as a Relay connection: usePaginationFragment refetches it
 // through Query.node (Playlist implements Node) with `count` and `cursor`.
@@ -56,6 +57,7 @@ export const addMutation = graphql`
       version
       replayed
       entries @appendNode(connections: $connections, edgeTypeName: "PlaylistEntryEdge") {
+        id
         ...PlaylistView_entry
       }
       userErrors {
