@@ -30,7 +30,7 @@ MUTATIONS = (
 _EXTRA = {
     "addEntries": f"entries {{ {ENTRY} }}",
     "moveEntries": f"entries {{ {ENTRY} }} skippedEntryIds",
-    "removeEntries": "skippedEntryIds",
+    "removeEntries": "skippedEntryIds removedEntryIds",
 }
 
 PAGE_INFO = "pageInfo { hasNextPage hasPreviousPage startCursor endCursor }"

@@ -166,6 +166,7 @@ def _combined(decisions: Sequence[Decision]) -> Decision:
         rebased=last.outcome.rebased,
         entries=tuple(e for d in decisions for e in d.outcome.entries),
         skipped_entry_ids=tuple(s for d in decisions for s in d.outcome.skipped_entry_ids),
+        removed_entry_ids=tuple(r for d in decisions for r in d.outcome.removed_entry_ids),
     )
     changes = tuple(c for d in decisions for c in d.changes)
     return Decision(last.playlist, changes, outcome)

@@ -46,7 +46,11 @@ async def stored(
     """
     row = (
         await conn.execute(
-            select(playlist_mutation.c.request_hash, playlist_mutation.c.result).where(
+            select(
+                playlist_mutation.c.request_hash,
+                playlist_mutation.c.result,
+                playlist_mutation.c.payload,
+            ).where(
                 playlist_mutation.c.actor_id == actor_id,
                 playlist_mutation.c.operation_id == operation_id,
             )
@@ -54,7 +58,7 @@ async def stored(
     ).first()
     if row is None:
         return None
-    return replay((row.request_hash, row.result), digest, operation_id)
+    return replay((row.request_hash, _result(row.result, row.payload)), digest, operation_id)
 
 
 async def stored_many(
@@ -67,13 +71,25 @@ async def stored_many(
             playlist_mutation.c.operation_id,
             playlist_mutation.c.request_hash,
             playlist_mutation.c.result,
+            playlist_mutation.c.payload,
         ).where(
             tuple_(playlist_mutation.c.actor_id, playlist_mutation.c.operation_id).in_(
                 list(dict.fromkeys(keys))
             )
         )
     )
-    return {(r.actor_id, r.operation_id): (r.request_hash, r.result) for r in rows}
+    return {
+        (r.actor_id, r.operation_id): (r.request_hash, _result(r.result, r.payload)) for r in rows
+    }
+
+
+def _result(result: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """A log row's stored result, completed from its changes when it was stored before
+    results kept ``removed_entry_ids`` (so a retry across the upgrade still names them)."""
+    if "removed_entry_ids" in result:
+        return result
+    removed = outcome_from_json(result, payload).removed_entry_ids
+    return {**result, "removed_entry_ids": list(removed)}
 
 
 def replay(record: Stored | None, digest: str, operation_id: str) -> Committed | None:

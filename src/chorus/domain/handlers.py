@@ -91,7 +91,9 @@ class Outcome:
     """What a committed command did; stored with it and returned again on a retry.
 
     ``entries`` are the entries as placed by an add or a move, in list order;
-    ``skipped_entry_ids`` the targets of a move or remove that were already gone.
+    ``skipped_entry_ids`` the targets of a move or remove that were already gone;
+    ``removed_entry_ids`` the entries this version made tombstones, in the
+    order of its changes (a remove's live targets, in the order given).
     """
 
     playlist_id: str
@@ -99,6 +101,7 @@ class Outcome:
     rebased: bool = False
     entries: tuple[Entry, ...] = ()
     skipped_entry_ids: tuple[str, ...] = ()
+    removed_entry_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +198,8 @@ async def decide(
     rebased = _check_base_version(command, current)
     changes, entries, skipped = await _handle(command, current, view, ctx)
     version = current.version + 1
-    outcome = Outcome(current.id, version, rebased, tuple(entries), tuple(skipped))
+    removed = tuple(e.entry_id for c in changes if isinstance(c, EntriesRemoved) for e in c.entries)
+    outcome = Outcome(current.id, version, rebased, tuple(entries), tuple(skipped), removed)
     return Decision(advance(current, changes, ctx.now), tuple(changes), outcome)
 
 

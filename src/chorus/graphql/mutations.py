@@ -46,6 +46,7 @@ from chorus.graphql.payloads import (
     UpdatePlaylistPayload,
     common_fields,
     placed_entries,
+    removed_ids,
     skipped_ids,
 )
 from chorus.graphql.presence_mutation import SetPresenceInput, SetPresencePayload
@@ -149,7 +150,11 @@ class Mutation:
                 input.strict,
             ),
         )
-        return RemoveEntriesPayload(**common_fields(result), skipped_entry_ids=skipped_ids(result))
+        return RemoveEntriesPayload(
+            **common_fields(result),
+            skipped_entry_ids=skipped_ids(result),
+            removed_entry_ids=removed_ids(result),
+        )
 
     @strawberry.mutation
     async def update_playlist(

@@ -100,6 +100,17 @@ def placed_entries(result: MutationResult) -> list[PlaylistEntry]:
     return [PlaylistEntry.from_record(outcome.playlist_id, e) for e in outcome.entries]
 
 
+def removed_ids(result: MutationResult) -> list[strawberry.ID]:
+    """Global IDs of the entries a committed remove made tombstones; none on an error."""
+    if result.committed is None:
+        return []
+    outcome = result.committed.outcome
+    return [
+        strawberry.ID(ids.entry_global_id(outcome.playlist_id, e))
+        for e in outcome.removed_entry_ids
+    ]
+
+
 def skipped_ids(result: MutationResult) -> list[strawberry.ID]:
     """Global IDs of the targets a committed move or remove skipped; none on an error."""
     if result.committed is None:
@@ -133,6 +144,11 @@ class MoveEntriesPayload(MutationPayload):
 class RemoveEntriesPayload(MutationPayload):
     skipped_entry_ids: list[strawberry.ID] = strawberry.field(
         description="Targets that were already removed."
+    )
+    removed_entry_ids: list[strawberry.ID] = strawberry.field(
+        description="Global IDs of the entries this commit removed, in the order given (the "
+        "targets minus skippedEntryIds); the same on a replay. Empty on an error. Relay's "
+        "`@deleteRecord` on this field drops them from the store."
     )
 
 
