@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 # CI runs every property test on the same examples, so a landing is never
 # decided by a random draw; developers' runs keep exploring new ones.
@@ -42,3 +43,31 @@ def clean_environ() -> Iterator[None]:
     for key in [k for k in os.environ if k.startswith("CHORUS_")]:
         del os.environ[key]
     os.environ.update(saved)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """An SDK tracer provider for this test only, its finished spans in memory.
+
+    The API lets a process set its provider once; like OpenTelemetry's own
+    test utilities, this resets the globals afterwards (and the tracer
+    :mod:`chorus.tracing` resolved through them), so other tests run untraced.
+    """
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.util._once import Once
+
+    from chorus import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+        trace._TRACER_PROVIDER = None
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        tracing.tracer._real_tracer = None  # type: ignore[attr-defined]

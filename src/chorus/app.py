@@ -23,8 +23,10 @@ assets, :mod:`chorus.graphql.ide`), ``/web/`` (the reference web client),
 when that is set).
 
 Middleware, outermost first: the request id (every response carries it),
-CORS (``CHORUS_CORS_ORIGINS``, the same list the WebSocket handshake checks),
-the body size limit.
+OpenTelemetry's server span (only when tracing is on: ``CHORUS_OTLP_ENDPOINT``,
+docs/observability.md), the JSON access line (only with
+``CHORUS_LOG_FORMAT=json``), CORS (``CHORUS_CORS_ORIGINS``, the same list the
+WebSocket handshake checks), the body size limit.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -42,7 +45,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from chorus import bootstrap, health
+from chorus import bootstrap, health, tracing
 from chorus.graphql import ide
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
@@ -51,7 +54,7 @@ from chorus.graphql.view import ChorusGraphQL
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER
-from chorus.middleware import BodySizeLimit, RequestId
+from chorus.middleware import AccessLog, BodySizeLimit, HttpOnly, RequestId
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 
@@ -150,4 +153,20 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             expose_headers=[REQUEST_ID_HEADER],
             max_age=settings.cors_max_age_s,
         )
+    if settings.log_format == "json":
+        asgi = AccessLog(asgi)
+    if settings.otlp_endpoint is not None or tracing.enabled():
+        traced = OpenTelemetryMiddleware(
+            asgi,
+            # Spans per ASGI send/receive would double a read's spans for nothing.
+            exclude_spans=["receive", "send"],
+            excluded_urls=UNTRACED_PATHS,
+        )
+        asgi = HttpOnly(traced, asgi)
     return RequestId(asgi)
+
+
+UNTRACED_PATHS = r"/healthz$,/readyz$,/metrics$,/graphiql/,/web(/|$)"
+"""URL patterns no span is made for (probes and scrapes every few seconds, static files).
+
+OpenTelemetry's ``excluded_urls``: comma-separated regular expressions searched in the URL."""

@@ -10,6 +10,8 @@ start what runs in the background and stop it (for certain, with
   (full profile) and the in-process relay (embedded profile) or the workers
   (``--with-workers``), plus the readiness checks.
 * :func:`opened_database` and :func:`store` — what the other CLI commands need.
+* :func:`traced` — the OpenTelemetry tracer provider and its OTLP exporter,
+  when ``CHORUS_OTLP_ENDPOINT`` is set (:mod:`chorus.tracing`).
 
 The event path of each profile — the commit hooks, the buses and relays, and
 the full profile's workers (:func:`chorus.wiring.running_workers`, for
@@ -21,12 +23,19 @@ parts connect.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from chorus import health, wiring
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from chorus import __version__, health, tracing, wiring
 from chorus.auth import ClaimRules, TokenVerifier, load_or_create_secret
 from chorus.caches.heads import Heads, LocalHeads, SharedHeads
 from chorus.caches.reader import SnapshotCache
@@ -142,6 +151,46 @@ def heads(snapshots: SnapshotCache | None) -> Heads:
     return SharedHeads(snapshots) if snapshots is not None else LocalHeads()
 
 
+SERVICE_NAME = "chorus"
+"""The ``service.name`` of every Chorus process's spans; ``chorus.role`` tells them apart."""
+
+
+@contextmanager
+def traced(settings: Settings, role: str) -> Iterator[TracerProvider | None]:
+    """Install the tracer provider exporting to ``CHORUS_OTLP_ENDPOINT`` for this block.
+
+    Spans are batched (:class:`BatchSpanProcessor`: a background thread sends
+    them every 5 s or 512 spans) as OTLP/HTTP protobuf to
+    ``<endpoint>/v1/traces``; the block's end flushes and shuts it down.
+    The resource: ``service.name`` ``chorus``, ``service.version``,
+    ``chorus.role`` (``api``, ``relay``, ``fanout`` …) and the process id.
+
+    Yields:
+        The provider; ``None`` when no endpoint is set, or a provider is
+        installed already (a test's, or the API's for ``--with-workers``),
+        and then nothing is installed: spans stay no-ops, or go where they went.
+    """
+    url = settings.otlp_traces_url
+    if url is None or tracing.enabled():
+        yield None
+        return
+    resource = Resource.create(
+        {
+            "service.name": SERVICE_NAME,
+            "service.version": __version__,
+            "chorus.role": role,
+            "process.pid": os.getpid(),
+        }
+    )
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
+    trace.set_tracer_provider(provider)
+    try:
+        yield provider
+    finally:
+        provider.shutdown()  # sends what is still batched
+
+
 @dataclass(frozen=True, slots=True)
 class Api:
     """What an API process runs on.
@@ -176,6 +225,7 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
     checks = [health.database_check(db)]
     try:
         async with contextlib.AsyncExitStack() as stack:
+            stack.enter_context(traced(settings, "api"))
             answers = response_cache(settings)
             versions: Heads | None
             if settings.full_profile:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chorus.logs import REQUEST_ID, REQUEST_ID_HEADER, request_id_from
+from chorus.logs import (
+    ACCESS,
+    ACCESS_LOGGER,
+    REQUEST_ID,
+    REQUEST_ID_HEADER,
+    Access,
+    request_id_from,
+)
+
+access_log = logging.getLogger(ACCESS_LOGGER)
 
 
 class _AsciiJSONResponse(JSONResponse):
@@ -103,3 +114,72 @@ class RequestId:
             await self.app(scope, receive, send_with_id)
         finally:
             REQUEST_ID.reset(token)
+
+
+class AccessLog:
+    """One ``chorus.access`` line per HTTP request once answered (``CHORUS_LOG_FORMAT=json``).
+
+    The line's ``access`` fields: ``method``, ``path``, ``status`` (``0``:
+    the client left before an answer), ``duration_ms`` (float, from the
+    request's arrival to the end of its answer), ``user`` and ``operation``
+    (noted by the GraphQL view, :func:`chorus.logs.note_access`; ``null``
+    elsewhere). WebSocket connections get none: their operations are
+    traced, and counted in ``/metrics``.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+        access = Access()
+
+        async def send_noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        token = ACCESS.set(access)
+        try:
+            await self.app(scope, receive, send_noting_status)
+        finally:
+            ACCESS.reset(token)
+            duration_ms = round((time.perf_counter() - started) * 1000, 3)
+            fields = {
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": status,
+                "duration_ms": duration_ms,
+                "user": access.user,
+                "operation": access.operation,
+            }
+            access_log.info(
+                "%s %s %d %.1fms",
+                fields["method"],
+                fields["path"],
+                status,
+                duration_ms,
+                # The id itself: a handler may format the line after the reset.
+                extra={"access": fields, "request_id": REQUEST_ID.get() or "-"},
+            )
+
+
+class HttpOnly:
+    """HTTP requests through ``http``, everything else (WebSockets, the lifespan) to ``other``.
+
+    Keeps OpenTelemetry's server span off WebSocket connections: one span
+    would last as long as the socket (hours) and be the parent of every
+    read its subscriptions make.
+    """
+
+    def __init__(self, http: ASGIApp, other: ASGIApp) -> None:
+        self.http = http
+        self.other = self.app = other  # ``app``: what every other middleware here calls it
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await (self.http if scope["type"] == "http" else self.other)(scope, receive, send)

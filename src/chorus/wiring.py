@@ -219,10 +219,12 @@ class HeadRaisingPublisher(BusPublisher):
         super().__init__(bus)
         self._heads = heads
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
         for event in events:
             self._heads.committed(event["playlist_id"], event["version"])
-        await super().publish_batch(events)
+        await super().publish_batch(events, traceparents=traceparents)
 
 
 @asynccontextmanager

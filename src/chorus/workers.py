@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from chorus import bootstrap, health, wiring
+from chorus.db.engine import Database
 from chorus.settings import Settings
 
 log = logging.getLogger("chorus.workers")
@@ -82,26 +83,38 @@ async def run_until_stopped(
         loop.add_signal_handler(signum, stop.set)
     db = bootstrap.database(settings)
     try:
-        async with wiring.running_workers(settings, names, db) as workers:
-            stopped = asyncio.create_task(stop.wait())
-            waits = {stopped, *workers.tasks}
-            server = serving = None
-            if listener is not None:
-                app = probe_app(names, workers.checks, settings.metrics_token)
-                server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
-                # While it serves, uvicorn holds SIGINT and SIGTERM: it stops
-                # on one, then hands it on to the handlers above.
-                serving = asyncio.create_task(server.serve([listener]), name="worker-probes")
-                waits.add(serving)
-            log.info("running %s", ", ".join(names))
-            finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if server is not None and serving is not None:
-                server.should_exit = True
-                await serving
-            for task in finished.intersection(workers.tasks):
-                task.result()  # workers retry every failure: one that ended, crashed
+        with bootstrap.traced(settings, "+".join(names)):
+            await _run(settings, names, db, stop, listener)
     finally:
         if listener is not None:
             listener.close()
         await db.dispose()
+
+
+async def _run(
+    settings: Settings,
+    names: Sequence[str],
+    db: Database,
+    stop: asyncio.Event,
+    listener: socket.socket | None,
+) -> None:
+    """Run the workers and their probe endpoint until ``stop`` is set or one crashes."""
+    async with wiring.running_workers(settings, names, db) as workers:
+        stopped = asyncio.create_task(stop.wait())
+        waits = {stopped, *workers.tasks}
+        server = serving = None
+        if listener is not None:
+            app = probe_app(names, workers.checks, settings.metrics_token)
+            server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning"))
+            # While it serves, uvicorn holds SIGINT and SIGTERM: it stops
+            # on one, then hands it on to the handlers above.
+            serving = asyncio.create_task(server.serve([listener]), name="worker-probes")
+            waits.add(serving)
+        log.info("running %s", ", ".join(names))
+        finished, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if server is not None and serving is not None:
+            server.should_exit = True
+            await serving
+        for task in finished.intersection(workers.tasks):
+            task.result()  # workers retry every failure: one that ended, crashed

@@ -200,8 +200,10 @@ class _DiesOnceBeforeStamp:
         self.publisher = publisher
         self.died = False
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
-        await self.publisher.publish_batch(events)
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
+        await self.publisher.publish_batch(events, traceparents=traceparents)
         if not self.died:
             self.died = True
             raise _KilledAfterProduce

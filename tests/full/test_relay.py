@@ -102,8 +102,10 @@ class _DiesBeforeStamp:
     def __init__(self, publisher: KafkaPublisher) -> None:
         self.publisher = publisher
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
-        await self.publisher.publish_batch(events)
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
+        await self.publisher.publish_batch(events, traceparents=traceparents)
         raise _KilledAfterProduce
 
 

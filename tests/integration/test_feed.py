@@ -41,7 +41,9 @@ PULL = FeedLimits(push_max_followers=1)
 
 
 class Nowhere:
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
         return None
 
 

@@ -67,6 +67,9 @@ BUILT_BY_THE_ROOT = {
     "Presence",
     "LocalPresenceStore",
     "RedisPresenceStore",
+    "TracerProvider",
+    "OTLPSpanExporter",
+    "BatchSpanProcessor",
 }
 
 

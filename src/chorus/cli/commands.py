@@ -68,6 +68,7 @@ def serve(args: argparse.Namespace) -> int:
             create_app(settings, with_workers=args.with_workers),
             listener,
             log_level=args.log_level,
+            log_format=settings.log_format,
             ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages
             **transport_options(settings),
         )
@@ -83,14 +84,19 @@ def serve(args: argparse.Namespace) -> int:
 
 def worker(args: argparse.Namespace) -> int:
     import logging
+    import logging.config
 
+    from chorus.logs import log_config
     from chorus.workers import run_until_stopped
 
     settings = load_settings()
     require_full_profile(settings, f"chorus {args.command}")
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if settings.log_format == "json":
+        logging.config.dictConfig(log_config(args.log_level, "json"))
+    else:
+        logging.basicConfig(
+            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
     listener = listen(settings.host, args.port) if args.port is not None else None
     stop_cleanly_on_signals()  # until run_until_stopped takes the signals over
     if args.command != "fanout":  # the only worker that never touches SQL

@@ -194,11 +194,13 @@ def transport_options(settings: Settings) -> dict[str, Any]:
     return {"http": protocol_class(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
 
 
-def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: Any) -> int:
+def run_server(
+    app: Any, listener: socket.socket, *, log_level: str, log_format: str = "text", **options: Any
+) -> int:
     """Serve ``app`` with uvicorn on ``listener`` until stopped.
 
-    Logs go to stderr in :data:`chorus.logs.LOG_FORMAT` (with the request id)
-    at ``log_level`` and above.
+    Logs go to stderr in :data:`chorus.logs.LOG_FORMAT` (with the request id),
+    or as JSON lines when ``log_format`` is ``"json"``, at ``log_level`` and above.
 
     Returns:
         0 after a clean shutdown, 3 (uvicorn's code) when the app failed to start.
@@ -209,7 +211,11 @@ def run_server(app: Any, listener: socket.socket, *, log_level: str, **options: 
     from chorus.logs import log_config
 
     config = uvicorn.Config(
-        app, lifespan="on", log_level=log_level, log_config=log_config(log_level), **options
+        app,
+        lifespan="on",
+        log_level=log_level,
+        log_config=log_config(log_level, log_format),
+        **options,
     )
     server = uvicorn.Server(config)
     # What was imported and built so far lives as long as the process: keep

@@ -77,7 +77,7 @@ async def _one_by_one(state: GroupState, queued: QueuedBatch) -> list[Committed 
             answer = error
         else:
             digest = request_hash(command)
-            waiting = QueuedCommand(command, queued.actor_id, digest)
+            waiting = QueuedCommand(command, queued.actor_id, digest, queued.traceparent)
             answer = await state.one(waiting, queued.refused.get(i))
             if isinstance(answer, DomainError):
                 answer = _located(answer, i, op)

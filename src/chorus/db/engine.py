@@ -36,13 +36,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opentelemetry.trace import Span, SpanKind, get_current_span
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from chorus.tracing import tracer
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_QUEUE_TIMEOUT_S = 60.0
@@ -165,7 +168,7 @@ class Database:
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        with _unavailable_as_error():
+        with self._span("write"), _unavailable_as_error():
             async with self.write_engine.begin() as conn:
                 yield conn
 
@@ -176,7 +179,7 @@ class Database:
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        with _unavailable_as_error():
+        with self._span("read"), _unavailable_as_error():
             async with self.read_engine.connect() as conn:
                 if self.is_postgres:
                     await conn.execution_options(
@@ -184,6 +187,20 @@ class Database:
                     )
                 async with conn.begin():
                     yield conn
+
+    def _span(self, kind: str) -> AbstractContextManager[Span | None]:
+        """A client span per transaction (``db.read`` / ``db.write``) inside a recorded span.
+
+        Spans per transaction, not per statement: one page read is a few
+        statements, and their spans would cost more than they tell. None
+        outside a trace: the relay's and the commit watch's polls would be a
+        new trace every half second.
+        """
+        if not get_current_span().is_recording():
+            return nullcontext()
+        return tracer.start_as_current_span(
+            f"db.{kind}", kind=SpanKind.CLIENT, attributes={"db.system": self.dialect}
+        )
 
     async def dispose(self) -> None:
         await self.write_engine.dispose()

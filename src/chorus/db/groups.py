@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry.context import Context as TraceContext
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -40,6 +41,7 @@ from chorus.domain.commands import RevertPlaylist
 from chorus.domain.errors import DomainError
 from chorus.domain.handlers import Context, Decision, Outcome, decide
 from chorus.domain.model import Playlist, Role
+from chorus.tracing import links_to, tracer
 
 __all__ = ["GroupCommit", "GroupState", "QueuedBatch", "QueuedCommand"]
 
@@ -114,6 +116,7 @@ class GroupState:
             actor_id=c.actor_id,
             request_hash=c.digest,
             group=self.pending,
+            trace_context=c.traceparent,
         )
         self.forget_roles(decision)
         return decision
@@ -150,7 +153,15 @@ class GroupCommit:
     ) -> list[Answer | BaseException]:
         """One answer per item of ``group``, in order; never raises."""
         try:
-            return await finish_even_if_cancelled(self._group(playlist_id, group))
+            # The owner's task outlives the request that started it: each group
+            # is its own trace, linked to every request it commits.
+            with tracer.start_as_current_span(
+                "db.group_commit",
+                context=TraceContext(),
+                links=links_to(c.traceparent for c in group),
+                attributes={"chorus.group.size": len(group), "chorus.playlist.id": playlist_id},
+            ):
+                return await finish_even_if_cancelled(self._group(playlist_id, group))
         except DatabaseUnavailable as error:
             return [error] * len(group)
         except Exception as error:

@@ -33,6 +33,8 @@ class OutboxRow:
     playlist_id: str
     version: int
     payload: PlaylistEvent
+    trace_context: str | None = None
+    """The committing request's ``traceparent`` (:mod:`chorus.tracing`); ``None``: untraced."""
 
 
 async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
@@ -43,7 +45,13 @@ async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
     another relay holds are skipped, and at most ``limit`` are locked.
     """
     query = (
-        select(outbox.c.event_id, outbox.c.playlist_id, outbox.c.version, outbox.c.payload)
+        select(
+            outbox.c.event_id,
+            outbox.c.playlist_id,
+            outbox.c.version,
+            outbox.c.payload,
+            outbox.c.trace_context,
+        )
         .where(outbox.c.published_at.is_(None))
         .order_by(outbox.c.event_id)
         .limit(limit)
@@ -67,7 +75,9 @@ async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
             return []
         query = query.where(outbox.c.playlist_id.in_(playlists)).with_for_update(skip_locked=True)
     rows = await conn.execute(query)
-    return [OutboxRow(r.event_id, r.playlist_id, r.version, r.payload) for r in rows]
+    return [
+        OutboxRow(r.event_id, r.playlist_id, r.version, r.payload, r.trace_context) for r in rows
+    ]
 
 
 async def stamp(conn: AsyncConnection, event_ids: list[int], now: datetime) -> None:

@@ -14,6 +14,7 @@ from chorus.db.idempotency import Committed
 from chorus.domain.batch import Batch
 from chorus.domain.commands import PlaylistCommand
 from chorus.domain.errors import DomainError
+from chorus.tracing import current_traceparent
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,8 @@ class QueuedCommand:
     command: PlaylistCommand
     actor_id: str
     digest: str
+    traceparent: str | None = field(default_factory=current_traceparent)
+    """The submitting request's trace context: the owner's task is not the request's."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -42,6 +45,8 @@ class QueuedBatch:
     batch: Batch
     actor_id: str
     refused: Mapping[int, DomainError] = field(default_factory=dict)
+    traceparent: str | None = field(default_factory=current_traceparent)
+    """The submitting request's trace context (:class:`QueuedCommand`'s)."""
 
     @property
     def keys(self) -> list[tuple[str, str]]:

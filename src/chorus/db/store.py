@@ -63,6 +63,7 @@ from chorus.domain.handlers import (
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
+from chorus.tracing import current_traceparent
 
 # Committed is the idempotency module's; its callers take it from here, with the store.
 __all__ = ["BatchAnswer", "Committed", "PlaylistStore"]
@@ -320,5 +321,10 @@ class PlaylistStore:
         self, conn: AsyncConnection, decision: Decision, operation_id: str, actor: str, digest: str
     ) -> None:
         await writer.write_decision(
-            conn, decision, operation_id=operation_id, actor_id=actor, request_hash=digest
+            conn,
+            decision,
+            operation_id=operation_id,
+            actor_id=actor,
+            request_hash=digest,
+            trace_context=current_traceparent(),
         )

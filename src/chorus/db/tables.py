@@ -207,6 +207,8 @@ outbox = Table(
     Column("payload", JSON_DOCUMENT, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("published_at", UTCDateTime),
+    # The committing request's W3C traceparent (chorus.tracing); NULL when untraced.
+    Column("trace_context", String(64)),
 )
 Index(
     "ix_outbox_unpublished",

@@ -133,10 +133,12 @@ async def write_decision(
     actor_id: str,
     request_hash: str,
     group: list[Record] | None = None,
+    trace_context: str | None = None,
 ) -> None:
     """Apply ``decision`` and append its log row and outbox event.
 
     Args:
+        trace_context: the committing request's ``traceparent`` (:func:`record`).
         group: in a group commit, the group's records so far: the entry and
             member rows are written now (the next command reads them), the
             log row and outbox event are appended to ``group`` and the header
@@ -148,7 +150,13 @@ async def write_decision(
             concurrently by the same actor (the caller replays it).
     """
     await write_changes(conn, decision)
-    done = record(decision, operation_id=operation_id, actor_id=actor_id, request_hash=request_hash)
+    done = record(
+        decision,
+        operation_id=operation_id,
+        actor_id=actor_id,
+        request_hash=request_hash,
+        trace_context=trace_context,
+    )
     if group is not None:
         group.append(done)
         return
@@ -214,8 +222,19 @@ async def write_header(conn: AsyncConnection, p: Playlist) -> None:
     await conn.execute(update(playlist).where(playlist.c.id == p.id).values(_header_values(p)))
 
 
-def record(decision: Decision, *, operation_id: str, actor_id: str, request_hash: str) -> Record:
-    """The log row and outbox event of ``decision``; the changes are encoded once for both."""
+def record(
+    decision: Decision,
+    *,
+    operation_id: str,
+    actor_id: str,
+    request_hash: str,
+    trace_context: str | None = None,
+) -> Record:
+    """The log row and outbox event of ``decision``; the changes are encoded once for both.
+
+    ``trace_context``: the committing request's ``traceparent`` (:mod:`chorus.tracing`),
+    kept with the outbox event; ``None`` when it was not traced.
+    """
     p = decision.playlist
     now = p.updated_at
     wires = [encode_change(c) for c in decision.changes]
@@ -239,7 +258,13 @@ def record(decision: Decision, *, operation_id: str, actor_id: str, request_hash
         "committed_at": now.isoformat(),
         "changes": wires,
     }
-    row = {"playlist_id": p.id, "version": p.version, "payload": event, "created_at": now}
+    row = {
+        "playlist_id": p.id,
+        "version": p.version,
+        "payload": event,
+        "created_at": now,
+        "trace_context": trace_context,  # the relay's and consumers' spans link to it
+    }
     return Record(log, row, p)
 
 

@@ -16,8 +16,7 @@ Failures:
   partitions still owned) are handed again, in order, with
   :class:`~chorus.resilience.backoff.Backoff`, until it returns. Meanwhile the
   lag gauge goes on counting them.
-* Records that are not events are logged, counted in :attr:`ConsumerRunner.skipped`
-  and committed (never retried).
+* Records that are not events are logged, counted in ``skipped``, committed (never retried).
 * Kafka errors: aiokafka retries by itself; if the consumer fails anyway it
   is closed and a new one joins the group after a backoff.
 * A broker that lost its log. Tansu keeps it in memory: after a restart the
@@ -66,12 +65,12 @@ from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic
 from chorus.events.wire import decode_event
 from chorus.metrics import CONSUMER_LAG
 from chorus.resilience.backoff import Backoff
+from chorus.tracing import header_value
 
 log = logging.getLogger("chorus.consumer")
 
 COMMIT_TIMEOUT_S = 5.0
-"""How long a commit may take; aiokafka retries some broker errors without end
-(a restarted Tansu may answer UNKNOWN_TOPIC_OR_PARTITION for a while)."""
+"""How long a commit may take (aiokafka retries some of a restarted Tansu's errors forever)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +82,14 @@ class Record:
         offset: its offset there.
         value: the record's bytes (the event's JSON, :mod:`chorus.events.wire`).
         event: the decoded event.
+        traceparent: its ``traceparent`` header, the commit's trace (:mod:`chorus.tracing`).
     """
 
     partition: TopicPartition
     offset: int
     value: bytes
     event: PlaylistEvent
+    traceparent: bytes | None = None
 
 
 class Handler(Protocol):
@@ -223,7 +224,8 @@ class ConsumerRunner:
                     record.offset,
                 )
             else:
-                records.append(Record(tp, record.offset, record.value, event))
+                traceparent = header_value(record.headers)
+                records.append(Record(tp, record.offset, record.value, event, traceparent))
         return records
 
     async def _handle(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -33,6 +34,7 @@ from chorus.events.consumer import ConsumerRunner, Record
 from chorus.events.kafka import KafkaConfig
 from chorus.events.wire import FANOUT_GROUP, events_channel, fanout_version_key
 from chorus.metrics import FANOUT_DUPLICATES, FANOUT_PUBLISHED
+from chorus.tracing import links_to, tracer
 
 PUBLISH_IF_NEWER = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '-1') or -1
@@ -109,6 +111,15 @@ class Fanout:
             redis.RedisError: some, all or none of them ran; running them
                 again is safe (the script drops what already went out).
         """
+        with tracer.start_as_current_span(
+            "fanout publish",
+            kind=SpanKind.CONSUMER,
+            links=links_to(r.traceparent for r in records),
+            attributes={"messaging.batch.message_count": len(records)},
+        ):
+            await self._publish(records)
+
+    async def _publish(self, records: Sequence[Record]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             for r in records:
                 playlist_id = r.event["playlist_id"]

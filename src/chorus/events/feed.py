@@ -90,9 +90,11 @@ class FeedingPublisher:
         self._inner = inner
         self._sink = sink
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
         await self._sink.write(events)
-        await self._inner.publish_batch(events)
+        await self._inner.publish_batch(events, traceparents=traceparents)
 
 
 class FeedConsumer:

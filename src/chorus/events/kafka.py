@@ -32,6 +32,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.wire import DEFAULT_TOPIC, encode_event
+from chorus.tracing import TRACEPARENT
 
 log = logging.getLogger("chorus.kafka")
 
@@ -124,8 +125,14 @@ class KafkaPublisher:
             self._producer = producer
         return self._producer
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
         """Produce ``events`` in order and wait until the broker acknowledged all.
+
+        Each record carries its event's ``traceparent`` (``traceparents[i]``,
+        when given and not ``None``) as a record header of that name, so the
+        consumers' spans link to the commit's trace (:mod:`chorus.tracing`).
 
         The topic must exist before and after: a broker that restarted empty
         (Tansu keeps its log in memory) acknowledges records produced to the
@@ -142,13 +149,15 @@ class KafkaPublisher:
         producer = await self._connected()
         try:
             await self._check_topic(producer)
+            contexts = list(traceparents) or [None] * len(events)
             sent = [
                 await producer.send(
                     self._config.topic,
                     key=event["playlist_id"].encode(),
                     value=encode_event(event),
+                    headers=[(TRACEPARENT, context.encode())] if context else None,
                 )
-                for event in events
+                for event, context in zip(events, contexts, strict=True)
             ]
             await asyncio.gather(*sent)
             await self._check_topic(producer)

@@ -23,12 +23,14 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from aiokafka.errors import KafkaError
+from opentelemetry.trace import SpanKind
 
 from chorus.db import outbox
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
 from chorus.metrics import OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE, RELAY_ERRORS, RELAY_PUBLISHED
 from chorus.resilience.backoff import Backoff
+from chorus.tracing import links_to, tracer
 
 log = logging.getLogger("chorus.relay")
 
@@ -40,8 +42,14 @@ class Publisher(Protocol):
     """Where the relay sends events: Kafka (:class:`~chorus.events.kafka.KafkaPublisher`)
     or an in-process bus (:class:`~chorus.subscriptions.bus.BusPublisher`)."""
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
         """Publish ``events`` in order; return only when all were taken.
+
+        ``traceparents``: the trace context each event was committed in
+        (:mod:`chorus.tracing`; ``None`` for an untraced commit, empty when
+        none is known), for publishers that carry it on.
 
         Raises:
             Exception: any failure; the batch stays unpublished and is retried.
@@ -94,7 +102,7 @@ class OutboxRelay:
             async with self._db.write() as conn:
                 rows = await outbox.claim(conn, self._batch_size)
                 if rows:
-                    await self._publisher.publish_batch([row.payload for row in rows])
+                    await self._publish(rows)
                     await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
         else:
             # SQLite has one writer: publishing inside its transaction would
@@ -102,12 +110,25 @@ class OutboxRelay:
             async with self._db.read() as conn:
                 rows = await outbox.claim(conn, self._batch_size)
             if rows:
-                await self._publisher.publish_batch([row.payload for row in rows])
+                await self._publish(rows)
                 async with self._db.write() as conn:
                     await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
         self.published += len(rows)
         RELAY_PUBLISHED.inc(len(rows))
         return len(rows)
+
+    async def _publish(self, rows: Sequence[outbox.OutboxRow]) -> None:
+        """One ``outbox publish`` span, linked to each commit's trace, around the publisher."""
+        contexts = [row.trace_context for row in rows]
+        with tracer.start_as_current_span(
+            "outbox publish",
+            kind=SpanKind.PRODUCER,
+            links=links_to(contexts),
+            attributes={"messaging.batch.message_count": len(rows)},
+        ):
+            await self._publisher.publish_batch(
+                [row.payload for row in rows], traceparents=contexts
+            )
 
     async def report_backlog(self) -> None:
         """Set the outbox gauges (backlog, oldest unpublished age); never raises.

@@ -7,8 +7,10 @@ pub/sub channel and dedupe mark of a playlist (the snapshot keys are
 ``v1`` in the name instead of editing in place.
 
 Kafka record: key ``playlist_id`` (UTF-8), value the
-:class:`~chorus.domain.changes.PlaylistEvent` as compact JSON (UTF-8). The
-same JSON is the payload of the Redis ``PUBLISH``.
+:class:`~chorus.domain.changes.PlaylistEvent` as compact JSON (UTF-8), and,
+when the commit was traced, a ``traceparent`` header (W3C, ASCII;
+:mod:`chorus.tracing`). The same JSON is the payload of the Redis ``PUBLISH``
+(which carries no trace context).
 """
 
 from __future__ import annotations

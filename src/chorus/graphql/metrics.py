@@ -25,9 +25,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from graphql import GraphQLError
+from opentelemetry.trace import Span
+from starlette.requests import Request
+from starlette.responses import Response
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
+from chorus.logs import note_access
 from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import Unauthenticated
@@ -132,6 +136,7 @@ class OperationMetrics(SchemaExtension):
         if isinstance(context, RequestContext):
             # The HTTP view caches and tags only query answers (graphql/caching.py).
             context.operation_type = self._operation_type()
+            context.operation_name = self.execution_context.operation_name
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
             SUBSCRIPTIONS.labels(self._label()).inc()
         yield
@@ -170,3 +175,35 @@ __all__ = [
     "OperationMetrics",
     "OperationNames",
 ]
+
+
+MAX_SPAN_NAME = 100
+"""The longest operation name put on a span (characters; clients choose names)."""
+
+
+def describe_operation(span: Span, request: Request, response: Response) -> None:
+    """Note an HTTP operation for its access line and name its span ``<type> <name>``.
+
+    The name is the executed operation's (sent, or the document's only one),
+    else the one sent (an answer from the response cache, a refused request),
+    at most :data:`MAX_SPAN_NAME` characters on the span. The span gets
+    OpenTelemetry's ``graphql.operation.name`` and ``graphql.operation.type``
+    (``query``, ``mutation``; missing when the request never reached an
+    operation) and the response's status.
+    """
+    sent, identity = getattr(request.state, "chorus_operation", (None, None))
+    context: RequestContext | None = getattr(request.state, "chorus_context", None)
+    name = (context.operation_name if context is not None else None) or sent
+    note_access(identity.user_id if identity is not None else None, name)
+    if not span.is_recording():
+        return
+    kind = context.operation_type if context is not None else None
+    if kind is None and response.status_code in (200, 304) and sent is not None:
+        kind = "query"  # answered from the response cache, which keeps only queries
+    name = (name or "")[:MAX_SPAN_NAME]
+    span.update_name(" ".join(part for part in (kind or "graphql", name) if part))
+    if name:
+        span.set_attribute("graphql.operation.name", name)
+    if kind is not None:
+        span.set_attribute("graphql.operation.type", kind)
+    span.set_attribute("http.response.status_code", response.status_code)

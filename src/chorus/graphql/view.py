@@ -49,7 +49,7 @@ from chorus.graphql import ide, negotiation
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
-from chorus.graphql.metrics import OperationNames
+from chorus.graphql.metrics import OperationNames, describe_operation
 from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
@@ -60,6 +60,7 @@ from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
 from chorus.resolvers import responses
 from chorus.resolvers.context import RequestContext, Services
+from chorus.tracing import tracer
 
 OFF_LOOP_BYTES = 2048
 """Bodies larger than this are decoded, and their document parsed, in a worker thread.
@@ -235,12 +236,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             message = f"answers are {negotiation.GRAPHQL_RESPONSE} or {negotiation.JSON}"
             await error_response(406, message, "BAD_REQUEST")(scope, receive, send)
             return
-        try:
-            response = await self._answer(request)
-        except HTTPException as error:
-            response = error_response(error.status_code, error.reason, "BAD_REQUEST")
-        except PersistedQueryError as error:
-            response = error_response(error.status, error.message, error.code)
+        # One span per operation, not per field: resolver spans would cost more
+        # than the hot read itself (docs/observability.md).
+        with tracer.start_as_current_span("graphql") as span:
+            try:
+                response = await self._answer(request)
+            except HTTPException as error:
+                response = error_response(error.status_code, error.reason, "BAD_REQUEST")
+            except PersistedQueryError as error:
+                response = error_response(error.status, error.message, error.code)
+            describe_operation(span, request, response)
         if media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
             response = negotiation.as_graphql_response(response)
         await response(scope, receive, send)
@@ -275,6 +280,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         # Learned names come from OperationMetrics, once an operation passed validation.
         label = self._operation_names.label(operation.operation_name)
         identity, _ = await self.identify(request.headers.get("authorization"))
+        request.state.chorus_operation = operation.operation_name, identity
         if identity is None or not responses.enabled(services):
             return await self._execute(request, services, None, label)
         asked = responses.AnswerRequest.of(

@@ -168,6 +168,8 @@ class RequestContext:
     """When the WebSocket's token expires; later operations are refused."""
     operation_type: str | None = None
     """``query``, ``mutation`` or ``subscription`` once execution began (set by the schema)."""
+    operation_name: str | None = None
+    """The executed operation's name (sent, or the document's only one; set with the type)."""
     query_cost: float = 0
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
     payload_reads_refused: bool = False

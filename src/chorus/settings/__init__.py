@@ -11,8 +11,10 @@ directory and its secrets, writes, retention), the full profile
 (:mod:`~chorus.settings.profile`: Kafka and Redis), the HTTP server
 (:mod:`~chorus.settings.server`: bind address, transport bounds, CORS,
 ``/metrics``), the API (:mod:`~chorus.settings.api`: request limits, the
-catalog, the response cache, the feed) and identity
-(:mod:`~chorus.settings.identity`: the JWKS URL and the claims tokens hold).
+catalog, the response cache, the feed), identity
+(:mod:`~chorus.settings.identity`: the JWKS URL and the claims tokens hold)
+and observability (:mod:`~chorus.settings.observability`: the log format,
+the OTLP endpoint).
 A check of one value stays with its field; the checks across settings are :class:`Settings`' own.
 """
 
@@ -25,6 +27,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chorus.settings.api import ApiSettings
 from chorus.settings.identity import IdentitySettings
+from chorus.settings.observability import ObservabilitySettings
 from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
 from chorus.settings.server import OPERATION_NAME, ServerSettings
 from chorus.settings.storage import DEFAULT_DATABASE_URL, MAX_KEEP_DAYS, StorageSettings
@@ -43,7 +46,13 @@ __all__ = [
 
 
 class Settings(
-    IdentitySettings, ApiSettings, ServerSettings, ProfileSettings, StorageSettings, BaseSettings
+    IdentitySettings,
+    ApiSettings,
+    ServerSettings,
+    ProfileSettings,
+    StorageSettings,
+    ObservabilitySettings,
+    BaseSettings,
 ):
     """Chorus configuration; frozen once read."""
 

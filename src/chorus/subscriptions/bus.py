@@ -83,6 +83,9 @@ class BusPublisher:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
 
-    async def publish_batch(self, events: Sequence[PlaylistEvent]) -> None:
+    async def publish_batch(
+        self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
+    ) -> None:
+        """Publish ``events`` in order (no trace context on the bus: ``traceparents`` unused)."""
         for event in events:
             await self._bus.publish(event)

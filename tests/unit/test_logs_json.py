@@ -1,0 +1,74 @@
+"""The JSON log format and the observability settings, without a server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from chorus.logs import REQUEST_ID, JsonFormatter, RequestIdFilter, log_config
+from chorus.settings import Settings
+
+
+def _record(message: str, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("chorus.test", logging.WARNING, __file__, 1, message, (), None)
+    for key, value in extra.items():
+        setattr(record, key, value)
+    RequestIdFilter().filter(record)
+    return record
+
+
+def test_a_json_line_has_the_fields_and_escapes_what_utf8_cannot_carry() -> None:
+    token = REQUEST_ID.set("req-1")
+    try:
+        line = JsonFormatter().format(_record("bad name \ud800 é"))
+    finally:
+        REQUEST_ID.reset(token)
+    assert line.isascii()
+    parsed = json.loads(line)
+    assert parsed["message"] == "bad name \ud800 é"
+    assert parsed["level"] == "WARNING"
+    assert parsed["logger"] == "chorus.test"
+    assert parsed["request_id"] == "req-1"
+    assert parsed["time"].endswith("+00:00")
+    assert "trace_id" not in parsed  # no span: tracing is off
+
+
+def test_a_json_line_outside_a_request_has_a_null_request_id_and_the_traceback() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = _record("failed")
+        record.exc_info = sys.exc_info()
+    parsed = json.loads(JsonFormatter().format(record))
+    assert parsed["request_id"] is None
+    assert "ValueError: boom" in parsed["exception"]
+
+
+def test_json_logs_drop_uvicorns_access_line_and_text_keeps_it() -> None:
+    assert log_config("info", "json")["loggers"]["uvicorn.access"]["propagate"] is False
+    assert log_config("info")["loggers"]["uvicorn.access"]["propagate"] is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("log_format", "yaml"),
+        ("otlp_endpoint", "collector:4318"),
+        ("otlp_endpoint", "grpc://collector:4317"),
+        ("otlp_endpoint", "http://"),
+    ],
+)
+def test_bad_observability_settings_are_refused(field: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Settings(**{field: value})
+
+
+def test_the_otlp_endpoint_is_a_base_url_traces_go_under() -> None:
+    assert Settings().otlp_traces_url is None
+    settings = Settings(otlp_endpoint=" https://otel.example:4318/ ", log_format="JSON")
+    assert settings.otlp_traces_url == "https://otel.example:4318/v1/traces"
+    assert settings.log_format == "json"
