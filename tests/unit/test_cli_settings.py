@@ -52,6 +52,13 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_HEAD_TIMEOUT_S": "Infinity"}, "CHORUS_HEAD_TIMEOUT_S"),
         ({"CHORUS_REDIS_BREAKER_RESET_S": "nan"}, "CHORUS_REDIS_BREAKER_RESET_S"),
         ({"CHORUS_RETRY_WINDOW_HOURS": "inf"}, "CHORUS_RETRY_WINDOW_HOURS"),
+        ({"CHORUS_RETRY_WINDOW_HOURS": "1e308"}, "CHORUS_RETRY_WINDOW_HOURS"),
+        ({"CHORUS_RETRY_WINDOW_HOURS": "87601"}, "CHORUS_RETRY_WINDOW_HOURS"),
+        ({"CHORUS_FEED_RETENTION_DAYS": "2147483647"}, "CHORUS_FEED_RETENTION_DAYS"),
+        ({"CHORUS_HEAD_TIMEOUT_S": "1e308"}, "CHORUS_HEAD_TIMEOUT_S"),
+        ({"CHORUS_HOST": ""}, "CHORUS_HOST"),
+        ({"CHORUS_HOST": " "}, "CHORUS_HOST"),
+        ({"CHORUS_HOST": "local host"}, "CHORUS_HOST"),
         ({"CHORUS_LOG_KEEP_DAYS": "nan"}, "CHORUS_LOG_KEEP_DAYS"),
         ({"CHORUS_BODY_TIMEOUT_S": "0"}, "CHORUS_BODY_TIMEOUT_S"),
         ({"CHORUS_BODY_TIMEOUT_S": "-1"}, "CHORUS_BODY_TIMEOUT_S"),
@@ -234,4 +241,66 @@ def test_settings_that_contradict_or_are_blank_are_refused(
     code, err = _run(capsys, "serve")
     assert code == 2
     assert said in err
+    assert "Traceback" not in err
+
+
+def test_every_float_setting_has_a_bound_below_overflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1e308 is finite, and overflowed ``timedelta(hours=…)`` in ``chorus compact``."""
+    from pydantic import ValidationError
+
+    from chorus.settings import Settings
+
+    floats = [name for name, f in Settings.model_fields.items() if float in _types(f.annotation)]
+    assert "retry_window_hours" in floats
+    for name in floats:
+        monkeypatch.setenv(f"CHORUS_{name.upper()}", "1e308")
+        with pytest.raises(ValidationError, match="less than or equal"):
+            Settings()
+        monkeypatch.delenv(f"CHORUS_{name.upper()}")
+
+
+def test_every_day_hour_and_second_setting_at_its_bound_fits_a_datetime() -> None:
+    """The largest duration each setting takes goes back from now without overflowing."""
+    from datetime import UTC, datetime, timedelta
+
+    from chorus.settings import MAX_SETTING_INTEGER, Settings
+
+    units = {"_days": "days", "_hours": "hours", "_s": "seconds", "_ms": "milliseconds"}
+    checked = []
+    for name, field in Settings.model_fields.items():
+        unit = next((u for suffix, u in units.items() if name.endswith(suffix)), None)
+        if unit is None:
+            continue
+        bounds = [m.le for m in field.metadata if getattr(m, "le", None) is not None]
+        largest = bounds[0] if bounds else MAX_SETTING_INTEGER
+        datetime.now(UTC) - timedelta(**{unit: largest})
+        checked.append(name)
+    assert {"retry_window_hours", "feed_retention_days", "catalog_timeout_ms"} <= set(checked)
+
+
+@pytest.mark.parametrize("command", [("serve",), ("catalog", "serve")])
+@pytest.mark.parametrize("host", ["", " ", "a b"])
+def test_a_host_must_not_be_blank(
+    capsys: pytest.CaptureFixture[str], command: tuple[str, ...], host: str
+) -> None:
+    code, err = _run(capsys, *command, "--host", host)
+    assert code == 2
+    assert "--host: must be an address to bind" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("compact", "--keep-versions", "99999999999"),
+        ("compact", "--keep-versions", str(2**31)),
+        ("import", "mpd", "x.json", "--owner", "alice", "--limit", "99999999999"),
+        ("serve", "--workers", "99999999999"),
+    ],
+)
+def test_integer_arguments_stop_at_32_bits(
+    capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    code, err = _run(capsys, *argv)
+    assert code == 2
+    assert "must be a whole number from 1 to 2147483647" in err
     assert "Traceback" not in err

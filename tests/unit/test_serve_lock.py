@@ -68,3 +68,58 @@ def test_other_files_and_other_profiles_are_not_locked(tmp_path: Path) -> None:
     for lock in (held, other):
         assert lock is not None
         lock.close()
+
+
+@pytest.mark.parametrize(
+    ("folder", "reason"),
+    [
+        ("/proc", "No such file or directory"),  # exists, but no file can be made in it
+        ("/proc/chorus-missing", "No such file or directory"),  # missing, cannot be made
+        ("{d}/a-file", "not a folder"),
+        ("{d}/a-file/below", "not a folder"),
+    ],
+)
+def test_a_folder_that_cannot_hold_the_database_exits_2_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], folder: str, reason: str
+) -> None:
+    (tmp_path / "a-file").touch()
+    where = folder.format(d=tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        _lock(f"sqlite+aiosqlite:///{where}/x.db")
+    assert refused.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert f"the database file's folder {where} cannot be written ({reason})" in line
+
+
+def test_a_missing_folder_that_can_be_made_is_made(tmp_path: Path) -> None:
+    held = _lock(f"sqlite+aiosqlite:///{tmp_path}/new/deeper/x.db")
+    assert held is not None
+    assert (tmp_path / "new" / "deeper" / "x.db.serve-lock").exists()
+    held.close()
+
+
+def test_a_read_only_folder_exits_2_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Mode 555; the tests may run as root, who writes anywhere, so ``open`` says it too."""
+    import os
+
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    if os.geteuid() == 0:
+        real_open = Path.open
+
+        def denied(self: Path, *args: object, **kwargs: object) -> object:
+            if self.parent == read_only:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(Path, "open", denied)
+    with pytest.raises(SystemExit) as refused:
+        _lock(f"sqlite+aiosqlite:///{read_only}/chorus.db")
+    assert refused.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert f"folder {read_only} cannot be written (Permission denied)" in line

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from chorus import __version__
 from chorus.cli import commands
-from chorus.cli.arguments import count, days, port, ttl, user
+from chorus.cli.arguments import count, days, host, port, ttl, user
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The long-running commands: serve, the workers, catalog serve."""
     serve = subparsers.add_parser("serve", help="run the API server")
-    serve.add_argument("--host", help="bind address (default CHORUS_HOST or 127.0.0.1)")
+    serve.add_argument("--host", type=host, help="bind address (default CHORUS_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=port, help="TCP port (default CHORUS_PORT or 8000)")
     serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     serve.add_argument(
@@ -83,7 +83,7 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     catalog_serve = catalog_commands.add_parser(
         "serve", help="serve the embedded catalog over HTTP (for CHORUS_CATALOG_URL)"
     )
-    catalog_serve.add_argument("--host", default="127.0.0.1")
+    catalog_serve.add_argument("--host", type=host, default="127.0.0.1")
     catalog_serve.add_argument("--port", type=port, default=8001)
     catalog_serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     catalog_serve.set_defaults(run=commands.catalog_serve)

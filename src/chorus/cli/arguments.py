@@ -15,12 +15,18 @@ def user(value: str) -> str:
 
 
 def count(value: str) -> int:
+    """A whole number from 1 to 2**31 - 1 (:data:`~chorus.settings.MAX_SETTING_INTEGER`).
+
+    Larger is a typo, and past 32 bits it would overflow PostgreSQL's integers.
+    """
+    from chorus.settings import MAX_SETTING_INTEGER
+
     try:
         number = int(value)
     except ValueError:
         number = -1
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be a whole number of at least 1")
+    if not 1 <= number <= MAX_SETTING_INTEGER:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_SETTING_INTEGER}")
     return number
 
 
@@ -38,6 +44,16 @@ def ttl(value: str) -> float:
             f"must be a number of seconds above 0 and at most {most:.0f} (366 days)"
         )
     return seconds
+
+
+def host(value: str) -> str:
+    """A bind address (:func:`chorus.settings.server.check_host`: not empty, no blanks)."""
+    from chorus.settings.server import check_host
+
+    try:
+        return check_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def days(value: str) -> float:

@@ -119,7 +119,9 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
         in-memory database. A ``file:`` URI locks the file it names.
 
     Exits:
-        2 with one line when another ``chorus serve`` holds the lock.
+        2 with one line when another ``chorus serve`` holds the lock, or when
+        the file's folder cannot be made or written (missing and not
+        creatable, read-only, ``/proc``).
     """
     import fcntl
 
@@ -135,8 +137,19 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
     if settings.full_profile or url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
         return None
     path = Path(database).expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = (path.parent / (path.name + SERVE_LOCK_SUFFIX)).open("ab")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = (path.parent / (path.name + SERVE_LOCK_SUFFIX)).open("ab")
+    except OSError as error:
+        # SQLite writes its journal beside the file too: a folder that cannot
+        # hold the lock cannot hold the database either.
+        not_a_folder = isinstance(error, FileExistsError | NotADirectoryError)
+        fail(
+            f"the database file's folder {path.parent} cannot be written "
+            f"({'not a folder' if not_a_folder else error.strerror or error}); "
+            "CHORUS_DATABASE_URL must name a file in a "
+            "folder this process can create files in"
+        )
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -79,7 +79,9 @@ class ApiSettings(BaseModel):
     catalog_url: str | None = Field(
         None, description="Base URL of a separate catalog service; unset: the embedded catalog."
     )
-    catalog_timeout_ms: int = Field(2_000, ge=1, description="Catalog request timeout (ms).")
+    catalog_timeout_ms: int = Field(
+        2_000, ge=1, le=86_400_000, description="Catalog request timeout (ms, at most a day)."
+    )
 
     @field_validator("catalog_url")
     @classmethod
@@ -134,7 +136,9 @@ class ApiSettings(BaseModel):
     feed_retention_days: int = Field(
         30,
         ge=1,
-        description="Days a feed item is kept (pushed rows) and looked back (pulled targets).",
+        le=36_500,
+        description="Days a feed item is kept (pushed rows) and looked back (pulled targets); "
+        "at most 36,500 (100 years).",
     )
 
     @property

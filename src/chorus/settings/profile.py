@@ -48,7 +48,10 @@ class ProfileSettings(BaseModel):
         3, ge=1, description="Redis errors in a row that open the circuit breaker."
     )
     redis_breaker_reset_s: float = Field(
-        2.0, gt=0, description="Seconds the breaker stays open before one trial call."
+        2.0,
+        gt=0,
+        le=86_400,
+        description="Seconds the breaker stays open before one trial call (at most a day).",
     )
 
     @field_validator("kafka_bootstrap_servers")

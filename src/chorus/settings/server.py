@@ -34,6 +34,26 @@ MAX_METRICS_OPERATION_NAMES = 1_000
 """The most names ``CHORUS_METRICS_OPERATION_NAMES`` may list (each is a series per type)."""
 
 
+MAX_TIMEOUT_S = 86_400.0
+"""The longest transport timeout a setting takes (seconds: one day)."""
+
+
+def check_host(value: str) -> str:
+    """``value`` if it can name a bind address (not empty, no blanks or control characters).
+
+    An empty host would bind every interface (``0.0.0.0``) while the banner
+    printed ``http://:port``: refused, never guessed.
+
+    Raises:
+        ValueError: otherwise, saying what to give.
+    """
+    if not value or any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError(
+            "must be an address to bind: 127.0.0.1, 0.0.0.0 (every interface), ::1 or a host name"
+        )
+    return value
+
+
 def _comma_list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
@@ -59,17 +79,22 @@ class ServerSettings(BaseModel):
     head_timeout_s: float = Field(
         10.0,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description="Seconds a connection has to send a whole request head, counted from "
         "connecting or from the previous response; then 408 and closed.",
     )
     body_timeout_s: float = Field(
         30.0,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description="Seconds a request has to send its whole body once its head is in; "
         "then 408 and closed.",
     )
     keep_alive_timeout_s: float = Field(
-        5.0, gt=0, description="Seconds an idle keep-alive HTTP connection stays open."
+        5.0,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description="Seconds an idle keep-alive HTTP connection stays open.",
     )
     max_connections: int = Field(
         1_000,
@@ -103,6 +128,11 @@ class ServerSettings(BaseModel):
         f"{MIN_METRICS_TOKEN_LENGTH} characters, no spaces); unset: /metrics is open, so keep "
         "it behind the network edge.",
     )
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        return check_host(value)
 
     @field_validator("cors_origins")
     @classmethod

@@ -16,6 +16,9 @@ DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 MAX_KEEP_DAYS = 36_500.0
 """The longest retention ``chorus compact`` accepts (100 years, in days)."""
 
+MAX_RETRY_WINDOW_HOURS = 87_600.0
+"""The longest ``CHORUS_RETRY_WINDOW_HOURS`` (10 years): more overflows ``datetime``."""
+
 
 class StorageSettings(BaseModel):
     """Where the data lives, the secrets kept beside it, how commands commit, what is kept."""
@@ -63,7 +66,10 @@ class StorageSettings(BaseModel):
         description="chorus compact: keep log versions newer than this.",
     )
     retry_window_hours: float = Field(
-        24.0, gt=0, description="Operation ids stay replayable at least this long."
+        24.0,
+        gt=0,
+        le=MAX_RETRY_WINDOW_HOURS,
+        description="Operation ids stay replayable at least this long (hours, at most 87,600).",
     )
 
     @field_validator("database_url")
