@@ -15,6 +15,7 @@ not UTF-8) is an :class:`InvalidToken` and never a server error.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import secrets
@@ -41,6 +42,7 @@ MAX_NUMERIC_DATE = 253_402_300_799
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
+_BEARER = re.compile(r"[ \t]*([A-Za-z]+)[ \t]+([^ \t]+)[ \t]*")
 _JWS = jwt.PyJWS()
 
 
@@ -127,7 +129,10 @@ def verify(
       numbers (not booleans) of seconds since 1970 between 0 and the end of
       year 9999; ``exp`` must be after ``now``, ``nbf`` and ``iat`` not after it;
     * ``iss`` and ``aud``: as :class:`ClaimRules` says (by default ``aud``
-      absent: a token naming an audience was made for another service).
+      absent: a token naming an audience was made for another service);
+    * the header and the claims: JSON whose objects name each key once (a
+      signed ``{"sub": "bob", "sub": "alice"}`` must not be read as either;
+      RFC 7515 §4 lets a parser refuse it).
 
     Other claims and header fields (``kid``, ``typ``, nested values) are ignored.
 
@@ -156,11 +161,49 @@ def verify(
 
 
 def check_form(token: str) -> None:
-    """Raise :class:`InvalidToken` unless ``token`` is a short compact JWS."""
+    """Raise :class:`InvalidToken` unless ``token`` is a short compact JWS.
+
+    Its header must not name a key twice (what else it holds is the
+    signature check's to judge).
+    """
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidToken(f"the token is longer than {MAX_TOKEN_LENGTH} characters")
     if not _COMPACT_JWS.fullmatch(token):
         raise InvalidToken("the token is malformed (not three base64url parts)")
+    _refuse_repeated_keys(_header_bytes(token), "header")
+
+
+def _header_bytes(token: str) -> bytes:
+    encoded = token.split(".", 1)[0]
+    try:
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+    except ValueError:  # binascii.Error: a length no base64 has
+        raise InvalidToken("the token is malformed") from None
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        raise _RepeatedKey
+    return found
+
+
+def _refuse_repeated_keys(document: bytes, part: str) -> None:
+    """Raises :class:`InvalidToken` when ``document`` is JSON naming a key twice in one object.
+
+    Anything else (not JSON, too deep) is left to the checks that follow. The
+    cost is bounded: the token is at most :data:`MAX_TOKEN_LENGTH` characters.
+    """
+    try:
+        json.loads(document, object_pairs_hook=_unique_keys)
+    except _RepeatedKey:
+        raise InvalidToken(f"the token is malformed (a key appears twice in its {part})") from None
+    except (ValueError, RecursionError):
+        return
 
 
 def check_claims(payload: bytes, rules: ClaimRules, now: datetime | None = None) -> Identity:
@@ -169,6 +212,7 @@ def check_claims(payload: bytes, rules: ClaimRules, now: datetime | None = None)
     Raises:
         InvalidToken: see :func:`verify`.
     """
+    _refuse_repeated_keys(payload, "claims")
     try:
         claims = json.loads(payload)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
@@ -286,15 +330,19 @@ class TokenVerifier:
 def bearer_token(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header value, if any.
 
+    The scheme in any case; any run of spaces and tabs between it and the
+    token, and around both, is ignored (HTTP and the ``connection_init``
+    payload alike).
+
     Raises:
         InvalidToken: the header is present but not a bearer token.
     """
     if header is None:
         return None
-    scheme, _, token = header.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    match = _BEARER.fullmatch(header)
+    if match is None or match[1].lower() != "bearer":
         raise InvalidToken("use 'Authorization: Bearer <token>'")
-    return token.strip()
+    return match[2]
 
 
 class SecretUnusable(Exception):

@@ -35,6 +35,7 @@ from sqlalchemy import text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from chorus.auth import InvalidToken, bearer_token
 from chorus.db import outbox
 from chorus.metrics import (
     DELIVERY_GROUP_SOCKETS,
@@ -237,10 +238,11 @@ def metrics_allowed(request: Request) -> bool:
     expected: str | None = getattr(request.app.state, "metrics_token", None)
     if expected is None:
         return True
-    scheme, _, sent = request.headers.get("authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        sent.strip().encode(), expected.encode()
-    )
+    try:
+        sent = bearer_token(request.headers.get("authorization"))
+    except InvalidToken:
+        return False
+    return sent is not None and hmac.compare_digest(sent.encode(), expected.encode())
 
 
 async def metrics(request: Request) -> Response:

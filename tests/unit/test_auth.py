@@ -201,6 +201,18 @@ def test_extra_and_nested_claims_are_ignored() -> None:
         (signed(b'{"alg": ["HS256"]}', b"{}"), "must be signed with HS256"),
         (signed(b'{"alg": "none"}', b"{}"), "must be signed with HS256"),
         (signed(b'{"alg": "HS256"}', b'{"sub": "a", "exp": 9999999999}', "x" * 40), "signature"),
+        (
+            signed(b'{"alg": "HS256"}', b'{"sub": "bob", "sub": "alice", "exp": 9999999999}'),
+            "a key appears twice in its claims",
+        ),
+        (
+            signed(b'{"alg": "HS256"}', b'{"sub": "a", "exp": 9999999999, "x": {"k": 1, "k": 2}}'),
+            "a key appears twice in its claims",
+        ),
+        (
+            signed(b'{"alg": "none", "alg": "HS256"}', b'{"sub": "a", "exp": 9999999999}'),
+            "a key appears twice in its header",
+        ),
         ("é.é.é", "not three base64url parts"),
         ("\udcff.a.b", "not three base64url parts"),
         ("a.b.c.d", "not three base64url parts"),
@@ -231,6 +243,9 @@ def test_minting_refuses_a_malformed_user_id(user: str) -> None:
         ("Bearer abc", "abc"),
         ("bearer  abc ", "abc"),  # two spaces, trailing space: still the token
         (" Bearer abc", "abc"),
+        ("BEARER\tabc", "abc"),
+        ("bEaReR \t \tabc\t", "abc"),
+        ("\tBearer  abc", "abc"),
     ],
 )
 def test_bearer_header_forms(header: str | None, token: str | None) -> None:
@@ -238,7 +253,8 @@ def test_bearer_header_forms(header: str | None, token: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    "header", ["", " ", "Bearer", "Bearer ", "Basic abc", "abc", "Bearer\tabc"]
+    "header",
+    ["", " ", "Bearer", "Bearer ", "Bearer\t", "Basic abc", "abc", "Bearerabc", "Bearer a b"],
 )
 def test_headers_that_are_not_bearer_tokens_are_invalid(header: str) -> None:
     with pytest.raises(InvalidToken, match="use 'Authorization: Bearer <token>'"):
