@@ -21,7 +21,10 @@ and only watches the head go by:
   the server itself stops reading (its flow control, a pipelined request
   waiting its turn) does not count; a long response is not cut;
 * a request on a connection beyond :attr:`HeadLimits.max_connections` open
-  ones (HTTP and WebSocket) answers **503**.
+  ones (HTTP and WebSocket) answers **503**;
+* a request the parser refuses (a garbage request line, a control character
+  in a header, ``Content-Length`` beside ``Transfer-Encoding``, negative or
+  of 20 digits) answers **400** ``BAD_REQUEST`` (uvicorn's is plain text).
 
 Refusals are GraphQL-shaped JSON (``extensions.code``), carry a fresh
 ``X-Request-Id``, log one warning line and close the connection (after
@@ -230,14 +233,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return False
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as error:
             if self._refusal is not None:
                 self._refuse(*self._refusal)
             else:
-                self.logger.warning("Invalid HTTP request received.")
-                self.send_400_response("Invalid HTTP request received.")
+                self.send_400_response(f"the request is not valid HTTP/1.1 ({error})")
             return False
         return True
+
+    def send_400_response(self, msg: str) -> None:
+        """A request the parser refused (garbage request line, a control character in a
+        header, ``Content-Length`` with ``Transfer-Encoding`` or out of range): 400
+        ``BAD_REQUEST`` like every other refusal, not uvicorn's plain text."""
+        self._refuse(HTTPStatus.BAD_REQUEST, msg, "BAD_REQUEST")
 
     def _refuse(self, status: HTTPStatus, message: str, code: str) -> None:
         """Answer ``status`` with a GraphQL-shaped error and close the connection."""
