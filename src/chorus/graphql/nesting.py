@@ -12,11 +12,18 @@ Python also refuses to convert an integer of more than
 quadratic in the digits): :func:`json.loads` raises a plain
 :class:`ValueError`, which strawberry lets through too. :func:`decode_json`
 turns it into :class:`JSONNumberTooLong`.
+
+And Python's decoder accepts more than standard JSON (RFC 8259): ``NaN``,
+``Infinity``, numbers such as ``1e999`` that become ``inf``, UTF-16 and
+UTF-32 bytes, a UTF-8 byte order mark. :func:`decode_json` refuses each as
+:class:`JSONNotStandard`, so what a client sends means the same to every
+JSON reader.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 
@@ -61,6 +68,46 @@ class JSONNumberTooLong(json.JSONDecodeError):
         self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
 
 
+class JSONNotStandard(json.JSONDecodeError):
+    """A document Python would decode but standard JSON does not allow; ``reason`` says what.
+
+    A :class:`json.JSONDecodeError` for the same reason as :class:`JSONTooDeep`.
+    """
+
+    def __init__(self, reason: str) -> None:
+        message = f"not standard JSON: {reason}"
+        ValueError.__init__(self, message)
+        self.reason = reason
+        self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
+
+
+def _no_constant(name: str) -> object:
+    raise JSONNotStandard(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise JSONNotStandard(f"the number {text[:40]} is too large for a float")
+    return number
+
+
+def _utf8_text(document: str | bytes) -> str:
+    """``document`` as text: bytes must be UTF-8, without a byte order mark."""
+    if isinstance(document, str):
+        if document.startswith("\ufeff"):
+            raise JSONNotStandard("it starts with a byte order mark")
+        return document
+    if document.startswith(b"\xef\xbb\xbf"):
+        raise JSONNotStandard("it starts with a byte order mark (send UTF-8 without one)")
+    if b"\x00" in document:  # never in UTF-8 JSON: escaped in strings, nowhere else
+        raise JSONNotStandard("it is not UTF-8 (UTF-16 or UTF-32?)")
+    try:
+        return document.decode("utf-8")
+    except UnicodeDecodeError:
+        raise JSONNotStandard("it is not UTF-8") from None
+
+
 def nests_deeper_than(document: str | bytes, limit: int) -> bool:
     """Whether ``document`` has arrays or objects nested more than ``limit`` deep.
 
@@ -87,21 +134,23 @@ def nests_deeper_than(document: str | bytes, limit: int) -> bool:
 
 
 def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
-    """``json.loads(document)``, refusing nesting deeper than ``limit``.
+    """``json.loads(document)`` of standard JSON only, refusing nesting deeper than ``limit``.
 
     Raises:
         JSONTooDeep: nested deeper than ``limit``.
         JSONNumberTooLong: an integer of more than :func:`sys.get_int_max_str_digits` digits.
+        JSONNotStandard: ``NaN``, ``Infinity``, a number that overflows a
+            float, bytes that are not UTF-8 or start with a byte order mark.
         json.JSONDecodeError: not JSON.
-        UnicodeDecodeError: bytes that are not UTF-8 (nor UTF-16 or UTF-32).
     """
     if nests_deeper_than(document, limit):
         raise JSONTooDeep(limit)
+    text = _utf8_text(document)
     try:
-        return json.loads(document)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:  # not reached below the limit; kept as a backstop
         raise JSONTooDeep(limit) from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except json.JSONDecodeError:
         raise
     except ValueError:  # the only other one: int() refusing a huge integer
         raise JSONNumberTooLong(sys.get_int_max_str_digits()) from None

@@ -3,7 +3,7 @@
 HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
 cannot read (not UTF-8, not a JSON object, nested deeper than
 :data:`~chorus.graphql.nesting.MAX_JSON_DEPTH`, an integer of thousands of
-digits), and subscriptions (they need
+digits, not standard JSON: ``NaN``, ``1e999``, a byte order mark), and subscriptions (they need
 a WebSocket), get HTTP 400 with a GraphQL-shaped ``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
@@ -50,7 +50,13 @@ from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_o
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames, describe_operation
-from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
+from chorus.graphql.nesting import (
+    MAX_JSON_DEPTH,
+    JSONNotStandard,
+    JSONNumberTooLong,
+    JSONTooDeep,
+    decode_json,
+)
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
@@ -384,9 +390,9 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if isinstance(cause, JSONNumberTooLong):
                 message = f"the request body has a number of more than {cause.limit} digits"
                 raise HTTPException(400, message) from None
+            if isinstance(cause, JSONNotStandard):
+                raise HTTPException(400, f"the request body is {cause}") from None
             raise
-        except UnicodeDecodeError:
-            raise HTTPException(400, "the request body is not UTF-8") from None
         if not isinstance(body, dict | list):
             raise HTTPException(400, "the request body must be a JSON object")
         return body

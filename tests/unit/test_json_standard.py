@@ -1,0 +1,41 @@
+"""The bounded decoder of bodies and frames takes standard JSON only (RFC 8259)."""
+
+from __future__ import annotations
+
+import pytest
+
+from chorus.graphql.nesting import JSONNotStandard, decode_json
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        ("NaN", "NaN is not a JSON number"),
+        ('{"a": [Infinity]}', "Infinity is not a JSON number"),
+        ('{"a": -Infinity}', "-Infinity is not a JSON number"),
+        ("1e999", "too large for a float"),
+        (b"[-1.0e400]", "too large for a float"),
+        ('{"a": 1}'.encode("utf-16"), "not UTF-8"),
+        ('{"a": 1}'.encode("utf-32-le"), "not UTF-8"),
+        (b"\xef\xbb\xbf{}", "byte order mark"),
+        ("\ufeff{}", "byte order mark"),
+        (b'{"a": "\xff"}', "not UTF-8"),
+    ],
+)
+def test_what_python_takes_beyond_standard_json_is_refused(
+    document: str | bytes, reason: str
+) -> None:
+    with pytest.raises(JSONNotStandard, match=reason):
+        decode_json(document)
+
+
+@pytest.mark.parametrize(
+    ("document", "value"),
+    [
+        (b'{"a": 1.5e308, "b": -0.0, "c": 1e-999}', {"a": 1.5e308, "b": -0.0, "c": 0.0}),
+        ('["NaN", "Infinity"]', ["NaN", "Infinity"]),
+        ('{"é": "\\u00e9"}'.encode(), {"é": "é"}),
+    ],
+)
+def test_standard_json_decodes_as_before(document: str | bytes, value: object) -> None:
+    assert decode_json(document) == value
