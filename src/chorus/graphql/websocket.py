@@ -114,13 +114,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
                 f"subscribe needs a string id of 1 to {MAX_OPERATION_ID} characters"
             )
             return
-        if (
-            not isinstance(payload, dict)
-            or not isinstance(payload.get("query"), str)
-            or not isinstance(payload.get("variables") or {}, dict)
-            or not isinstance(payload.get("operationName") or "", str)
-        ):
-            await self.handle_invalid_message("subscribe needs a payload with a string query")
+        reason = _payload_problem(payload)
+        if reason is not None:
+            await self.handle_invalid_message(reason)
             return
         limit = self.max_subscriptions_per_connection
         if (
@@ -200,6 +196,23 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             view = self.view
             if isinstance(view, ConnectionGate):
                 view.release(self.context)
+
+
+def _payload_problem(payload: object) -> str | None:
+    """Why a ``subscribe`` payload cannot run (the 4400 close reason), or ``None``.
+
+    ``variables`` and ``extensions`` are objects or absent (null), as over
+    HTTP; ``operationName`` a string or absent.
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("query"), str):
+        return "subscribe needs a payload with a string query"
+    if not isinstance(payload.get("variables"), dict | None):
+        return "subscribe's variables must be a JSON object"
+    if not isinstance(payload.get("extensions"), dict | None):
+        return "subscribe's extensions must be a JSON object"
+    if not isinstance(payload.get("operationName"), str | None):
+        return "subscribe's operationName must be a string"
+    return None
 
 
 async def _once(result: object) -> Any:
