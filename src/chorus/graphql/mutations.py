@@ -75,7 +75,13 @@ def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
 
 
 async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> MutationResult:
-    """Decode ``input.playlist_id``, build the command with it and run it."""
+    """Decode ``input.playlist_id``, build the command with it and run it.
+
+    Raises:
+        Unauthenticated: no valid token, checked first: a caller without one
+            learns nothing of its arguments (a malformed id is not ``NOT_FOUND``).
+    """
+    info.context.viewer()
     try:
         command = build(arguments.input_playlist_id(input.playlist_id))
     except DomainError as error:
@@ -89,6 +95,7 @@ class Mutation:
     async def create_playlist(
         self, info: ChorusInfo, input: CreatePlaylistInput
     ) -> CreatePlaylistPayload:
+        info.context.viewer()  # before the input is looked at, as every mutation
         command = cmd.CreatePlaylist(
             input.operation_id,
             input.title,
