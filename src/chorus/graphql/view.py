@@ -45,18 +45,12 @@ from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
-from chorus.graphql import ide, negotiation
+from chorus.graphql import ide, negotiation, nesting
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames, describe_operation
-from chorus.graphql.nesting import (
-    MAX_JSON_DEPTH,
-    JSONNotStandard,
-    JSONNumberTooLong,
-    JSONTooDeep,
-    decode_json,
-)
+from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
@@ -390,7 +384,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if isinstance(cause, JSONNumberTooLong):
                 message = f"the request body has a number of more than {cause.limit} digits"
                 raise HTTPException(400, message) from None
-            if isinstance(cause, JSONNotStandard):
+            if isinstance(cause, nesting.JSONNotStandard):
                 raise HTTPException(400, f"the request body is {cause}") from None
             raise
         if not isinstance(body, dict | list):
