@@ -73,6 +73,7 @@ async def healthz(request: Request) -> JSONResponse:
             "live_streams": hub.stream_count if hub else 0,
             "bus_subscriptions": hub.playlist_count if hub else 0,
             "websocket_connections": sum(graphql.connections.values()),
+            "draining": request.app.state.drain.draining,
         }
     )
 
