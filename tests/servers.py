@@ -101,6 +101,8 @@ class ChorusServer:
             "CHORUS_DATA_DIR": str(data_dir),
             "CHORUS_JWT_SECRET": TEST_SECRET,
             "CHORUS_PORT": str(self.port),
+            # A stop should not wait out a drain no load balancer needs (tests set their own).
+            "CHORUS_DRAIN_S": "0",
             **env,
         }
         self.log = data_dir / f"{'-'.join(command)}-{self.port}.log"

@@ -22,7 +22,9 @@ assets, :mod:`chorus.graphql.ide`), ``/web/`` (the reference web client),
 ``/metrics`` (Prometheus; only with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>``
 when that is set).
 
-Middleware, outermost first: the request id (every response carries it),
+Middleware, outermost first (inside uvicorn's proxy headers, which set the
+client's address and scheme from a trusted proxy's ``X-Forwarded-*``): the
+request id (every response carries it), ``Connection: close`` while draining,
 OpenTelemetry's server span (only when tracing is on: ``CHORUS_OTLP_ENDPOINT``,
 docs/observability.md), the JSON access line (only with
 ``CHORUS_LOG_FORMAT=json``), CORS (``CHORUS_CORS_ORIGINS``, the same list the
@@ -46,6 +48,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from chorus import bootstrap, health, tracing
+from chorus.drain import Drain
 from chorus.graphql import ide
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames
@@ -54,7 +57,7 @@ from chorus.graphql.view import ChorusGraphQL
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER
-from chorus.middleware import AccessLog, BodySizeLimit, HttpOnly, RequestId
+from chorus.middleware import AccessLog, BodySizeLimit, CloseWhileDraining, HttpOnly, RequestId
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 
@@ -70,6 +73,7 @@ async def healthz(request: Request) -> JSONResponse:
             "live_streams": hub.stream_count if hub else 0,
             "bus_subscriptions": hub.playlist_count if hub else 0,
             "websocket_connections": sum(graphql.connections.values()),
+            "draining": request.app.state.drain.draining,
         }
     )
 
@@ -77,11 +81,15 @@ async def healthz(request: Request) -> JSONResponse:
 _log = logging.getLogger("chorus.app")
 
 
-def create_app(settings: Settings | None = None, *, with_workers: bool = False) -> ASGIApp:
+def create_app(
+    settings: Settings | None = None, *, with_workers: bool = False, drain: Drain | None = None
+) -> ASGIApp:
     """The Chorus ASGI app for ``settings`` (read from the environment when omitted).
 
     ``with_workers`` runs the full profile's relay, fanout and cache projector
-    in this process (``chorus serve --with-workers``).
+    in this process (``chorus serve --with-workers``). ``drain`` is the state
+    the server starts when told to stop (:mod:`chorus.drain`): ``/readyz``
+    then answers 503 and HTTP responses carry ``Connection: close``.
 
     Raises:
         ValueError: ``with_workers`` without the full profile's settings, or a
@@ -143,6 +151,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
     )
     app.state.graphql = graphql_app
     app.state.metrics_token = settings.metrics_token
+    app.state.drain = drain = drain or Drain()
     asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
     if origins:
         asgi = CORSMiddleware(
@@ -163,7 +172,7 @@ def create_app(settings: Settings | None = None, *, with_workers: bool = False) 
             excluded_urls=UNTRACED_PATHS,
         )
         asgi = HttpOnly(traced, asgi)
-    return RequestId(asgi)
+    return RequestId(CloseWhileDraining(asgi, drain))
 
 
 UNTRACED_PATHS = r"/healthz$,/readyz$,/metrics$,/graphiql/,/web(/|$)"

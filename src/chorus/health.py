@@ -12,6 +12,8 @@ What the handlers read from ``request.app.state`` (set by the lifespan):
   ``/metrics`` answers only ``Authorization: Bearer <it>`` (set by the app
   factory);
 * ``readiness``: ``Sequence[Check]`` — the checks ``/readyz`` runs;
+* ``drain``: :class:`~chorus.drain.Drain` — once it started, ``/readyz``
+  answers 503 ``draining`` without running a check (set by the app factory);
 * ``services``: :class:`~chorus.resolvers.context.Services` — ``/metrics``
   reads the outbox backlog through ``services.db`` and live subscribers from
   ``services.hub`` just before rendering (gauges describing state elsewhere,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     import redis.asyncio as redis
 
     from chorus.db.engine import Database
+    from chorus.drain import Drain
     from chorus.resolvers.context import Services
     from chorus.subscriptions.hub import Hub
 
@@ -192,8 +195,14 @@ async def readyz(request: Request) -> JSONResponse:
     """200 ``{"status": "ready", "checks": {...}}`` when every check answers, else 503.
 
     A failing check reads ``"down: <short reason>"``, e.g.
-    ``{"status": "unavailable", "checks": {"postgresql": "ok", "redis": "down: …"}}``.
+    ``{"status": "unavailable", "checks": {"postgresql": "ok", "redis": "down: …"}}``;
+    503 ``{"status": "draining", "checks": {}}`` at once, without probing,
+    once the process began to stop (``request.app.state.drain``, :mod:`chorus.drain`).
     """
+    drain: Drain | None = getattr(request.app.state, "drain", None)
+    if drain is not None and drain.draining:
+        # Stopping (chorus.drain): out of rotation whatever the servers say.
+        return JSONResponse({"status": "draining", "checks": {}}, status_code=503)
     checks: Sequence[Check] = getattr(request.app.state, "readiness", ())
     ready, results = await run_checks(checks)
     return JSONResponse(

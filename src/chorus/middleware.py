@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -20,6 +21,10 @@ from chorus.logs import (
 )
 
 access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+if TYPE_CHECKING:
+    from chorus.drain import Drain
 
 
 class _AsciiJSONResponse(JSONResponse):
@@ -183,3 +188,31 @@ class HttpOnly:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await (self.http if scope["type"] == "http" else self.other)(scope, receive, send)
+
+
+class CloseWhileDraining:
+    """Adds ``Connection: close`` to every HTTP response once ``drain`` started.
+
+    While a stopping process drains (:mod:`chorus.drain`), each keep-alive
+    connection then closes after its next response and the client (or the
+    load balancer's pool) opens the next one elsewhere; without it every
+    idle connection would be cut at the drain's end, when a request sent on
+    one at that moment fails. uvicorn honours the header.
+    """
+
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and self.drain.draining:
+                kept = [h for h in message.get("headers", ()) if h[0].lower() != b"connection"]
+                message = {**message, "headers": [*kept, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)

@@ -1,4 +1,4 @@
-"""Processes stop when told to: at once, with exit status 0, whatever state they are in.
+"""Processes stop when told to: at once (or after serve's drain), with exit status 0.
 
 The full profile's API process keeps background tasks (the Redis pub/sub
 reader, head raises) that its shutdown must end; a task that drops a
@@ -7,6 +7,7 @@ cancellation used to make ``chorus serve`` hang for ever on a taken port.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -18,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import Api
+from tests.e2e.helpers import add, create_playlist, track
+from tests.e2e.test_subscriptions import open_socket, receive, subscribe
 from tests.full.conftest import REDIS_URL
 from tests.full.helpers import full_profile_env
 from tests.servers import TEST_SECRET, ChorusServer, TansuServer, free_port
@@ -122,3 +126,36 @@ def test_a_process_waiting_for_its_database_exits_0_on_a_stop_signal(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_serve_with_workers_delivers_while_draining_then_exits_0(
+    pg_url: str, tansu: TansuServer, tmp_path: Path
+) -> None:
+    """The full profile's drain: workers and live delivery go on until the sockets close."""
+    env = {**full_profile_env(tansu.bootstrap_servers, REDIS_URL), "CHORUS_DRAIN_S": "5"}
+    server = ChorusServer(pg_url, tmp_path, ("serve", "--with-workers"), log_level="info", **env)
+    server.start()
+    api = Api(server)
+    try:
+        playlist_id = create_playlist(api)
+        ws = await open_socket(server, api.token("alice"))
+        await subscribe(ws, "1", playlist_id, 0)
+        await asyncio.to_thread(add, api, playlist_id, [track(1)], 0)
+        event = await receive(ws)  # live delivery works (the consumer groups joined)
+        assert event["payload"]["data"]["playlistEvents"]["version"] == 1, event
+        assert server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        # Committed while draining: relay → Kafka → fanout → Redis → this socket.
+        await asyncio.to_thread(add, api, playlist_id, [track(2)], 1)
+        event = await receive(ws)
+        assert event["payload"]["data"]["playlistEvents"]["version"] == 2, event
+        await asyncio.wait_for(ws.wait_closed(), 15)
+        assert ws.close_code == 1012
+        status = await asyncio.to_thread(server.process.wait, 30)
+        log = server.log.read_text()
+        assert status == 0, log[-2000:]
+        assert "Application shutdown complete" in log
+        assert "Traceback" not in log, log[-3000:]
+    finally:
+        api.http.close()
+        server.stop()

@@ -17,6 +17,7 @@ from chorus.cli.process import (
     fail,
     jwt_secret,
     listen,
+    load_balancer_options,
     load_settings,
     lock_embedded_database,
     migrate,
@@ -30,6 +31,7 @@ from chorus.cli.process import (
 
 def serve(args: argparse.Namespace) -> int:
     from chorus.app import create_app
+    from chorus.drain import Drain
 
     settings = load_settings()
     host = args.host or settings.host
@@ -64,13 +66,17 @@ def serve(args: argparse.Namespace) -> int:
     )
 
     def serve_one() -> int:
+        drain = Drain()  # one per process: each drains on its own (run_processes forwards signals)
         return run_server(
-            create_app(settings, with_workers=args.with_workers),
+            create_app(settings, with_workers=args.with_workers, drain=drain),
             listener,
             log_level=args.log_level,
             log_format=settings.log_format,
+            drain=drain,
+            drain_s=settings.drain_s,
             ws_max_size=settings.max_body_bytes,  # the body limit holds for WebSocket messages
             **transport_options(settings),
+            **load_balancer_options(settings),
         )
 
     try:

@@ -1,7 +1,8 @@
 """What every command shares: settings, exit statuses, ports, signals, migrations.
 
 Bad settings or arguments exit with status 2 and a one-line message, never a
-traceback; SIGTERM and SIGINT exit 0 once a command took them over.
+traceback; SIGTERM and SIGINT exit 0 once a command took them over (``serve``
+drains on SIGTERM first, and a second signal exits at once: :mod:`chorus.drain`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
 
 from chorus.settings import Settings
+
+if TYPE_CHECKING:
+    from chorus.drain import Drain
 
 
 def fail(message: str) -> NoReturn:
@@ -207,13 +211,42 @@ def transport_options(settings: Settings) -> dict[str, Any]:
     return {"http": protocol_class(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
 
 
+def load_balancer_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn options for running behind a load balancer (README, Deploying).
+
+    Proxy headers only from ``CHORUS_TRUSTED_PROXIES`` (uvicorn's own
+    ``FORWARDED_ALLOW_IPS`` and its default of trusting 127.0.0.1 are not
+    used: unset means no proxy is trusted); WebSocket ping frames every
+    ``CHORUS_WS_PING_S`` (0: none), answered within ``CHORUS_WS_PING_TIMEOUT_S``;
+    ``CHORUS_SHUTDOWN_TIMEOUT_S`` for what is in flight when the drain ends.
+    """
+    trusted = settings.trusted_proxy_list
+    return {
+        "proxy_headers": bool(trusted),
+        "forwarded_allow_ips": list(trusted) or ["-"],  # never read when proxy_headers is off
+        "ws_ping_interval": settings.ws_ping_s or None,
+        "ws_ping_timeout": settings.ws_ping_timeout_s,
+        "timeout_graceful_shutdown": settings.shutdown_timeout_s,
+    }
+
+
 def run_server(
-    app: Any, listener: socket.socket, *, log_level: str, log_format: str = "text", **options: Any
+    app: Any,
+    listener: socket.socket,
+    *,
+    log_level: str,
+    log_format: str = "text",
+    drain: Drain | None = None,
+    drain_s: float = 0.0,
+    **options: Any,
 ) -> int:
     """Serve ``app`` with uvicorn on ``listener`` until stopped.
 
     Logs go to stderr in :data:`chorus.logs.LOG_FORMAT` (with the request id),
     or as JSON lines when ``log_format`` is ``"json"``, at ``log_level`` and above.
+    With ``drain`` (the one ``app`` reads), the stop sequence is
+    :mod:`chorus.drain`'s: SIGTERM drains for ``drain_s`` seconds first, a
+    second signal exits at once.
 
     Returns:
         0 after a clean shutdown, 3 (uvicorn's code) when the app failed to start.
@@ -221,6 +254,7 @@ def run_server(
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
+    from chorus.drain import DrainingServer
     from chorus.logs import log_config
 
     config = uvicorn.Config(
@@ -230,7 +264,7 @@ def run_server(
         log_config=log_config(log_level, log_format),
         **options,
     )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(config) if drain is None else DrainingServer(config, drain, drain_s)
     # What was imported and built so far lives as long as the process: keep
     # it out of the collector's full passes, which otherwise walk the
     # schema, the modules and the caches on every gen-2 collection (pauses of

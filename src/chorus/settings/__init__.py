@@ -10,8 +10,9 @@ its checks: storage (:mod:`~chorus.settings.storage`: the database, the data
 directory and its secrets, writes, retention), the full profile
 (:mod:`~chorus.settings.profile`: Kafka and Redis), the HTTP server
 (:mod:`~chorus.settings.server`: bind address, transport bounds, CORS,
-``/metrics``), the API (:mod:`~chorus.settings.api`: request limits, the
-catalog, the response cache, the feed), identity
+``/metrics``, trusted proxies, drain, WebSocket pings), the API
+(:mod:`~chorus.settings.api`: request limits, the catalog, the response
+cache, the feed), identity
 (:mod:`~chorus.settings.identity`: the JWKS URL and the claims tokens hold)
 and observability (:mod:`~chorus.settings.observability`: the log format,
 the OTLP endpoint).

@@ -1,10 +1,12 @@
-"""Settings of the HTTP server: where it listens, its transport bounds, CORS, ``/metrics``.
+"""Settings of the HTTP server: where it listens, its transport bounds, CORS, ``/metrics``,
+and what a load balancer in front needs (trusted proxies, drain, WebSocket pings).
 
 Part of :class:`chorus.settings.Settings`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -54,8 +56,52 @@ def check_host(value: str) -> str:
     return value
 
 
+MAX_STOP_S = 3_600.0
+"""The longest ``CHORUS_DRAIN_S`` and ``CHORUS_SHUTDOWN_TIMEOUT_S`` (seconds)."""
+
+
 def _comma_list(value: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (value or "").split(",") if item.strip())
+
+
+def trusted_networks(value: str | None) -> tuple[str, ...]:
+    """``CHORUS_TRUSTED_PROXIES`` as uvicorn's ``forwarded_allow_ips`` takes it.
+
+    Each item is an IP address or a network in CIDR notation (``10.0.0.0/8``,
+    ``fd00::/8``); ``*`` alone trusts every peer. An IPv4 item also gets its
+    IPv4-mapped IPv6 form (``::ffff:10.0.0.0/104``): a server listening on
+    ``::`` sees IPv4 peers that way.
+
+    Returns:
+        The normalised items, ``()`` for none (proxy headers ignored), ``("*",)``.
+
+    Raises:
+        ValueError: an item that is neither, host bits set in a network, ``*``
+            beside other items.
+    """
+    items = _comma_list(value)
+    if "*" in items:
+        if len(items) > 1:
+            raise ValueError("'*' (trust every peer) goes alone")
+        return ("*",)
+    networks: list[str] = []
+    for item in items:
+        try:
+            network = ipaddress.ip_network(item, strict=True)
+        except ValueError as error:
+            if "has host bits set" in str(error):
+                wide = ipaddress.ip_network(item, strict=False)
+                raise ValueError(f"{item!r} has host bits set; did you mean {wide}?") from None
+            raise ValueError(
+                f"{item!r} is not an IP address or network (e.g. 10.0.0.1, 10.0.0.0/8, fd00::/8)"
+            ) from None
+        networks.append(str(network))
+        if network.version == 4:
+            mapped = ipaddress.ip_network(
+                f"::ffff:{network.network_address}/{96 + network.prefixlen}"
+            )
+            networks.append(str(mapped))
+    return tuple(dict.fromkeys(networks))
 
 
 class ServerSettings(BaseModel):
@@ -133,6 +179,56 @@ class ServerSettings(BaseModel):
     @classmethod
     def _host(cls, value: str) -> str:
         return check_host(value)
+
+    trusted_proxies: str | None = Field(
+        None,
+        description="Comma-separated IP addresses and CIDR networks of the proxies or load "
+        "balancers in front (e.g. 10.0.0.0/8,fd00::/8; * for any peer): only a request from "
+        "one of them has its X-Forwarded-For (the client's address: the nearest untrusted one "
+        "in the list) and X-Forwarded-Proto (http/https, ws/wss) honoured; unset: both "
+        "headers are ignored and the client is the TCP peer.",
+    )
+    drain_s: float = Field(
+        5.0,
+        ge=0,
+        le=MAX_STOP_S,
+        description="Seconds chorus serve keeps serving after SIGTERM with /readyz at 503, so "
+        "that the load balancer stops sending before the listener and the WebSockets close; "
+        "0: close at once.",
+    )
+    shutdown_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=MAX_STOP_S,
+        description="Seconds requests in flight get to finish once the drain is over (and "
+        "the listener closed); then they are cancelled and the process exits.",
+    )
+    ws_ping_s: float = Field(
+        20.0,
+        ge=0,
+        le=MAX_TIMEOUT_S,
+        description="Seconds between the WebSocket ping frames the server sends on every "
+        "socket (keeps load balancers' idle timers from cutting quiet subscriptions); "
+        "0: no pings.",
+    )
+    ws_ping_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description="Seconds a peer has to answer a ping with a pong; then its socket is "
+        "closed (1011), so a dead peer goes within CHORUS_WS_PING_S + this.",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _trusted_proxies(cls, value: str | None) -> str | None:
+        trusted_networks(value)
+        return value
+
+    @property
+    def trusted_proxy_list(self) -> tuple[str, ...]:
+        """:func:`trusted_networks` of ``CHORUS_TRUSTED_PROXIES``."""
+        return trusted_networks(self.trusted_proxies)
 
     @field_validator("cors_origins")
     @classmethod
