@@ -33,7 +33,7 @@ from chorus.domain.batch import Batch, Operation, atomic_hash, field_of, remembe
 from chorus.domain.commands import request_hash
 from chorus.domain.errors import DomainError, InvalidInput, OperationIdReused
 from chorus.domain.handlers import Decision, Outcome, decide
-from chorus.domain.model import Role
+from chorus.domain.model import Role, role_can_read
 
 if TYPE_CHECKING:
     from chorus.db.groups import GroupState
@@ -51,8 +51,11 @@ async def apply(state: GroupState, queued: QueuedBatch) -> BatchAnswer:
         answers = await _atomic(state, queued)
     else:
         answers = await _one_by_one(state, queued)
-    version = state.header.version if state.header is not None else None
-    return BatchAnswer(tuple(answers), version)
+    # The version only to someone who may read the playlist: a stranger is
+    # answered as if it did not exist (a PRIVATE playlist's version is news).
+    header = state.header
+    visible = header is not None and role_can_read(await state.role(queued.actor_id), header)
+    return BatchAnswer(tuple(answers), header.version if header is not None and visible else None)
 
 
 def _located(error: DomainError, index: int, op: Operation) -> DomainError:

@@ -65,6 +65,17 @@ async def _unknown_media(ctx: RequestContext, batch: Batch) -> dict[int, DomainE
     return refused
 
 
+async def _committed(ctx: RequestContext, batch: Batch, actor: str) -> int:
+    """How many of ``batch``'s operations ``actor`` already committed (one indexed read each)."""
+    found = 0
+    for operation in batch.operations:
+        try:
+            found += await ctx.services.store.replay(operation.command, actor) is not None
+        except DomainError:  # a malformed or reused id: the batch itself answers it
+            continue
+    return found
+
+
 async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchResult:
     """Apply ``batch`` as the viewer.
 
@@ -83,11 +94,19 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchResult:
     cost = len(batch.operations)
     limiter = ctx.services.rate_limiter
     if limiter is not None and not limiter.allow(actor, cost):
-        refusal = RateLimited(
-            f"more than {limiter.per_minute} mutations a minute (a batch counts each of its "
-            f"{cost} operations); retry later with the same operationIds"
-        )
-        return BatchResult(batch.playlist_id, error=refusal)
+        # A retry of what already committed costs nothing (as a single edit's
+        # retry): charge only the operations not committed yet.
+        committed = await _committed(ctx, batch, actor)
+        cost -= committed
+        if cost > 0 and not limiter.allow(actor, cost):
+            refusal = RateLimited(
+                f"more than {limiter.per_minute} mutations a minute (a batch counts each of "
+                f"its {cost} operations not yet committed); retry later with the same "
+                "operationIds"
+            )
+            return BatchResult(batch.playlist_id, error=refusal)
+    else:
+        committed = 0
     try:
         refused = await _unknown_media(ctx, batch)
         answer = await ctx.services.store.apply_batch(batch, actor, refused)
@@ -100,7 +119,8 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchResult:
             limiter.refund(actor, cost)
         raise
     free = sum(1 for a in answer.answers if not isinstance(a, DomainError) and a.replayed)
-    if limiter is not None and free:
+    free -= committed  # those were not charged
+    if limiter is not None and free > 0:
         limiter.refund(actor, free)
     ctx.loaders.forget(batch.playlist_id)
     return BatchResult(batch.playlist_id, answer=answer)

@@ -1,0 +1,76 @@
+"""What a fresh user found in ``applyOperations``: a stranger learns nothing, a retry is answered.
+
+* A stranger's batch on a PRIVATE playlist must answer as for a playlist that
+  does not exist: ``version: null`` (it said the playlist's version).
+* A retry of a batch that committed is answered even when the rate limit's
+  minute is spent (it was ``RATE_LIMITED`` whole), like a single edit's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chorus.db.engine import Database
+from chorus.db.store import PlaylistStore
+from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.model import Visibility
+from chorus.graphql import ids
+from chorus.graphql.schema import build_schema
+from chorus.resolvers.context import RequestContext, Services
+from chorus.resolvers.ratelimit import RateLimiter
+from tests.integration.test_graphql_execute import CountingCatalog
+
+schema = build_schema()
+APPLY = """mutation($input: ApplyOperationsInput!) { applyOperations(input: $input) {
+  version userErrors { code } results { version replayed userErrors { code } } } }"""
+
+
+async def run(services: Services, user: str, **input: Any) -> dict[str, Any]:
+    result = await schema.execute(
+        APPLY, variable_values={"input": input}, context_value=RequestContext(services, user)
+    )
+    assert result.errors is None, result.errors
+    payload: dict[str, Any] = result.data["applyOperations"]
+    return payload
+
+
+def adds(n: int) -> list[dict[str, Any]]:
+    return [{"addEntries": {"operationId": f"o{i}", "mediaIds": [f"m{i}"]}} for i in range(n)]
+
+
+async def test_a_strangers_batch_learns_nothing_of_a_private_playlist(
+    database: Database, store: PlaylistStore
+) -> None:
+    created = await store.create(
+        CreatePlaylist("c", "Secret", visibility=Visibility.PRIVATE), "alice"
+    )
+    pid = created.outcome.playlist_id
+    await store.execute(AddEntries(pid, "a", 0, ("m1",)), "alice")
+    services = Services(database, store, CountingCatalog(), DEFAULT_LIMITS)
+    gid = ids.playlist_global_id(pid)
+    payload = await run(services, "carol", playlistId=gid, baseVersion=0, operations=adds(1))
+    assert payload["version"] is None
+    assert [r["userErrors"][0]["code"] for r in payload["results"]] == ["NOT_FOUND"]
+    # alice, who may read it, is told where it is
+    mine = await run(services, "alice", playlistId=gid, baseVersion=1, operations=adds(1))
+    assert mine["version"] == 2
+
+
+async def test_a_retry_of_a_committed_batch_is_answered_past_the_rate_limit(
+    database: Database, store: PlaylistStore
+) -> None:
+    created = await store.create(CreatePlaylist("c", "Mix"), "alice")
+    gid = ids.playlist_global_id(created.outcome.playlist_id)
+    limiter = RateLimiter(10)
+    services = Services(database, store, CountingCatalog(), DEFAULT_LIMITS, rate_limiter=limiter)
+    first = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(8))
+    assert [r["version"] for r in first["results"]] == list(range(1, 9))
+    again = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(8))
+    assert again["userErrors"] == []
+    assert [(r["version"], r["replayed"]) for r in again["results"]] == [
+        (v, True) for v in range(1, 9)
+    ]
+    # A batch with new operations past the limit is still refused.
+    more = await run(services, "alice", playlistId=gid, baseVersion=8, operations=adds(12)[8:])
+    assert [e["code"] for e in more["userErrors"]] == ["RATE_LIMITED"]
