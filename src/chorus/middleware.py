@@ -124,7 +124,10 @@ class RequestId:
 class AccessLog:
     """One ``chorus.access`` line per HTTP request once answered (``CHORUS_LOG_FORMAT=json``).
 
-    The line's ``access`` fields: ``method``, ``path``, ``status`` (``0``:
+    The line's ``access`` fields: ``client`` (the peer's address, or the
+    client's from ``X-Forwarded-For`` when the peer is one of
+    ``CHORUS_TRUSTED_PROXIES``: uvicorn rewrites it before this runs),
+    ``method``, ``path`` (no query string), ``status`` (``0``:
     the client left before an answer), ``duration_ms`` (float, from the
     request's arrival to the end of its answer), ``user`` and ``operation``
     (noted by the GraphQL view, :func:`chorus.logs.note_access`; ``null``
@@ -155,7 +158,9 @@ class AccessLog:
         finally:
             ACCESS.reset(token)
             duration_ms = round((time.perf_counter() - started) * 1000, 3)
+            client = scope.get("client")
             fields = {
+                "client": client[0] if client else None,
                 "method": scope.get("method"),
                 "path": scope.get("path"),
                 "status": status,

@@ -169,6 +169,7 @@ def test_json_logs_give_one_access_line_per_request(tmp_path: Path) -> None:
     assert [line["path"] for line in access if line["path"] == "/graphql"] == ["/graphql"] * 2
     (read,) = [line for line in access if line["request_id"] == "req-42"]
     assert read["user"] == "bob"
+    assert read["client"] == "127.0.0.1"  # the TCP peer: no trusted proxy is set
     assert read["operation"] == "ReadTitle"
     assert read["status"] == 200
     assert read["duration_ms"] > 0

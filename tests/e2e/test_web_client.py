@@ -85,6 +85,7 @@ def test_two_pages_editing_at_once_converge_to_the_servers_order(
     if node is None or not Path(os.environ.get("CHROMIUM", "/usr/bin/chromium")).exists():
         pytest.fail("node and Debian's chromium are needed (scripts/test installs chromium)")
     playlist = shared_playlist(api)
+    tokens = [api.token(user) for user in ("alice", "bob")]
     done = subprocess.run(
         [
             node,
@@ -93,7 +94,7 @@ def test_two_pages_editing_at_once_converge_to_the_servers_order(
             playlist,
             str(ARTEFACTS),
             "8",
-            *(api.token(user) for user in ("alice", "bob")),
+            *tokens,
         ],
         capture_output=True,
         text=True,
@@ -110,5 +111,8 @@ def test_two_pages_editing_at_once_converge_to_the_servers_order(
     assert [s["version"] for s in states] == [version, version]
     assert [s["order"] for s in states] == [order, order]
     assert version > 2  # the pages' edits committed
+    # The pages took their tokens from the URL's fragment: no request carried one
+    # (a query string would have put it in the server's access log).
+    assert steps["settled"]["leaked"] == []
     # Each page sees both users present; both edited, so both said EDITING.
     assert [s["presence"] for s in states] == [{"alice": "EDITING", "bob": "EDITING"}] * 2

@@ -43,8 +43,9 @@ function commit(mutation, variables) {
   );
 }
 
-// The node ids of the connection's edges whose node record is still there:
-// what usePaginationFragment would render (Relay skips edges to deleted records).
+// The node ids of the connection's edges whose node record is still there.
+// @deleteRecord alone leaves the edge, its node dangling (read as null): an
+// app adds @deleteEdge(connections: …) beside it (README, "Clients").
 function shown(connectionId) {
   const connection = source().get(connectionId);
   return connection.edges.__refs

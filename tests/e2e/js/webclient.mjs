@@ -28,6 +28,7 @@ const browser = await chromium.launch({
 });
 const pages = [];
 const logs = [];
+const leaked = []; // requests whose URL carries a token (the server would log it)
 let seed = 42; // a fixed sequence of choices: a failure can be run again
 const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
 
@@ -36,9 +37,10 @@ async function openPage(token, n) {
   const page = await context.newPage();
   page.on("console", (m) => logs.push(`page ${n} ${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => logs.push(`page ${n} pageerror: ${e.message}`));
+  page.on("request", (r) => { if (r.url().includes(token)) leaked.push(r.url().slice(0, 80)); });
   await page.route("**/*", (route) =>
     new URL(route.request().url()).host === origin ? route.continue() : route.abort());
-  await page.goto(`${base}/web/?playlist=${encodeURIComponent(playlistId)}&token=${token}`);
+  await page.goto(`${base}/web/?playlist=${encodeURIComponent(playlistId)}#token=${token}`);
   await page.waitForFunction(() => document.getElementById("status").dataset.state === "live",
     null, { timeout: 20000 });
   return page;
@@ -111,7 +113,7 @@ try {
     if (Date.now() > deadline) throw new Error(`pages did not settle: ${JSON.stringify(states.map(({ order, ...s }) => s))}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  say("settled", { states });
+  say("settled", { states, leaked });
   await browser.close();
 } catch (error) {
   mkdirSync(artefacts, { recursive: true });

@@ -5,7 +5,11 @@ import { PlaylistSession } from "./chorus.js";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const endpoint = new URL("/graphql", location.href).toString();
-$("token").value = params.get("token") ?? sessionStorage.getItem("chorus-token") ?? "";
+// The token may come in the fragment (#token=…): a fragment is never sent to
+// the server, so it is in no access log; it is dropped from the address bar.
+const fragment = new URLSearchParams(location.hash.slice(1));
+if (fragment.has("token")) history.replaceState(null, "", location.pathname + location.search);
+$("token").value = fragment.get("token") ?? sessionStorage.getItem("chorus-token") ?? "";
 $("playlist").value = params.get("playlist") ?? "";
 
 let session = null;
