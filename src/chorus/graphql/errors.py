@@ -49,7 +49,20 @@ def classify(error: GraphQLError) -> GraphQLError:
     elif original is None:
         code = (error.extensions or {}).get("code") or "GRAPHQL_VALIDATION_FAILED"
     elif isinstance(original, GraphQLError):
-        return classify(original)
+        inner = classify(original)
+        if original.original_error is not None:
+            return inner
+        # A wrapper saying where (graphql-core's "Variable '$id' has invalid
+        # value: …" around "Expected value of non-null type 'ID!' …"): its
+        # message names the variable, the inner one does not.
+        return GraphQLError(
+            error.message.replace("not to be None.", "not to be null."),  # JSON's word
+            nodes=error.nodes,
+            source=error.source,
+            positions=error.positions,
+            path=error.path,
+            extensions=inner.extensions,
+        )
     elif isinstance(original, CannotGetOperationTypeError):
         # No operation of that name (or several and none named): the client's
         # request is wrong, as over HTTP, where strawberry answers 400.
