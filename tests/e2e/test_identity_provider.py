@@ -88,6 +88,10 @@ def test_wrong_issuer_or_audience_is_unauthenticated(chorus: ChorusServer) -> No
 def test_local_hs256_tokens_are_refused(chorus: ChorusServer) -> None:
     token = mint_token(TEST_SECRET, "alice")
     assert "signed by the identity provider (ES256, RS256)" in _refused(chorus, token)
+    # … and the banner does not suggest `chorus token`, which is refused here.
+    banner = chorus.log.read_text()
+    assert "a token:  from the identity provider (" in banner
+    assert "chorus token alice" not in banner
 
 
 def test_a_flood_of_unknown_kids_fetches_the_jwks_at_most_once_per_interval(

@@ -57,11 +57,16 @@ def serve(args: argparse.Namespace) -> int:
         profile += ", with relay, fanout, cache projector and feed consumer in this process"
     if args.workers > 1:
         profile += f", {args.workers} processes"
+    token_hint = (
+        f"from the identity provider ({settings.jwks_url})"
+        if settings.jwks_url
+        else "./scripts/chorus token alice"
+    )
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
         f"  profile:  {profile}\n"
         f"  database: {settings.database_url}\n"
-        f"  a token:  ./scripts/chorus token alice  (send 'Authorization: Bearer <token>')",
+        f"  a token:  {token_hint}  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
 
