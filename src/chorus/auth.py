@@ -50,6 +50,19 @@ class InvalidToken(Exception):
     """The bearer token cannot be trusted; ``str(error)`` says why, for the client."""
 
 
+class KeysUnavailable(InvalidToken):
+    """The identity provider's keys cannot be fetched: the token may be fine, try again later.
+
+    Answered ``SERVICE_UNAVAILABLE`` (a socket: close 1013), never
+    ``UNAUTHENTICATED``: a client must not sign its user out for the
+    provider's outage.
+    """
+
+
+class Unavailable(str):
+    """A refusal reason (:meth:`ChorusGraphQL.identify`) that is an outage, not a bad token."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRules:
     """What a token's claims must hold, besides times (settings: README, Identity providers).

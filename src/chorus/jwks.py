@@ -33,7 +33,14 @@ from typing import Any
 import jwt
 from jwt import PyJWK, PyJWKClient
 
-from chorus.auth import ClaimRules, Identity, InvalidToken, check_claims, check_form
+from chorus.auth import (
+    ClaimRules,
+    Identity,
+    InvalidToken,
+    KeysUnavailable,
+    check_claims,
+    check_form,
+)
 
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512"}
@@ -124,7 +131,7 @@ class JWKSKeys:
         if found is not None:
             return found
         if held.fetched_at is None:
-            raise InvalidToken(
+            raise KeysUnavailable(
                 f"the identity provider's keys cannot be fetched ({self.url}): {held.error}"
             )
         raise InvalidToken("the token's key id (kid) is not one of the identity provider's keys")

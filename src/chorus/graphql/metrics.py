@@ -34,7 +34,7 @@ from strawberry.types.graphql import OperationType
 from chorus.logs import note_access
 from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import Unauthenticated
+from chorus.resolvers.errors import RequestError
 
 MAX_OPERATION_NAMES = 200
 """Names learned from callers that get their own series, per process (configured ones aside)."""
@@ -154,7 +154,7 @@ class OperationMetrics(SchemaExtension):
             return None
         try:
             return request.viewer()
-        except Unauthenticated:
+        except RequestError:  # no (valid) token, or none could be checked
             return None
 
     def _operation_type(self) -> str:

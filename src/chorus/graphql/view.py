@@ -44,6 +44,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.execution import ExecutionResult
 from strawberry.types.unset import UnsetType
 
+from chorus import auth
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
 from chorus.graphql import ide, negotiation, nesting
 from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_operation
@@ -146,6 +147,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 raise InvalidToken("use 'Authorization: Bearer <token>'")
             token = bearer_token(header)
             return (await self._tokens.identify(token) if token else None), None
+        except auth.KeysUnavailable as error:
+            return None, auth.Unavailable(error)
         except InvalidToken as error:
             return None, str(error)
 
@@ -157,6 +160,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             return RequestContext(services, None, "send the token in connection_init")
         identity, error = await self.identify(request.headers.get("authorization"))
         context = RequestContext(services, identity.user_id if identity else None, error)
+        context.auth_unavailable = isinstance(error, auth.Unavailable)
         request.state.chorus_context = context  # what the HTTP cache reads after execution
         return context
 

@@ -32,7 +32,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 )
 from strawberry.types.execution import ExecutionResult, PreExecutionError
 
-from chorus.auth import Identity
+from chorus.auth import Identity, Unavailable
 from chorus.graphql.delivery import EncodedData, next_frame
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
@@ -97,7 +97,10 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             if identity is None:
                 # Strawberry's own refusal says only "Forbidden"; over HTTP the
                 # same token gets its reason, and so does the socket's close.
-                await self.websocket.close(code=4403, reason=close_reason(error or NO_TOKEN))
+                # The provider's outage is 1013 (try again later), which
+                # graphql-ws retries, not 4403, which signs a user out.
+                code = 1013 if isinstance(error, Unavailable) else 4403
+                await self.websocket.close(code=code, reason=close_reason(error or NO_TOKEN))
                 return
             if view.at_connection_limit(identity.user_id):
                 # Not 4403: a client must not take this for a bad token and sign out.

@@ -29,7 +29,7 @@ from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.durations import Durations
-from chorus.resolvers.errors import Unauthenticated
+from chorus.resolvers.errors import ServiceUnavailable, Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.resolvers.reads import ReadSet
 from chorus.subscriptions.hub import Hub
@@ -162,6 +162,9 @@ class RequestContext:
     services: Services
     viewer_id: str | None
     auth_error: str | None = None
+    auth_unavailable: bool = False
+    """The token could not be checked (the identity provider's keys cannot be fetched):
+    :meth:`viewer` raises ``SERVICE_UNAVAILABLE``, not ``UNAUTHENTICATED``."""
     connection_params: dict[str, object] | None = None
     """The ``connection_init`` payload of a WebSocket (set by strawberry)."""
     expires_at: datetime | None = None
@@ -194,7 +197,10 @@ class RequestContext:
 
         Raises:
             Unauthenticated: no token, or an invalid one.
+            ServiceUnavailable: the identity provider's keys cannot be fetched.
         """
+        if self.viewer_id is None and self.auth_unavailable:
+            raise ServiceUnavailable(self.auth_error or "the identity provider cannot be reached")
         if self.viewer_id is None:
             raise Unauthenticated(self.auth_error or "send 'Authorization: Bearer <token>'")
         if self.expires_at is not None and datetime.now(UTC) >= self.expires_at:
