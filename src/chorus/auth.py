@@ -53,9 +53,8 @@ class InvalidToken(Exception):
 class KeysUnavailable(InvalidToken):
     """The identity provider's keys cannot be fetched: the token may be fine, try again later.
 
-    Answered ``SERVICE_UNAVAILABLE`` (a socket: close 1013), never
-    ``UNAUTHENTICATED``: a client must not sign its user out for the
-    provider's outage.
+    Answered ``SERVICE_UNAVAILABLE`` (a socket: close 1013), never ``UNAUTHENTICATED``:
+    a client must not sign its user out for the provider's outage.
     """
 
 
