@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -304,3 +305,26 @@ def test_integer_arguments_stop_at_32_bits(
     assert code == 2
     assert "must be a whole number from 1 to 2147483647" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("import", "chinook", "--owner", "alice"),
+        ("compact", "--keep-versions", "5"),
+        ("db", "upgrade"),
+    ],
+)
+def test_a_file_that_is_not_a_database_stops_every_command_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: tuple[str, ...],
+) -> None:
+    corrupt = tmp_path / "chorus.db"
+    corrupt.write_bytes(b"this is not an SQLite file, only text that looks like one " * 100)
+    monkeypatch.setenv("CHORUS_DATABASE_URL", f"sqlite+aiosqlite:///{corrupt}")
+    code, err = _run(capsys, *argv)
+    assert code == 2
+    assert err.strip() == "chorus: cannot migrate the database: file is not a database"
+    assert corrupt.read_bytes().startswith(b"this is not an SQLite file")

@@ -137,6 +137,7 @@ def catalog_serve(args: argparse.Namespace) -> int:
 
 
 def compact(args: argparse.Namespace) -> int:
+    migrate(load_settings(), wait=False)
     return asyncio.run(_compact_async(args))
 
 
@@ -200,17 +201,16 @@ def export_schema(_args: argparse.Namespace) -> int:
 
 
 def import_(args: argparse.Namespace) -> int:
+    migrate(load_settings(), wait=False)
     return asyncio.run(_import_async(args))
 
 
 async def _import_async(args: argparse.Namespace) -> int:
     from chorus import bootstrap
-    from chorus.db.migrate import upgrade_async
     from chorus.graphql.ids import to_global_id
     from chorus.importers import ImportFailed, import_chinook, import_mpd
 
     settings = load_settings()
-    await upgrade_async(settings.database_url)
     try:
         async with bootstrap.opened_database(settings) as db:
             store = bootstrap.store(settings, db)
