@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -328,3 +333,22 @@ def test_a_file_that_is_not_a_database_stops_every_command_with_one_line(
     assert code == 2
     assert err.strip() == "chorus: cannot migrate the database: file is not a database"
     assert corrupt.read_bytes().startswith(b"this is not an SQLite file")
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """``chorus import chinook | head -0``: the import is done; no BrokenPipeError spew."""
+    database = tmp_path / "c.db"
+    env = {**os.environ, "CHORUS_DATABASE_URL": f"sqlite+aiosqlite:///{database}"}
+    command = [sys.executable, "-m", "chorus.cli", "import", "chinook", "--owner", "alice"]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as cli:
+        assert cli.stdout is not None
+        assert cli.stderr is not None
+        cli.stdout.close()  # the reader is gone before the first line is printed
+        err = cli.stderr.read().decode()
+        code = cli.wait(timeout=120)
+    assert "Traceback" not in err, err
+    assert "Exception ignored" not in err, err
+    assert code == 128 + signal.SIGPIPE
+    with sqlite3.connect(database) as imported:
+        (playlists,) = imported.execute("SELECT count(*) FROM playlist").fetchone()
+    assert playlists == 18

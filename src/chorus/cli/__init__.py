@@ -22,6 +22,9 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import sys
 from collections.abc import Sequence
 
 from chorus import __version__
@@ -140,5 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
-    result: int = args.run(args)
+    try:
+        result: int = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader of stdout went away (`chorus import … | head`): what the
+        # command did is done; stop quietly as a C tool killed by SIGPIPE
+        # would, and keep Python from complaining again when stdout is flushed
+        # at exit (the recipe of the `signal` module's documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     return result
