@@ -34,6 +34,7 @@ from chorus.domain.finding import (
     OrderField,
     PlaylistKey,
     PlaylistOrder,
+    PlaylistWindow,
     prefix_end,
 )
 from chorus.domain.model import Playlist, PlaylistKind, Visibility
@@ -80,20 +81,14 @@ def _order_by(order: PlaylistOrder, *, reverse: bool) -> tuple[Any, ...]:
 
 
 async def _page(
-    conn: AsyncConnection,
-    where: Sequence[ColumnElement[bool]],
-    order: PlaylistOrder,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
+    conn: AsyncConnection, where: Sequence[ColumnElement[bool]], window: PlaylistWindow
 ) -> Page[Playlist]:
-    """``size`` playlists matching ``where`` strictly between ``after`` and ``before``.
+    """The ``window`` of the playlists matching ``where``.
 
-    ``from_end``: the ``size`` nearest ``before`` (Relay ``last``). Whether
-    playlists lie beyond the page is exact on both sides, like entries.
+    Whether playlists lie beyond the page is exact on both sides, like entries.
     """
+    order, size, from_end = window.order, window.size, window.from_end
+    after, before = window.after, window.before
     bounds = list(where)
     if after is not None:
         bounds.append(_keyset(order, after, beyond=True))
@@ -118,58 +113,35 @@ async def _page(
     return Page(rows, has_next, has_previous, total)
 
 
-async def viewer_playlists(
-    db: Database,
-    user_id: str,
-    order: PlaylistOrder,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
-) -> Page[Playlist]:
-    """Playlists ``user_id`` owns or is a member of (an owner is a member), in ``order``."""
+async def viewer_playlists(db: Database, user_id: str, window: PlaylistWindow) -> Page[Playlist]:
+    """The ``window`` of the playlists ``user_id`` owns or is a member of (an owner is one)."""
     where = (*_listed(), _is_member(user_id))
     async with db.read() as conn:
-        return await _page(
-            conn, where, order, size=size, after=after, before=before, from_end=from_end
-        )
+        return await _page(conn, where, window)
 
 
 async def user_playlists(
-    db: Database,
-    owner_id: str,
-    viewer_id: str,
-    order: PlaylistOrder,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
+    db: Database, owner_id: str, viewer_id: str, window: PlaylistWindow
 ) -> Page[Playlist]:
-    """Playlists ``owner_id`` owns that ``viewer_id`` may read: PUBLIC, or they are a member."""
+    """The ``window`` of ``owner_id``'s playlists ``viewer_id`` may read: PUBLIC, or a member's."""
     readable = (playlist.c.visibility == Visibility.PUBLIC.value) | _is_member(viewer_id)
     where = (playlist.c.owner_id == owner_id, *_listed(), readable)
     async with db.read() as conn:
-        return await _page(
-            conn, where, order, size=size, after=after, before=before, from_end=from_end
-        )
+        return await _page(conn, where, window)
 
 
-async def search_public(
-    db: Database,
-    key: str,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
-) -> Page[Playlist]:
-    """PUBLIC playlists whose title key starts with ``key``, by ``(title key, id)``.
+async def search_public(db: Database, key: str, window: PlaylistWindow) -> Page[Playlist]:
+    """The ``window`` of PUBLIC playlists whose title key starts with ``key``.
 
     Args:
         key: a title key (:func:`~chorus.domain.finding.title_key`); empty: every PUBLIC one.
+        window: its order must be :data:`~chorus.domain.finding.BY_TITLE`, ``(title key, id)``.
+
+    Raises:
+        ValueError: a window of another order (its keysets would not fit the search's range).
     """
+    if window.order != BY_TITLE:
+        raise ValueError(f"a title search pages by title, not {window.order}")
     where = [playlist.c.visibility == Visibility.PUBLIC.value, *_listed()]
     if key:
         where.append(playlist.c.title_key >= literal(key, TITLE_KEY))
@@ -177,9 +149,7 @@ async def search_public(
         if end is not None:
             where.append(playlist.c.title_key < literal(end, TITLE_KEY))
     async with db.read() as conn:
-        return await _page(
-            conn, where, BY_TITLE, size=size, after=after, before=before, from_end=from_end
-        )
+        return await _page(conn, where, window)
 
 
 async def media_counts(db: Database, playlist_id: str) -> tuple[int, dict[str, int]] | None:

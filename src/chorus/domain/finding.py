@@ -74,6 +74,25 @@ class PlaylistKey:
     playlist_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class PlaylistWindow:
+    """Which page of a list of playlists: ``size`` of them in ``order``, strictly between keysets.
+
+    Attributes:
+        order: the order of the list (the keysets are of it).
+        size: how many playlists at most (the checked ``first`` or ``last``).
+        from_end: the ``size`` nearest ``before`` (Relay ``last``), else nearest ``after``.
+        after: the keyset the page starts after; ``None``: the list's start.
+        before: the keyset the page ends before; ``None``: the list's end.
+    """
+
+    order: PlaylistOrder
+    size: int
+    from_end: bool = False
+    after: PlaylistKey | None = None
+    before: PlaylistKey | None = None
+
+
 def title_key(title: str) -> str:
     """A title as it is ordered and searched: case-folded, white space runs made one space."""
     return " ".join(title.casefold().split())

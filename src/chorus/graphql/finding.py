@@ -81,18 +81,11 @@ async def viewer_playlists(
     order_by: PlaylistOrder | None,
 ) -> PlaylistConnection:
     """``Viewer.playlists``: see its description."""
-    asked = playlist_arguments.playlists_request(
+    window = playlist_arguments.playlists_request(
         info.context.services.limits, _order(order_by), first, after, last, before
     )
-    page = await finding.viewer_playlists(
-        info.context,
-        asked.order,
-        size=asked.size,
-        after=asked.after,
-        before=asked.before,
-        from_end=asked.from_end,
-    )
-    return playlist_connection(page, asked.order)
+    page = await finding.viewer_playlists(info.context, window)
+    return playlist_connection(page, window.order)
 
 
 async def user_playlists(
@@ -105,19 +98,11 @@ async def user_playlists(
     order_by: PlaylistOrder | None,
 ) -> PlaylistConnection:
     """``User.playlists``: see its description."""
-    asked = playlist_arguments.playlists_request(
+    window = playlist_arguments.playlists_request(
         info.context.services.limits, _order(order_by), first, after, last, before
     )
-    page = await finding.user_playlists(
-        info.context,
-        owner_id,
-        asked.order,
-        size=asked.size,
-        after=asked.after,
-        before=asked.before,
-        from_end=asked.from_end,
-    )
-    return playlist_connection(page, asked.order)
+    page = await finding.user_playlists(info.context, owner_id, window)
+    return playlist_connection(page, window.order)
 
 
 SEARCH_DESCRIPTION = (
@@ -139,17 +124,10 @@ async def search_playlists(
 ) -> PlaylistConnection:
     """``Query.searchPlaylists``: see :data:`SEARCH_DESCRIPTION`."""
     order = playlist_arguments.playlist_order(OrderField.TITLE, Direction.ASC)
-    asked = playlist_arguments.playlists_request(
+    window = playlist_arguments.playlists_request(
         info.context.services.limits, order, first, after, last, before
     )
     info.context.viewer()
     key = playlist_arguments.title_query(query)
-    page = await finding.search_playlists(
-        info.context,
-        key,
-        size=asked.size,
-        after=asked.after,
-        before=asked.before,
-        from_end=asked.from_end,
-    )
+    page = await finding.search_playlists(info.context, key, window)
     return playlist_connection(page, order)

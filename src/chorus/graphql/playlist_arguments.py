@@ -7,24 +7,18 @@ module short. A refusal is ``BAD_USER_INPUT``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from chorus.domain.finding import Direction, OrderField, PlaylistKey, PlaylistOrder, title_key
+from chorus.domain.finding import (
+    Direction,
+    OrderField,
+    PlaylistKey,
+    PlaylistOrder,
+    PlaylistWindow,
+    title_key,
+)
 from chorus.domain.limits import Limits
 from chorus.graphql import ids
 from chorus.graphql.arguments import NOT_A_CURSOR, page_size, search_query
 from chorus.resolvers.errors import BadUserInput
-
-
-@dataclass(frozen=True, slots=True)
-class PlaylistsRequest:
-    """A checked request for a page of a list of playlists in ``order``."""
-
-    order: PlaylistOrder
-    size: int
-    from_end: bool
-    after: PlaylistKey | None
-    before: PlaylistKey | None
 
 
 def playlists_request(
@@ -34,8 +28,8 @@ def playlists_request(
     after: str | None,
     last: int | None,
     before: str | None,
-) -> PlaylistsRequest:
-    """The Relay arguments of a list of playlists (``viewer``'s, a user's, a search).
+) -> PlaylistWindow:
+    """The Relay arguments of a list of playlists (``viewer``'s, a user's, a search), checked.
 
     Raises:
         BadUserInput: a cursor that is not a playlist cursor, or one of
@@ -45,7 +39,7 @@ def playlists_request(
     after_key = _playlist_key(after, "after", order)
     before_key = _playlist_key(before, "before", order)
     size, from_end = page_size(limits, first, last)
-    return PlaylistsRequest(order, size, from_end, after_key, before_key)
+    return PlaylistWindow(order, size, from_end, after_key, before_key)
 
 
 def _playlist_key(cursor: str | None, name: str, order: PlaylistOrder) -> PlaylistKey | None:

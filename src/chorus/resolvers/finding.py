@@ -13,7 +13,7 @@ from __future__ import annotations
 from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db import finding
 from chorus.db.pages import Page
-from chorus.domain.finding import PlaylistKey, PlaylistOrder
+from chorus.domain.finding import PlaylistWindow
 from chorus.domain.model import Playlist
 from chorus.resolvers.context import RequestContext
 
@@ -21,38 +21,21 @@ LISTS_UNCACHED = "a list of playlists is named by no playlist's version"
 """Why an answer holding `viewer.playlists`, `User.playlists` or `searchPlaylists` is not kept."""
 
 
-async def viewer_playlists(
-    ctx: RequestContext,
-    order: PlaylistOrder,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
-) -> Page[Playlist]:
-    """The viewer's playlists (owned or a member of) in ``order``, between the keysets.
+async def viewer_playlists(ctx: RequestContext, window: PlaylistWindow) -> Page[Playlist]:
+    """The ``window`` of the viewer's playlists (owned or a member of).
 
     Raises:
         Unauthenticated: no valid token.
     """
     viewer = ctx.viewer()
     ctx.reads.refuse(LISTS_UNCACHED)
-    return await finding.viewer_playlists(
-        ctx.services.db, viewer, order, size=size, after=after, before=before, from_end=from_end
-    )
+    return await finding.viewer_playlists(ctx.services.db, viewer, window)
 
 
 async def user_playlists(
-    ctx: RequestContext,
-    owner_id: str,
-    order: PlaylistOrder,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
+    ctx: RequestContext, owner_id: str, window: PlaylistWindow
 ) -> Page[Playlist]:
-    """``owner_id``'s playlists the viewer may read (PUBLIC, or shared with them), in ``order``.
+    """The ``window`` of ``owner_id``'s playlists the viewer may read (PUBLIC, or shared).
 
     Raises:
         Unauthenticated: no valid token.
@@ -60,37 +43,18 @@ async def user_playlists(
     viewer = ctx.viewer()
     ctx.reads.refuse(LISTS_UNCACHED)
     ctx.reads.depends_on_viewer()
-    return await finding.user_playlists(
-        ctx.services.db,
-        owner_id,
-        viewer,
-        order,
-        size=size,
-        after=after,
-        before=before,
-        from_end=from_end,
-    )
+    return await finding.user_playlists(ctx.services.db, owner_id, viewer, window)
 
 
-async def search_playlists(
-    ctx: RequestContext,
-    key: str,
-    *,
-    size: int,
-    after: PlaylistKey | None,
-    before: PlaylistKey | None,
-    from_end: bool,
-) -> Page[Playlist]:
-    """PUBLIC playlists whose title key starts with ``key``, by title key then id.
+async def search_playlists(ctx: RequestContext, key: str, window: PlaylistWindow) -> Page[Playlist]:
+    """The ``window`` of PUBLIC playlists whose title key starts with ``key`` (by title key, id).
 
     Raises:
         Unauthenticated: no valid token.
     """
     ctx.viewer()
     ctx.reads.refuse(LISTS_UNCACHED)
-    return await finding.search_public(
-        ctx.services.db, key, size=size, after=after, before=before, from_end=from_end
-    )
+    return await finding.search_public(ctx.services.db, key, window)
 
 
 async def total_duration_ms(ctx: RequestContext, playlist: Playlist) -> int | None:
