@@ -43,11 +43,12 @@ from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from chorus import bootstrap, health, tracing
+from chorus.auth import TokenVerifier
 from chorus.drain import Drain
 from chorus.graphql import ide
 from chorus.graphql.limits import RequestLimits
@@ -114,9 +115,22 @@ def create_app(
                     _log.warning("identity provider keys not fetched yet: %s", error)
             yield
 
-    origins = settings.cors_origin_list
+    graphql_app = _graphql_view(settings, tokens)
+    app = Starlette(routes=_routes(graphql_app), lifespan=lifespan)
+    app.state.graphql = graphql_app
+    app.state.metrics_token = settings.metrics_token
+    app.state.drain = drain = drain or Drain()
+    return RequestId(CloseWhileDraining(_middleware(settings, app), drain))
+
+
+def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> ChorusGraphQL:
+    """``/graphql`` over HTTP and WebSocket, with the request limits of ``settings``.
+
+    Raises:
+        ValueError: a ``CHORUS_PERSISTED_DOCUMENTS`` file that cannot be used.
+    """
     registered = load_manifest(settings.persisted_documents) if settings.persisted_documents else {}
-    graphql_app = ChorusGraphQL(
+    return ChorusGraphQL(
         tokens,
         graphql_ide="graphiql",
         allow_queries_via_get=True,
@@ -126,7 +140,7 @@ def create_app(
         # than a slow HTTP head may (strawberry's default is a minute).
         connection_init_wait_timeout=timedelta(seconds=settings.head_timeout_s),
         max_connections_per_user=settings.max_ws_connections_per_user,
-        allowed_origins=origins,
+        allowed_origins=settings.cors_origin_list,
         operation_names=OperationNames(settings.metrics_operation_name_list),
         limits=RequestLimits(
             max_fragments=settings.max_fragments,
@@ -137,26 +151,27 @@ def create_app(
             page_size_max=settings.page_size_max,
         ),
     )
-    app = Starlette(
-        routes=[
-            Route("/graphql", graphql_app, methods=["GET", "POST"]),
-            WebSocketRoute("/graphql", graphql_app),
-            Route("/healthz", healthz),
-            Route("/readyz", health.readyz),
-            Route("/metrics", health.metrics),
-            Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
-            Mount(ide.WEB_URL, StaticFiles(directory=ide.WEB_PATH, html=True), name="web"),
-        ],
-        lifespan=lifespan,
-    )
-    app.state.graphql = graphql_app
-    app.state.metrics_token = settings.metrics_token
-    app.state.drain = drain = drain or Drain()
+
+
+def _routes(graphql_app: ChorusGraphQL) -> list[BaseRoute]:
+    return [
+        Route("/graphql", graphql_app, methods=["GET", "POST"]),
+        WebSocketRoute("/graphql", graphql_app),
+        Route("/healthz", healthz),
+        Route("/readyz", health.readyz),
+        Route("/metrics", health.metrics),
+        Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
+        Mount(ide.WEB_URL, StaticFiles(directory=ide.WEB_PATH, html=True), name="web"),
+    ]
+
+
+def _middleware(settings: Settings, app: ASGIApp) -> ASGIApp:
+    """``app`` inside the body limit, CORS, the JSON access log and tracing ``settings`` ask for."""
     asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
-    if origins:
+    if settings.cors_origin_list:
         asgi = CORSMiddleware(
             asgi,
-            allow_origins=origins,
+            allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=settings.cors_allow_header_list,
             expose_headers=[REQUEST_ID_HEADER],
@@ -172,7 +187,7 @@ def create_app(
             excluded_urls=UNTRACED_PATHS,
         )
         asgi = HttpOnly(traced, asgi)
-    return RequestId(CloseWhileDraining(asgi, drain))
+    return asgi
 
 
 UNTRACED_PATHS = r"/healthz$,/readyz$,/metrics$,/graphiql/,/web(/|$)"
