@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from chorus.graphql.nesting import JSONNotStandard, decode_json
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chorus.graphql.nesting import JSONNotStandard, decode_json, encode_json
 
 
 @pytest.mark.parametrize(
@@ -39,3 +43,26 @@ def test_what_python_takes_beyond_standard_json_is_refused(
 )
 def test_standard_json_decodes_as_before(document: str | bytes, value: object) -> None:
     assert decode_json(document) == value
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(_JSON_VALUES)
+def test_an_answer_encodes_to_what_the_standard_decoder_reads_back(value: object) -> None:
+    encoded = encode_json(value)
+    assert isinstance(encoded, str)
+    assert json.loads(encoded) == value
+
+
+@pytest.mark.parametrize("value", [{"n": 2**70}, {1: "a non-string key"}, [-(2**64)]])
+def test_what_orjson_refuses_is_encoded_as_json_dumps_would(value: object) -> None:
+    assert encode_json(value) == json.dumps(value, separators=(",", ":"))

@@ -18,6 +18,9 @@ And Python's decoder accepts more than standard JSON (RFC 8259): ``NaN``,
 UTF-32 bytes, a UTF-8 byte order mark. :func:`decode_json` refuses each as
 :class:`JSONNotStandard`, so what a client sends means the same to every
 JSON reader.
+
+Answers go out through :func:`encode_json` (orjson: the page of a cold read
+spent 4% of its CPU in :func:`json.dumps`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import json
 import math
 import re
 import sys
+
+import orjson
 
 MAX_JSON_DEPTH = 64
 """Deepest nesting of arrays and objects in a request body or WebSocket frame.
@@ -154,3 +159,17 @@ def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
         raise
     except ValueError:  # the only other one: int() refusing a huge integer
         raise JSONNumberTooLong(sys.get_int_max_str_digits()) from None
+
+
+def encode_json(data: object) -> str:
+    """``data`` as compact JSON text (HTTP bodies and WebSocket text frames alike).
+
+    orjson first; what it refuses (an integer past 64 bits, a non-string key)
+    goes through :func:`json.dumps`, so nothing that encoded before fails now.
+    Text, not bytes: strawberry sends bytes over a WebSocket as a binary
+    frame, which graphql-ws clients do not read.
+    """
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(data, separators=(",", ":"))

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -101,7 +100,7 @@ def parse_refusal(error: GraphQLError) -> Response:
     never cached.
     """
     formatted = {**error.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
-    body = json.dumps({"data": None, "errors": [formatted]}, separators=(",", ":"))
+    body = nesting.encode_json({"data": None, "errors": [formatted]})
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
 
@@ -354,6 +353,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             return Response(status_code=304, headers=headers)
         response.headers.update(headers)
         return response
+
+    encode_json = staticmethod(nesting.encode_json)
 
     def decode_json(self, data: str | bytes) -> object:
         """A body or frame as JSON, nested at most :data:`MAX_JSON_DEPTH` deep.
