@@ -22,6 +22,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
+from chorus.graphql.nesting import MAX_JSON_VALUES
 from tests.e2e.helpers import mutation_document
 from tests.servers import TEST_SECRET, ChorusServer
 
@@ -103,6 +104,7 @@ NOT_STANDARD = {
     "UTF-16": '{"query": "{ __typename }"}'.encode("utf-16"),
     "UTF-16 without BOM": '{"query": "{ __typename }"}'.encode("utf-16-le"),
     "UTF-8 BOM": b'\xef\xbb\xbf{"query": "{ __typename }"}',
+    "a key twice": b'{"query": "{ __typename }", "query": "mutation { x }"}',
     "large NaN": b'{"query": "{ __typename }", "variables": {"x": NaN, "pad": "'
     + b"p" * 4000
     + b'"}}',
@@ -135,6 +137,38 @@ def test_get_variables_that_are_not_standard_json_are_a_400(
     )
     assert response.status_code == 400, response.text
     assert response.json()["errors"][0]["extensions"] == {"code": "BAD_REQUEST"}
+
+
+@pytest.mark.parametrize("items", [MAX_JSON_VALUES, 200_000], ids=["just-over", "1-MB"])
+def test_a_body_of_too_many_values_is_a_400_without_a_token(
+    chorus: ChorusServer, items: int
+) -> None:
+    """A 1 MB body of one-letter strings held /healthz for seconds while it was decoded."""
+    body = json.dumps({"query": "{ __typename }", "variables": {"m": ["x"] * items}})
+    response = httpx.post(
+        chorus.url, content=body, headers={"Content-Type": "application/json"}, timeout=10
+    )
+    assert response.status_code == 400, response.text
+    [error] = response.json()["errors"]
+    assert error["extensions"] == {"code": "BAD_REQUEST"}
+    assert error["message"] == f"the request body holds more than {MAX_JSON_VALUES} JSON values"
+
+
+def test_a_body_just_within_the_values_bound_is_answered(chorus: ChorusServer) -> None:
+    # The body object, its query, its variables object and the list: 4 values.
+    items = ["x"] * (MAX_JSON_VALUES - 4)
+    body = {"query": "{ __typename }", "variables": {"m": items}}
+    response = httpx.post(chorus.url, json=body, headers={"Authorization": f"Bearer {_token()}"})
+    assert response.json()["data"] == {"__typename": "Query"}
+
+
+async def test_a_frame_of_too_many_values_closes_with_4400(chorus: ChorusServer) -> None:
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws, f"Bearer {_token()}")
+        await ws.send(json.dumps({"type": "ping", "payload": {"m": [0] * 50_000}}))
+        code, _ = await _closed_with(ws)
+    assert code == 4400
+    _healthy(chorus)
 
 
 def test_standard_numbers_still_work(chorus: ChorusServer) -> None:

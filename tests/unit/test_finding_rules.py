@@ -79,6 +79,8 @@ def test_an_ordered_cursor_decodes_to_its_order_and_keyset(
         '["TITLE","ASC",1,"x"]',
         '["TITLE","ASC","a"]',
         "{}",
+        "[" * 3000 + "]" * 3000,  # json.loads: RecursionError
+        '[["TITLE"],"ASC","a","x"]',
     ],
 )
 def test_a_forged_ordered_cursor_is_malformed(text: str) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chorus.graphql.nesting import JSONNotStandard, decode_json, encode_json
+from chorus.graphql.nesting import JSONNotStandard, JSONTooLarge, decode_json, encode_json
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,22 @@ def test_an_answer_encodes_to_what_the_standard_decoder_reads_back(value: object
 @pytest.mark.parametrize("value", [{"n": 2**70}, {1: "a non-string key"}, [-(2**64)]])
 def test_what_orjson_refuses_is_encoded_as_json_dumps_would(value: object) -> None:
     assert encode_json(value) == json.dumps(value, separators=(",", ":"))
+
+
+def test_a_key_twice_in_one_object_is_refused() -> None:
+    with pytest.raises(JSONNotStandard, match="the key 'query' appears twice in one object"):
+        decode_json('{"a": {"query": 1, "b": 2, "query": 3}}')
+
+
+@pytest.mark.parametrize(
+    "document", ["[" + "0," * 20_000 + "0]", '{"a": [' + "[]," * 20_000 + "1]}"]
+)
+def test_more_values_than_the_bound_are_refused(document: str) -> None:
+    with pytest.raises(JSONTooLarge):
+        decode_json(document)
+    with pytest.raises(JSONTooLarge):
+        decode_json(document.encode())
+
+
+def test_commas_and_brackets_inside_strings_are_not_values() -> None:
+    assert decode_json(json.dumps(["[,{" * 30_000])) == ["[,{" * 30_000]

@@ -39,6 +39,7 @@ from chorus.domain.finding import (
     PlaylistKey,
     PlaylistOrder,
 )
+from chorus.graphql import nesting
 
 MAX_ENCODED_LENGTH = 512
 
@@ -229,7 +230,11 @@ def decode_ordered_playlist_cursor(value: str) -> PlaylistKey:
         return PlaylistKey(NEWEST_FIRST, created_at, playlist_id_)
     text = decode_cursor(_ORDERED, value, MAX_ORDERED_CURSOR_LENGTH)
     try:
-        field, direction, at, playlist_id_ = json.loads(text)
+        # Bounded: json.loads of a few thousand brackets raises RecursionError.
+        fields = nesting.decode_json(text, 1)
+        if not isinstance(fields, list) or len(fields) != 4:
+            raise MalformedId("malformed cursor")
+        field, direction, at, playlist_id_ = fields
         order = PlaylistOrder(OrderField(field), Direction(direction))
     except (ValueError, TypeError):
         raise MalformedId("malformed cursor") from None

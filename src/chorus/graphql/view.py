@@ -24,7 +24,6 @@ on another origin may open a socket only from an origin of
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +49,7 @@ from chorus.graphql.caching import NO_STORE, not_modified, query_headers, read_o
 from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames, describe_operation
-from chorus.graphql.nesting import MAX_JSON_DEPTH, JSONNumberTooLong, JSONTooDeep, decode_json
+from chorus.graphql.nesting import MAX_JSON_DEPTH, decode_json
 from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
@@ -367,10 +366,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 :class:`json.JSONDecodeError` too).
         """
         if isinstance(data, bytes) and len(data) > OFF_LOOP_BYTES and data in self._decoded:
-            decoded = self._decoded[data]
+            # Taken, not copied: it was decoded for this one request (a copy
+            # of a large body held the loop as long as decoding it would).
+            decoded = self._decoded.pop(data)
             if isinstance(decoded, Exception):
                 raise decoded
-            return copy.deepcopy(decoded) if isinstance(decoded, dict | list) else decoded
+            return decoded
         return decode_json(data, MAX_JSON_DEPTH)
 
     def parse_json(self, data: str | bytes) -> object:
@@ -383,14 +384,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             body = super().parse_json(data)
         except HTTPException as error:
             cause = error.__cause__
-            if isinstance(cause, JSONTooDeep):
-                message = f"the request body nests arrays and objects deeper than {cause.limit}"
-                raise HTTPException(400, message) from None
-            if isinstance(cause, JSONNumberTooLong):
-                message = f"the request body has a number of more than {cause.limit} digits"
-                raise HTTPException(400, message) from None
-            if isinstance(cause, nesting.JSONNotStandard):
-                raise HTTPException(400, f"the request body is {cause}") from None
+            if isinstance(cause, nesting.JSONRefused):
+                raise HTTPException(400, f"the request body {cause.phrase}") from None
             raise
         if not isinstance(body, dict | list):
             raise HTTPException(400, "the request body must be a JSON object")
