@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -36,6 +37,8 @@ from chorus.auth import Identity, Unavailable
 from chorus.graphql.delivery import EncodedData, next_frame
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
+
+_log = logging.getLogger(__name__)
 
 MAX_OPERATION_ID = 128
 """Longest ``id`` of a ``subscribe`` message (characters).
@@ -188,6 +191,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         """The token a connection was opened with expires: so does the connection."""
         await asyncio.sleep(max(0.0, (expires_at - datetime.now(UTC)).total_seconds()))
         await self.websocket.close(code=4403, reason="token expired")
+
+    async def handle_task_exception(self, error: Exception) -> None:
+        """A client that went away while its answer was being sent is not an error to log."""
+        if isinstance(error, WebSocketDisconnected | WebSocketDisconnect):
+            _log.debug("socket closed while an operation was sending: %r", error)
+            return
+        await super().handle_task_exception(error)
 
     async def shutdown(self) -> None:
         expiry: asyncio.Task[None] | None = getattr(self, "_expiry", None)
