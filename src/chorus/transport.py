@@ -234,6 +234,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
             return False
         except httptools.HttpParserError as error:
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete and not cycle.response_started:
+                # A bad chunk of a body the app is waiting for: it reads
+                # http.disconnect, and the client gets its 400, not a bare close.
+                cycle.disconnected = True
+                cycle.message_event.set()
             if self._refusal is not None:
                 self._refuse(*self._refusal)
             else:

@@ -80,8 +80,21 @@ _POST = b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application
         _POST + b"Content-Length: 99999999999999999999\r\n\r\n",
         b"HELLO THERE\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # a TLS hello
+        _POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
+        _POST + b"Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n",
+        _POST + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}XX",
     ],
-    ids=["cl-and-te", "control-char", "cl-negative", "cl-20-digits", "garbage", "tls"],
+    ids=[
+        "cl-and-te",
+        "control-char",
+        "cl-negative",
+        "cl-20-digits",
+        "garbage",
+        "tls",
+        "chunk-size-not-hex",
+        "chunk-size-17-digits",
+        "chunk-bad-terminator",
+    ],
 )
 def test_malformed_http_is_a_json_400_with_a_request_id(chorus: ChorusServer, raw: bytes) -> None:
     status, headers, body = _exchange(chorus, raw)

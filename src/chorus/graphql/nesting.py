@@ -161,9 +161,14 @@ def nests_deeper_than(document: str | bytes, limit: int, values: int = MAX_JSON_
         else _NOT_BRACKETS.sub("", document)
     )
     if len(marks) > values and len(marks) - _closing_count(marks) >= values:
+        # Too deep is named first when the first values already say so.
+        if _deeper_than(marks[:values], limit):
+            return True
         raise JSONTooLarge(values)
-    if len(marks) <= limit:
-        return False
+    return len(marks) > limit and _deeper_than(marks, limit)
+
+
+def _deeper_than(marks: str | bytes, limit: int) -> bool:
     opening, closing = (b"[{", b"]}") if isinstance(marks, bytes) else ("[{", "]}")
     depth = 0
     for mark in marks:  # a lone quote (an unterminated string) is neither
