@@ -225,6 +225,7 @@ async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
         DELIVERY_GROUP_SOCKETS.labels("mean").set(sum(sizes) / len(sizes) if sizes else 0)
         DELIVERY_RENDERS.labels("made").set(hub.renders.renders)
         DELIVERY_RENDERS.labels("reused").set(hub.renders.reuses)
+        DELIVERY_RENDERS.labels("direct").set(hub.direct_writes)
     if db is None:
         return
     try:

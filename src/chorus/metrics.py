@@ -75,7 +75,8 @@ DELIVERY_GROUP_SOCKETS = Gauge(
 DELIVERY_RENDERS = Gauge(
     "chorus_subscription_renders",
     "Live event executions since start: made (one per group and version, or per viewer "
-    "when viewer-dependent) and reused (handed to another subscriber of the group).",
+    "when viewer-dependent), reused (handed to another subscriber of the group) and direct "
+    "(of the reused, written to a parked subscriber's socket without waking its stream).",
     ["result"],
 )
 DELIVERY_SECONDS = Histogram(

@@ -22,6 +22,9 @@ from chorus.logs import (
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 
+TRANSPORT_SEND = "chorus.transport_send"
+"""The scope key of a WebSocket's ``send`` as the server gave it (:class:`RequestId` sets it)."""
+
 
 if TYPE_CHECKING:
     from chorus.drain import Drain
@@ -114,6 +117,10 @@ class RequestId:
                 message = {**message, "headers": [*message.get("headers", ()), header]}
             await send(message)
 
+        if scope["type"] == "websocket":
+            # The server's own send, for writes that skip the ASGI chain (no
+            # middleware acts on a socket's messages after the handshake).
+            scope.setdefault(TRANSPORT_SEND, send)
         token = REQUEST_ID.set(request_id)
         try:
             await self.app(scope, receive, send_with_id)

@@ -128,6 +128,35 @@ async def test_subscribers_of_one_document_share_one_execution_per_version(
     await settled(server)
 
 
+async def test_parked_subscribers_are_written_directly_and_see_the_same_bytes(
+    server: ChorusServer, api: Api
+) -> None:
+    playlist_id = create_playlist(api, visibility="PUBLIC")
+    users = [f"parked{n}" for n in range(8)]
+    wss = await sockets(server, api, users)
+    try:
+        for n, ws in enumerate(wss):
+            await subscribe(ws, f"op-{n}", playlist_id, 0)
+        await until(server, lambda m: m.get("max", 0) >= 8)
+        add(api, playlist_id, [track(1)], 0)
+        got = await asyncio.gather(*(nexts(ws, f"op-{n}", 1) for n, ws in enumerate(wss)))
+        before = await asyncio.to_thread(metrics, server)
+        for v in (1, 2):
+            # Every stream has sent the last version and parked: one leader
+            # is woken per version, the hub writes the other seven sockets.
+            add(api, playlist_id, [track(v + 1)], v)
+            more = await asyncio.gather(*(nexts(ws, f"op-{n}", 1) for n, ws in enumerate(wss)))
+            got = [old + new for old, new in zip(got, more, strict=True)]
+        assert all([e["version"] for e in events] == [1, 2, 3] for events in got)
+        assert all(events == got[0] for events in got)
+        after = await asyncio.to_thread(metrics, server)
+        assert after["direct"] - before["direct"] == 2 * 7
+        assert after["made"] - before["made"] == 2
+    finally:
+        await close_all(wss)
+    await settled(server)
+
+
 async def test_different_documents_are_different_groups(server: ChorusServer, api: Api) -> None:
     playlist_id = create_playlist(api, visibility="PUBLIC")
     wss = await sockets(server, api, [f"doc{n}" for n in range(6)])

@@ -11,6 +11,7 @@ import strawberry
 
 from chorus.graphql import arguments
 from chorus.graphql.delivery import SharedEvent, group_key
+from chorus.graphql.direct import CURRENT_SINK
 from chorus.graphql.follows import FeedItem
 from chorus.graphql.history import PlaylistChanged
 from chorus.graphql.presence import PresenceEvent, presence_event
@@ -47,10 +48,14 @@ class Subscription:
         # When strawberry closes this generator (the client completed or left),
         # the stream must leave the hub then, in the operation's task: an
         # abandoned `async for` would leave that to the garbage collector.
-        events = subscriptions.playlist_events(info.context, pid, since_version)
-        hub = info.context.services.hub
         raw = info._raw_info
         group = group_key(pid, raw.operation, raw.fragments, info.variable_values)
+        # The hub may write the group's versions to this socket without this
+        # generator (graphql/direct.py); those never come through here.
+        events = subscriptions.playlist_events(
+            info.context, pid, since_version, group=group, sink=CURRENT_SINK.get()
+        )
+        hub = info.context.services.hub
         if hub is not None:
             hub.groups.enter(group)
         try:

@@ -35,6 +35,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 
 from chorus.auth import Identity, Unavailable
 from chorus.graphql.delivery import EncodedData, next_frame
+from chorus.graphql.direct import CURRENT_SINK, SocketSink
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
 
@@ -142,6 +143,18 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             )
             return
         await super().handle_subscribe(message)
+
+    async def run_operation(self, operation: Operation[RequestContext, None]) -> None:
+        # The operation's own task: its resolver finds the socket here
+        # (graphql/direct.py), for the versions the hub writes without it.
+        CURRENT_SINK.set(
+            SocketSink.of(
+                operation.id,
+                getattr(self.websocket, "ws", None),
+                lambda: not operation.completed and self.operations.get(operation.id) is operation,
+            )
+        )
+        await super().run_operation(operation)
 
     async def _send_result_stream(
         self, operation: Operation[RequestContext, None], result_source: Any

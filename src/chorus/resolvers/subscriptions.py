@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Hashable
 
 from chorus.domain.errors import InvalidInput
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
+from chorus.subscriptions.groups import DirectSink
 from chorus.subscriptions.stream import StreamItem, playlist_stream
 
 
 async def playlist_events(
-    ctx: RequestContext, playlist_id: str, since_version: int
+    ctx: RequestContext,
+    playlist_id: str,
+    since_version: int,
+    *,
+    group: Hashable | None = None,
+    sink: DirectSink | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version``, then live; see :func:`playlist_stream`.
+
+    ``group`` and ``sink``: the subscription's delivery group and its socket,
+    which the hub may write the group's versions to without this generator.
 
     Each version is executed in a fresh request context of its own (fresh
     DataLoaders: media and playlists as they are now), once for its delivery
@@ -37,6 +46,8 @@ async def playlist_events(
         since_version,
         max_lag=services.limits.max_subscriber_lag,
         presence=services.presence,
+        group=group,
+        sink=sink,
     )
     # Closed with this generator: `async for` alone would leave the stream in
     # the hub until the garbage collector finalizes it.

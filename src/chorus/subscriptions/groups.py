@@ -20,7 +20,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 MEMO_SIZE = 1_024
 """Renderings kept at once (LRU over groups × versions × audiences)."""
@@ -42,6 +42,20 @@ class Rendering(Protocol):
 
 
 R = TypeVar("R", bound=Rendering)
+
+
+class DirectSink(Protocol):
+    """One subscriber's socket, written without waking its stream (:meth:`Hub.release`)."""
+
+    def write(self, rendering: object) -> bool:
+        """Send ``rendering`` (a shared one, from :class:`RenderMemo`) now, without waiting.
+
+        Returns:
+            Whether it went out; ``False`` (socket closing, its buffer over
+            its bound, a rendering it cannot send) leaves the version to the
+            subscriber's stream.
+        """
+        ...
 
 
 @dataclass(slots=True)
@@ -90,6 +104,20 @@ class RenderMemo:
             self.reuses += 1
             return own  # type: ignore[return-value]
         return await self._make(own_key, viewer, make)
+
+    def peek(self, key: Hashable, version: int) -> Rendering | None:
+        """The finished rendering of ``version`` every viewer of group ``key`` may get, or ``None``.
+
+        Not counted in :attr:`reuses`: whoever hands it out counts it.
+        """
+        slot = self._slots.get((key, version, _SHARED))
+        if slot is None or time.monotonic() - slot.made_at > self._ttl_s:
+            return None
+        future = slot.future
+        if not future.done() or future.exception() is not None:
+            return None
+        found = future.result()
+        return cast("Rendering", found) if _is_shared(found) else None
 
     async def _lookup(self, slot_key: tuple[Hashable, int, str]) -> object:
         slot = self._slots.get(slot_key)
@@ -169,4 +197,4 @@ class Groups:
         return sorted(self._sizes.values(), reverse=True)
 
 
-__all__ = ["MEMO_SIZE", "MEMO_TTL_S", "Groups", "RenderMemo", "Rendering"]
+__all__ = ["MEMO_SIZE", "MEMO_TTL_S", "DirectSink", "Groups", "RenderMemo", "Rendering"]

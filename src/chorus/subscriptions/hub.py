@@ -7,32 +7,78 @@ first stream of a playlist subscribes the hub to the bus; the last one to
 full (a slow consumer) the hub drops events for it and marks it
 ``overflowed``: the stream then catches up from SQL, or resyncs when it is too
 far behind.
+
+**Direct writes.** A membership with a :class:`~chorus.subscriptions.groups.DirectSink`
+(a ``graphql-transport-ws`` socket) whose stream is parked, in sync
+(it sent the version just before) and has nothing queued does not need its
+stream woken for the next version of its delivery group: the hub wakes one
+of the group's in-sync members (the *leader*) the ordinary way; once the
+leader's stream has sent that version (its rendering is in
+:attr:`Hub.renders`), :meth:`Hub.release` writes the same rendering to the
+others' sockets, one non-blocking write each. A follower that is no longer
+parked and in sync by then, whose socket buffer is full, or whose group's
+rendering is not shared, gets the version in its queue as before, so order,
+gap repair, resync and the slow-consumer rule are its stream's as always. A
+version that changes access never goes direct: every stream checks it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from chorus.db.engine import Database
-from chorus.domain.changes import PlaylistEvent
+from chorus.domain.changes import DetailsUpdated, MembersChanged, PlaylistDeleted, PlaylistEvent
 from chorus.domain.committed import CommittedVersion
 from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
-from chorus.subscriptions.groups import Groups, RenderMemo
+from chorus.subscriptions.groups import DirectSink, Groups, RenderMemo
 
 log = logging.getLogger("chorus.hub")
 
 
-@dataclass(eq=False)
+def changes_access(version: CommittedVersion) -> bool:
+    """Whether a version may change who can read the playlist (members, visibility, deletion)."""
+    return any(
+        isinstance(c, MembersChanged | DetailsUpdated | PlaylistDeleted) for c in version.changes
+    )
+
+
+@dataclass(eq=False, slots=True)
 class Membership:
-    """One local stream's place in the hub."""
+    """One local stream's place in the hub.
+
+    ``group`` and ``sink``: its delivery group and socket, when its versions
+    may be written without waking its stream (module docstring). ``sent``:
+    the last version its stream sent (the stream keeps it; a direct write
+    advances it). ``parked``: its stream waits for a wake-up with nothing in
+    hand. ``led``: versions it was woken for on behalf of parked members of
+    its group, with those members, until :meth:`Hub.release`. ``owed``: the
+    version a leader is to write to it, until then.
+    """
 
     playlist_id: str
     queue: asyncio.Queue[CommittedVersion]
     overflowed: bool = False
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    group: Hashable | None = None
+    sink: DirectSink | None = None
+    sent: int = 0
+    parked: bool = False
+    led: list[tuple[CommittedVersion, list[Membership]]] | None = None
+    owed: CommittedVersion | None = None
+
+    def in_sync(self, version: int) -> bool:
+        """Whether ``version`` may be written to its socket directly now."""
+        return (
+            self.sink is not None
+            and self.parked
+            and not self.overflowed
+            and self.sent == version - 1
+            and self.queue.empty()
+        )
 
     def offer(self, version: CommittedVersion) -> None:
         try:
@@ -65,6 +111,8 @@ class Hub:
         """One rendering of a version per delivery group (:mod:`chorus.subscriptions.groups`)."""
         self.groups = Groups()
         """The delivery groups of this process's subscriptions, by size."""
+        self.direct_writes = 0
+        """Versions written to a socket without waking its stream (:meth:`release`)."""
         bus.on_gap(self.poke_all)
 
     def access(self, db: Database) -> SharedAccess:
@@ -89,12 +137,71 @@ class Hub:
             for member in members:
                 member.poke()  # they read the version from SQL instead
             return
+        direct = not changes_access(version)
+        parked: dict[Hashable, list[Membership]] = {}
         for member in members:
-            member.offer(version)
+            owed, member.owed = member.owed, None
+            if owed is not None:
+                # Its leader has not written the last one yet: its stream takes
+                # both, in order (no gap to repair from SQL).
+                member.offer(owed)
+                member.offer(version)
+            elif direct and member.in_sync(version.version):
+                parked.setdefault(member.group, []).append(member)
+            else:
+                member.offer(version)
+        for followers in parked.values():
+            leader = followers.pop()  # renders the version for the others
+            leader.offer(version)
+            if followers:
+                for follower in followers:
+                    follower.owed = version
+                if leader.led is None:
+                    leader.led = []
+                leader.led.append((version, followers))
 
-    async def join(self, playlist_id: str, wakeup: asyncio.Event | None = None) -> Membership:
-        """A place for one stream; ``wakeup``: an event it shares with its other memberships."""
-        member = Membership(playlist_id, asyncio.Queue(self._queue_size))
+    def release(self, leader: Membership) -> None:
+        """Write the versions ``leader`` was woken for to the parked members of its group.
+
+        Called by the leader's stream once it sent them, before it parks and as
+        it ends. A follower gets the group's shared rendering on its socket if
+        it is still parked and in sync and its socket takes it at once; else
+        the version goes to its queue (its stream then does what it always did).
+        """
+        led, leader.led = leader.led, None
+        for version, followers in led or ():
+            rendering = self.renders.peek(leader.group, version.version)
+            for follower in followers:
+                if follower.owed is not version:
+                    continue  # its stream was given it meanwhile
+                follower.owed = None
+                sink = follower.sink
+                if (
+                    rendering is not None
+                    and sink is not None
+                    and follower.in_sync(version.version)
+                    and sink.write(rendering)
+                ):
+                    follower.sent = version.version
+                    self.direct_writes += 1
+                    self.renders.reuses += 1
+                else:
+                    follower.offer(version)
+
+    async def join(
+        self,
+        playlist_id: str,
+        wakeup: asyncio.Event | None = None,
+        *,
+        group: Hashable | None = None,
+        sink: DirectSink | None = None,
+    ) -> Membership:
+        """A place for one stream; ``wakeup``: an event it shares with its other memberships.
+
+        ``group`` and ``sink``: its delivery group and socket, for direct
+        writes (module docstring); without a sink its stream gets every version.
+        """
+        member = Membership(playlist_id, asyncio.Queue(self._queue_size), group=group, sink=sink)
         if wakeup is not None:
             member.wakeup = wakeup
         async with self._lock:
@@ -106,6 +213,7 @@ class Hub:
         return member
 
     async def leave(self, member: Membership) -> None:
+        self.release(member)  # what it led goes on without it
         async with self._lock:
             members = self._members.get(member.playlist_id)
             if members is None or member not in members:

@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from dataclasses import dataclass
 
 from chorus.db import repository
 from chorus.db.engine import Database
-from chorus.domain.changes import (
-    DetailsUpdated,
-    MembersChanged,
-    PlaylistDeleted,
-)
+from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
 from chorus.domain.model import role_can_read
 from chorus.subscriptions.catchup import read_since
-from chorus.subscriptions.hub import Hub, Membership
+from chorus.subscriptions.groups import DirectSink
+from chorus.subscriptions.hub import Hub, Membership, changes_access
 from chorus.subscriptions.presence import Presence
 
 PAGE_SIZE = 100
@@ -52,30 +49,33 @@ class Resync:
 StreamItem = CommittedVersion | Resync
 
 
-def _changes_access(version: CommittedVersion) -> bool:
-    return any(
-        isinstance(c, MembersChanged | DetailsUpdated | PlaylistDeleted) for c in version.changes
-    )
-
-
 class _Stream:
     def __init__(
         self,
         db: Database,
         hub: Hub,
+        member: Membership,
         viewer: str,
-        playlist_id: str,
         *,
         max_lag: int,
         idle_check_s: float,
     ) -> None:
         self.db = db
         self.hub = hub
+        self.member = member
         self.viewer = viewer
-        self.playlist_id = playlist_id
+        self.playlist_id = member.playlist_id
         self.max_lag = max_lag
         self.idle_check_s = idle_check_s
-        self.last = 0
+
+    @property
+    def last(self) -> int:
+        """The last version sent; the membership holds it, as a direct write advances it."""
+        return self.member.sent
+
+    @last.setter
+    def last(self, version: int) -> None:
+        self.member.sent = version
 
     async def visible(self) -> int:
         """The current version if the viewer may see the playlist, else ``-1``."""
@@ -99,7 +99,7 @@ class _Stream:
         """After a version that changes access: end the stream if the viewer lost it."""
         if any(isinstance(c, PlaylistDeleted) for c in version.changes):
             raise Forbidden("the playlist was deleted")
-        if _changes_access(version) and not await self.hub.access(self.db).can_read(
+        if changes_access(version) and not await self.hub.access(self.db).can_read(
             self.playlist_id, version.version, self.viewer
         ):
             # One read of the playlist's readers per version for every stream
@@ -137,12 +137,19 @@ class _Stream:
                 continue
             if member.queue.empty():
                 member.wakeup.clear()
-                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that
-                # comes in the loop turn an event wakes us (the client left as
-                # the event arrived), and the stream would go on for nobody.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.idle_check_s):
-                        await member.wakeup.wait()
+                self.hub.release(member)
+                # Parked: the hub may write the group's versions to our socket
+                # meanwhile (hub.py, direct writes), advancing `last`.
+                member.parked = True
+                try:
+                    # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that
+                    # comes in the loop turn an event wakes us (the client left as
+                    # the event arrived), and the stream would go on for nobody.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.idle_check_s):
+                            await member.wakeup.wait()
+                finally:
+                    member.parked = False
                 if member.queue.empty() and not member.overflowed and await self.missed():
                     # Quiet for a while and behind the head: an event was lost on the way.
                     async for item in self.catch_up():
@@ -156,6 +163,8 @@ class _Stream:
                     yield item
                 continue
             yield self.send(version)
+            # Sent, so rendered: the parked members of our group get it now.
+            self.hub.release(member)
             await self.keep_access(version)
 
 
@@ -169,19 +178,25 @@ async def playlist_stream(
     max_lag: int = 1_000,
     idle_check_s: float = 15.0,
     presence: Presence | None = None,
+    group: Hashable | None = None,
+    sink: DirectSink | None = None,
 ) -> AsyncGenerator[StreamItem, None]:
     """Versions after ``since_version`` of a playlist the viewer may see, forever.
 
     With ``presence``, the viewer is VIEWING the playlist from the moment its
-    access was checked until the stream ends (closed, or access lost).
+    access was checked until the stream ends (closed, or access lost). With
+    ``group`` and ``sink``, versions of its delivery group that the stream
+    would send as they come may be written to ``sink`` without it
+    (:mod:`chorus.subscriptions.hub`, direct writes): the stream yields only
+    the others.
 
     Raises:
         NotFound: the playlist is missing or not visible to the viewer.
         InvalidInput: ``since_version`` is negative or in the future.
         Forbidden: the viewer lost access while streaming.
     """
-    stream = _Stream(db, hub, viewer, playlist_id, max_lag=max_lag, idle_check_s=idle_check_s)
-    member = await hub.join(playlist_id)
+    member = await hub.join(playlist_id, group=group, sink=sink)
+    stream = _Stream(db, hub, member, viewer, max_lag=max_lag, idle_check_s=idle_check_s)
     try:
         current = await stream.visible()
         if current < 0:
