@@ -3,9 +3,10 @@
 Python's :func:`json.loads` recurses once per ``[`` or ``{``: a body of a few
 thousand brackets raises :class:`RecursionError`, which strawberry lets
 through (a plain-text 500 and a traceback per request). Nothing in the
-schema nests anywhere near :data:`MAX_JSON_DEPTH`, so the view measures the
-nesting first (strings skipped, one regular-expression pass, then a walk over
-the brackets alone) and refuses a deeper document before the decoder sees it.
+schema nests anywhere near :data:`MAX_JSON_DEPTH`, and no request holds
+anywhere near :data:`MAX_JSON_VALUES`: :func:`decode_json` measures both
+first (:func:`_measure`) and refuses a deeper or larger document before the
+decoder with Chorus's checks (a Python call per float and per object) runs.
 
 Python also refuses to convert an integer of more than
 :func:`sys.get_int_max_str_digits` digits (4,300) to ``int`` (converting is
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 
 import orjson
@@ -46,12 +46,6 @@ MAX_JSON_DEPTH = 64
 A GraphQL request is an object holding ``variables`` (an object) whose
 inputs nest a few levels; 64 leaves room for any client while staying far
 below the decoder's recursion limit (about 1,000)."""
-
-# A whole JSON string, or a run of characters that are neither brackets,
-# commas nor quotes: removing both leaves the brackets and commas outside
-# strings, in order.
-_NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}",]+', re.DOTALL)
-_NOT_BRACKETS_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}",]+', re.DOTALL)
 
 
 class JSONRefused(json.JSONDecodeError):
@@ -145,65 +139,63 @@ def _utf8_text(document: str | bytes) -> str:
         raise JSONNotStandard("it is not UTF-8") from None
 
 
-def nests_deeper_than(document: str | bytes, limit: int, values: int = MAX_JSON_VALUES) -> bool:
-    """Whether ``document`` has arrays or objects nested more than ``limit`` deep.
+def _measure(text: str, limit: int, values: int) -> None:
+    """Refuse ``text`` when it nests deeper than ``limit`` or holds more than ``values`` values.
 
-    Brackets inside strings do not count. An unbalanced or otherwise invalid
-    document is measured as far as its brackets go; the decoder refuses it.
+    The common body is passed at a glance: its brackets (inside strings or
+    not) bound its depth and, with its commas, its values, counted at C
+    speed. Any other is decoded once by the C decoder alone (no hooks: a
+    Python call per float or object is what made a large body slow), which
+    stops at about 1,000 levels with :class:`RecursionError`, and walked,
+    stopping at the first value past a bound.
 
     Raises:
-        JSONTooLarge: more than ``values`` values (counted by the commas and
-            opening brackets outside strings, in the same pass).
+        JSONTooDeep, JSONTooLarge, JSONNumberTooLong, json.JSONDecodeError.
     """
-    marks = (
-        _NOT_BRACKETS_BYTES.sub(b"", document)
-        if isinstance(document, bytes)
-        else _NOT_BRACKETS.sub("", document)
-    )
-    if len(marks) > values and len(marks) - _closing_count(marks) >= values:
-        # Too deep is named first when the first values already say so.
-        if _deeper_than(marks[:values], limit):
-            return True
-        raise JSONTooLarge(values)
-    return len(marks) > limit and _deeper_than(marks, limit)
+    openings = text.count("[") + text.count("{")
+    if openings <= limit and openings + text.count(",") < values:
+        return
+    try:
+        decoded = json.loads(text)
+    except RecursionError:
+        raise JSONTooDeep(limit) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # the only other one: int() refusing a huge integer
+        raise JSONNumberTooLong(sys.get_int_max_str_digits()) from None
+    # Containers only, each charged its items at once: a list of 200,000
+    # strings is refused without a step per string.
+    seen = 1
+    pending: list[tuple[object, int]] = [(decoded, 0)]
+    while pending:
+        value, depth = pending.pop()
+        if not isinstance(value, dict | list):
+            continue
+        if depth >= limit:
+            raise JSONTooDeep(limit)
+        seen += len(value)
+        if seen > values:
+            raise JSONTooLarge(values)
+        inner = value.values() if isinstance(value, dict) else value
+        pending.extend((item, depth + 1) for item in inner if isinstance(item, dict | list))
 
 
-def _deeper_than(marks: str | bytes, limit: int) -> bool:
-    opening, closing = (b"[{", b"]}") if isinstance(marks, bytes) else ("[{", "]}")
-    depth = 0
-    for mark in marks:  # a lone quote (an unterminated string) is neither
-        if mark in opening:
-            depth += 1
-            if depth > limit:
-                return True
-        elif mark in closing:
-            depth -= 1
-    return False
-
-
-def _closing_count(marks: str | bytes) -> int:
-    # Each value is an opening bracket or follows a comma (or starts the
-    # document): the closing brackets are what is not a value.
-    if isinstance(marks, bytes):
-        return marks.count(b"]") + marks.count(b"}")
-    return marks.count("]") + marks.count("}")
-
-
-def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
+def decode_json(
+    document: str | bytes, limit: int = MAX_JSON_DEPTH, values: int = MAX_JSON_VALUES
+) -> object:
     """``json.loads(document)`` of standard JSON only, refusing nesting deeper than ``limit``.
 
     Raises:
         JSONTooDeep: nested deeper than ``limit``.
-        JSONTooLarge: more than :data:`MAX_JSON_VALUES` values.
+        JSONTooLarge: more than ``values`` values (:data:`MAX_JSON_VALUES`).
         JSONNumberTooLong: an integer of more than :func:`sys.get_int_max_str_digits` digits.
         JSONNotStandard: ``NaN``, ``Infinity``, a number that overflows a
             float, bytes that are not UTF-8 or start with a byte order mark,
             a key twice in one object.
         json.JSONDecodeError: not JSON.
     """
-    if nests_deeper_than(document, limit):
-        raise JSONTooDeep(limit)
     text = _utf8_text(document)
+    _measure(text, limit, values)
     try:
         return json.loads(
             text, parse_constant=_no_constant, parse_float=_finite, object_pairs_hook=_unique_keys
@@ -212,7 +204,7 @@ def decode_json(document: str | bytes, limit: int = MAX_JSON_DEPTH) -> object:
         raise JSONTooDeep(limit) from None
     except json.JSONDecodeError:
         raise
-    except ValueError:  # the only other one: int() refusing a huge integer
+    except ValueError:
         raise JSONNumberTooLong(sys.get_int_max_str_digits()) from None
 
 
