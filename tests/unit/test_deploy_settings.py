@@ -55,9 +55,10 @@ def test_no_pings_is_zero() -> None:
         ("drain_s", "-1", "greater than or equal to 0"),
         ("drain_s", "3601", "less than or equal to 3600"),
         ("drain_s", "inf", "finite"),
-        ("shutdown_timeout_s", "0", "greater than 0"),
+        ("shutdown_timeout_s", "0", "greater than or equal to 0.1"),
         ("ws_ping_s", "-0.5", "greater than or equal to 0"),
-        ("ws_ping_timeout_s", "0", "greater than 0"),
+        ("ws_ping_timeout_s", "0", "greater than or equal to 0.1"),
+        ("ws_ping_s", "0.1", "0 (no pings) or at least 0.25 seconds"),
     ],
 )
 def test_bad_values_are_refused_with_the_reason(field: str, value: str, message: str) -> None:

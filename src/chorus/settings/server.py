@@ -39,6 +39,12 @@ MAX_METRICS_OPERATION_NAMES = 1_000
 MAX_TIMEOUT_S = 86_400.0
 """The longest transport timeout a setting takes (seconds: one day)."""
 
+MIN_TIMEOUT_S = 0.1
+"""Shortest transport timeout (seconds): below it no real client gets a request through."""
+
+MIN_PING_S = 0.25
+"""Shortest interval between WebSocket pings (seconds): each costs a frame on every socket."""
+
 
 def check_host(value: str) -> str:
     """``value`` if it can name a bind address (not empty, no blanks or control characters).
@@ -124,21 +130,21 @@ class ServerSettings(BaseModel):
     )
     head_timeout_s: float = Field(
         10.0,
-        gt=0,
+        ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds a connection has to send a whole request head, counted from "
         "connecting or from the previous response; then 408 and closed.",
     )
     body_timeout_s: float = Field(
         30.0,
-        gt=0,
+        ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds a request has to send its whole body once its head is in; "
         "then 408 and closed.",
     )
     keep_alive_timeout_s: float = Field(
         5.0,
-        gt=0,
+        ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds an idle keep-alive HTTP connection stays open.",
     )
@@ -198,7 +204,7 @@ class ServerSettings(BaseModel):
     )
     shutdown_timeout_s: float = Field(
         10.0,
-        gt=0,
+        ge=MIN_TIMEOUT_S,
         le=MAX_STOP_S,
         description="Seconds requests in flight get to finish once the drain is over (and "
         "the listener closed); then they are cancelled and the process exits.",
@@ -213,11 +219,18 @@ class ServerSettings(BaseModel):
     )
     ws_ping_timeout_s: float = Field(
         20.0,
-        gt=0,
+        ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds a peer has to answer a ping with a pong; then its socket is "
         "closed (1011), so a dead peer goes within CHORUS_WS_PING_S + this.",
     )
+
+    @field_validator("ws_ping_s")
+    @classmethod
+    def _ws_ping_s(cls, value: float) -> float:
+        if 0 < value < MIN_PING_S:
+            raise ValueError(f"must be 0 (no pings) or at least {MIN_PING_S:g} seconds")
+        return value
 
     @field_validator("trusted_proxies")
     @classmethod
