@@ -370,25 +370,25 @@ def load_or_create_secret(data_dir: Path, name: str = "jwt-secret") -> str:
 
     Raises:
         SecretUnusable: the file is shorter than that (empty included), is not
-            UTF-8 text or cannot be read; or ``data_dir`` is not a directory
-            or the secret cannot be created in it (not writable).
+            UTF-8 text, not a regular file of ≤ 4,096 bytes, or unreadable; or
+            ``data_dir`` is not a directory, has no parent, or is not writable.
     """
     path = data_dir / name
     if data_dir.exists() and not data_dir.is_dir():
         raise SecretUnusable(f"the data directory {data_dir} is not a directory")
     try:
         if path.exists():
+            if not path.is_file() or path.stat().st_size > 4096:  # a FIFO, /dev/zero: no end
+                raise SecretUnusable(f"{path} is not a file of at most 4096 bytes")
             secret = path.read_text().strip()
         else:
             secret = secrets.token_urlsafe(48)
-            data_dir.mkdir(parents=True, exist_ok=True)
+            data_dir.mkdir(exist_ok=True)  # no parents: a mistyped dir would get a new secret
             path.touch(mode=0o600)
             path.write_text(secret + "\n")
     except UnicodeDecodeError:
-        raise SecretUnusable(
-            f"{path} is not text: put a secret of at least "
-            f"{MIN_SECRET_LENGTH} characters in it, or delete it"
-        ) from None
+        hint = f"put a secret of at least {MIN_SECRET_LENGTH} characters in it, or delete it"
+        raise SecretUnusable(f"{path} is not text: {hint}") from None
     except OSError as error:
         where = error.filename or path
         raise SecretUnusable(f"cannot use {where}: {error.strerror or error}") from None

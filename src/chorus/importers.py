@@ -221,6 +221,8 @@ def _read_mpd(
         raise ImportFailed(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
         raise ImportFailed(f"{path}: not a JSON file ({exc})") from None
+    except RecursionError:
+        raise ImportFailed(f"{path}: not a slice (arrays or objects nested too deep)") from None
     if not isinstance(document, dict):
         raise reader.fail("", f"expected a JSON object, got {_json_type(document)}")
     raw_playlists = reader.get(document, "playlists", list, "")

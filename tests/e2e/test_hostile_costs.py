@@ -73,9 +73,10 @@ def test_an_input_object_of_many_unknown_fields_is_refused_at_once(api: Api) -> 
     through_variables = api.gql(
         "mutation($i: FollowInput!) { follow(input: $i) { changed } }",
         user=None,
-        i={f"k{i}": 1 for i in range(20_000)},
+        # Just under the body's bound of 20,000 JSON values (test_hostile_input.py).
+        i={f"k{i}": 1 for i in range(19_000)},
     )
-    assert "20000 fields; the limit is 64" in through_variables["errors"][0]["message"]
+    assert "19000 fields; the limit is 64" in through_variables["errors"][0]["message"]
 
 
 def test_a_variables_default_page_size_is_costed_as_the_default(api: Api) -> None:

@@ -464,3 +464,30 @@ def test_a_secret_of_32_characters_is_kept_and_generated_ones_are_used(tmp_path:
     signature = hmac.new(b"k" * 32, signing_input, hashlib.sha256).digest()
     assert done.stdout.decode().strip().endswith(_b64(signature))
     assert json.loads(base64.urlsafe_b64decode(claims_part + "=="))["sub"] == "alice"
+
+
+@pytest.mark.parametrize("command", ["token", "serve"])
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_kept_secret_that_is_no_regular_file_exits_2_without_hanging(
+    tmp_path: Path, command: str, kind: str
+) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    kept = data_dir / "jwt-secret"
+    if kind == "fifo":
+        os.mkfifo(kept)  # reading it would wait for a writer forever
+    else:
+        kept.symlink_to("/dev/zero")  # reading it would never end
+    stderr = _one_line_refusal(_chorus_without_secret(command, data_dir, tmp_path))
+    assert f"{kept} is not a file of at most 4096 bytes" in stderr
+
+
+@pytest.mark.parametrize("command", ["token", "serve"])
+def test_a_data_directory_whose_parent_is_missing_is_not_created(
+    tmp_path: Path, command: str
+) -> None:
+    """A mistyped CHORUS_DATA_DIR would get a new secret, and tokens the server refuses."""
+    mistyped = tmp_path / "no-such-parent" / "data"
+    stderr = _one_line_refusal(_chorus_without_secret(command, mistyped, tmp_path))
+    assert "No such file or directory" in stderr
+    assert not mistyped.parent.exists()

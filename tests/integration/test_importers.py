@@ -292,6 +292,7 @@ async def test_a_malformed_mpd_file_fails_clearly_and_stores_nothing(
         (b'{"playlists": [', "not a JSON file"),
         (b"\xff\xfe not utf-8", "not a JSON file"),
         (b"", "not a JSON file"),
+        (b"[" * 100_000, "arrays or objects nested too deep"),
     ],
 )
 async def test_a_file_that_is_not_json_fails_clearly(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -204,6 +205,19 @@ def test_a_manifest_must_be_one(tmp_path: Path) -> None:
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ValueError, match="not an Apollo persisted query manifest"):
         load_manifest(str(tmp_path / "list.json"))
+
+
+def test_a_manifest_that_nests_deep_or_never_ends_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    with pytest.raises(ValueError, match="nests too deep"):
+        load_manifest(str(deep))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_manifest(str(fifo))
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_manifest("/dev/zero")
 
 
 def test_the_settings_are_validated() -> None:

@@ -49,6 +49,10 @@ class PersistedQueryError(Exception):
         self.code = code
 
 
+MAX_MANIFEST_BYTES = 64 * 2**20
+"""Largest persisted query manifest read (bytes); a large app's is a few MiB."""
+
+
 def load_manifest(path: str) -> dict[str, str]:
     """The documents of an Apollo persisted query manifest, by SHA-256.
 
@@ -57,9 +61,16 @@ def load_manifest(path: str) -> dict[str, str]:
             ``id`` is not its ``body``'s SHA-256.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        file = Path(path)
+        if not file.is_file():  # a FIFO or /dev/zero would never finish reading
+            raise ValueError("not a regular file")
+        if file.stat().st_size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"larger than {MAX_MANIFEST_BYTES // 2**20} MiB")
+        data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ValueError(f"CHORUS_PERSISTED_DOCUMENTS: cannot read {path}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"CHORUS_PERSISTED_DOCUMENTS: {path} nests too deep") from None
     operations = data.get("operations") if isinstance(data, dict) else None
     if not isinstance(operations, list):
         raise ValueError(
