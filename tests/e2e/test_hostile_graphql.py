@@ -206,7 +206,12 @@ def test_thirty_aliases_of_changes_with_media_are_refused(api: Api, playlist_id:
     )
     assert "errors" not in body, body
     cost = body["extensions"]["cost"]
-    assert cost == {"requestedQueryCost": cost["requestedQueryCost"], "maximum": MAX_COST}
+    requested = cost["requestedQueryCost"]
+    assert cost == {
+        "requestedQueryCost": requested,
+        "actualQueryCost": requested,
+        "maximum": MAX_COST,
+    }
     assert 100 < cost["requestedQueryCost"] < MAX_COST
 
 
@@ -221,6 +226,53 @@ def test_a_version_counts_the_entries_it_may_hold(api: Api, playlist_id: str) ->
     assert message.startswith("the query costs 10")
     fewer = document.replace("first: 100", "first: 50")
     assert "errors" not in api.gql(fewer, id=playlist_id)
+
+
+def revert(api: Api, pid: str, base: int, to_version: int) -> dict[str, Any]:
+    document = mutation_document("revertPlaylist")
+    fields = {"playlistId": pid, "baseVersion": base, "toVersion": to_version}
+    payload: dict[str, Any] = api.data(document, input={"operationId": api.op(), **fields})
+    return payload["revertPlaylist"]
+
+
+def test_a_revert_changes_at_most_a_batch_and_big_versions_are_charged_as_read(
+    api: Api,
+) -> None:
+    # 1,100 entries in eleven adds: one revert to the empty list would change
+    # them all in one version, over the 1,000 a batch may touch.
+    pid = create_playlist(api, title="Reverted")
+    for n in range(11):
+        add(api, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
+    over = revert(api, pid, 11, 0)
+    assert over["version"] is None
+    [error] = over["userErrors"]
+    assert error["code"] == "LIMIT_EXCEEDED", error
+    assert "1100 entries" in error["message"]
+    assert "in steps" in error["message"]
+    # In steps: versions 1 and 11 are 1,000 entries apart; each revert is one
+    # version of 1,000 entries.
+    version = 11
+    for n in range(11):
+        payload = revert(api, pid, version, 1 if n % 2 == 0 else 11)
+        assert payload["userErrors"] == [], payload
+        version = payload["version"]
+    # The query cost counts a version's entries at 100; these hold 1,000, so
+    # each version read is charged 900 more, and the page stops before the
+    # version that would pass the limit.
+    document = (
+        "query($id: ID!) { playlist(id: $id) { changes(sinceVersion: 11, first: 20) {"
+        " versions { version changes { ... on EntriesAdded { entries { id } }"
+        " ... on EntriesRemoved { entryIds } } } hasMore } } }"
+    )
+    body = api.gql(document, id=pid)
+    assert "errors" not in body, body
+    page = body["data"]["playlist"]["changes"]
+    cost = body["extensions"]["cost"]
+    requested, kept = cost["requestedQueryCost"], len(page["versions"])
+    assert [v["version"] for v in page["versions"]] == list(range(12, 12 + kept))
+    assert page["hasMore"] is True
+    assert cost["actualQueryCost"] == requested + 900 * kept <= MAX_COST
+    assert requested + 900 * (kept + 1) > MAX_COST
 
 
 def test_nested_connections_at_maximum_page_sizes_are_refused(api: Api) -> None:

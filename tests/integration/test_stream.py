@@ -67,10 +67,10 @@ schema = build_schema()
 class Rig:
     """A store, relay, bus and hub over one database, as ``chorus serve`` wires them."""
 
-    def __init__(self, db: Database, *, queue_size: int) -> None:
+    def __init__(self, db: Database, *, queue_size: int, queue_entries: int = 10_000) -> None:
         self.db = db
         self.bus = InProcessBus()
-        self.hub = Hub(self.bus, queue_size=queue_size)
+        self.hub = Hub(self.bus, queue_size=queue_size, queue_entries=queue_entries)
         self.relay = OutboxRelay(db, BusPublisher(self.bus), poll_interval_s=0.05)
         self.store = PlaylistStore(db, on_commit=self.relay.notify)
         self._ops = 0
@@ -151,8 +151,10 @@ class Rig:
 
 
 @contextlib.asynccontextmanager
-async def rig(db: Database, *, relay: bool = True, queue_size: int = 1_000) -> AsyncIterator[Rig]:
-    parts = Rig(db, queue_size=queue_size)
+async def rig(
+    db: Database, *, relay: bool = True, queue_size: int = 1_000, queue_entries: int = 10_000
+) -> AsyncIterator[Rig]:
+    parts = Rig(db, queue_size=queue_size, queue_entries=queue_entries)
     task = asyncio.create_task(parts.relay.run()) if relay else None
     try:
         yield parts
@@ -394,6 +396,28 @@ async def test_a_slow_consumer_gets_resync_then_continues_from_current_version(
         assert versions([await _next(stream) for _ in range(3)]) == [62, 63, 64]
         await stream.aclose()  # type: ignore[attr-defined]
         assert parts.counts() == (0, 0, 0)
+
+
+async def test_a_slow_consumer_is_bounded_by_the_entries_it_buffers_too(
+    database: Database,
+) -> None:
+    # Room for 1,000 versions but only 5 entries: heavy versions overflow it
+    # as surely as many light ones do (a stalled socket keeps little memory).
+    async with rig(database, queue_entries=5) as parts:
+        pid = await parts.create()
+        await parts.add(pid)
+        stream = parts.stream(ALICE, pid, 0, max_lag=20)
+        assert versions([await _next(stream)]) == [1]
+        await parts.add(pid, 60)
+        await parts.relay_caught_up()
+        [membership] = parts.hub._members[pid]
+        assert membership.overflowed
+        assert membership.queue.qsize() == membership.entries == 5
+        assert versions([await _next(stream)]) == [("resync", 61, "slow consumer")]
+        await parts.add(pid, 3)
+        assert versions([await _next(stream) for _ in range(3)]) == [62, 63, 64]
+        assert membership.entries == 0
+        await stream.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_slow_consumer_within_max_lag_catches_up_from_sql(database: Database) -> None:

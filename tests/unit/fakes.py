@@ -29,6 +29,7 @@ from chorus.domain.handlers import (
     create_playlist,
     decide,
 )
+from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import Entry, Role, Visibility
 
 SortKey = tuple[str, str]
@@ -67,6 +68,7 @@ class MemoryPlaylist:
         description: str | None = None,
         liked_songs: bool = False,
     ) -> None:
+        self.limits: Limits = DEFAULT_LIMITS
         self._ids = (f"e{n:06d}" for n in itertools.count())
         self._ops = (f"op-{n}" for n in itertools.count())
         self._clock = (START + timedelta(seconds=n) for n in itertools.count())
@@ -87,7 +89,12 @@ class MemoryPlaylist:
         self.reads = 0
 
     def context(self, actor: str) -> Context:
-        return Context(actor_id=actor, now=next(self._clock), new_id=lambda: next(self._ids))
+        return Context(
+            actor_id=actor,
+            now=next(self._clock),
+            new_id=lambda: next(self._ids),
+            limits=self.limits,
+        )
 
     def op(self) -> str:
         """A fresh operation id."""

@@ -918,6 +918,23 @@ async def test_revert_past_the_retention_floor_is_invalid() -> None:
     assert len(pl.live_ids()) == 4
 
 
+async def test_a_revert_changes_no_more_entries_than_a_batch_and_goes_in_steps() -> None:
+    pl, _ = await playlist(media=())
+    pl.limits = dataclasses.replace(pl.limits, max_batch_entries=4)
+    empty = pl.version
+    for n in range(3):
+        await add(pl, f"a{n}", f"b{n}")  # three versions, two entries each
+    with refused(pl, LimitExceeded, ("toVersion",)) as info:
+        await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=empty))
+    assert "6 entries" in info.value.message
+    assert "at most 4" in info.value.message
+    # Two entries removed, then four: each step within the limit.
+    await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=empty + 2))
+    assert len(pl.live_ids()) == 4
+    await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=empty))
+    assert pl.live_ids() == []
+
+
 @pytest.mark.parametrize("offset", [1, 50])
 async def test_revert_to_a_version_that_does_not_exist_is_invalid(offset: int) -> None:
     pl, _ = await playlist()

@@ -13,6 +13,7 @@ they do not know.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, assert_never
@@ -186,6 +187,17 @@ class PlaylistEvent(TypedDict):
     actor_id: str
     committed_at: str
     changes: list[ChangeWire]
+
+
+def entries_in(changes: Iterable[Change]) -> int:
+    """Entries that ``changes`` add, remove or move (a version's weight in entries)."""
+    total = 0
+    for change in changes:
+        if isinstance(change, EntriesAdded | EntriesRemoved):
+            total += len(change.entries)
+        elif isinstance(change, EntriesMoved):
+            total += len(change.moves)
+    return total
 
 
 def entry_to_wire(entry: Entry) -> EntryWire:

@@ -40,6 +40,7 @@ from chorus.domain.changes import (
     Move,
     PlaylistCreated,
     PlaylistDeleted,
+    entries_in,
 )
 from chorus.domain.commands import (
     UNSET,
@@ -224,7 +225,7 @@ async def _handle(
         case RemoveMember():
             return await _remove_member(command, p, view, ctx)
         case RevertPlaylist():
-            return await _revert_playlist(command, p, view)
+            return await _revert_playlist(command, p, view, ctx)
         case DeletePlaylist():
             return [PlaylistDeleted(ctx.now)], [], []
         case LikeMedia():
@@ -384,7 +385,9 @@ async def _remove_member(
     return [MembersChanged(cmd.user_id, None, previous)], [], []
 
 
-async def _revert_playlist(cmd: RevertPlaylist, p: Playlist, view: PlaylistView) -> Handled:
+async def _revert_playlist(
+    cmd: RevertPlaylist, p: Playlist, view: PlaylistView, ctx: Context
+) -> Handled:
     if not 0 <= cmd.to_version <= p.version:
         raise InvalidInput(f"toVersion must be between 0 and {p.version}", field=("toVersion",))
     log = await view.changes_since(cmd.to_version)
@@ -393,4 +396,15 @@ async def _revert_playlist(cmd: RevertPlaylist, p: Playlist, view: PlaylistView)
             f"version {cmd.to_version} is older than the history kept", field=("toVersion",)
         )
     past = revert.undo(p, log)
-    return revert.changes_to(p, past, await view.entries(list(past.entries))), [], []
+    changes = revert.changes_to(p, past, await view.entries(list(past.entries)))
+    # A revert is one version like a batch, so it changes no more entries than
+    # a batch may touch: ten thousand in one commit held the owner for ~1 s.
+    # Reverting to a later version first always gets there in steps.
+    limit, changed = ctx.limits.max_batch_entries, entries_in(changes)
+    if changed > limit:
+        raise LimitExceeded(
+            f"this revert would change {changed} entries and one revert changes at most "
+            f"{limit}: revert to a later version first, in steps",
+            field=("toVersion",),
+        )
+    return changes, [], []

@@ -32,7 +32,8 @@ class Limits:
     max_batch_operations: int = 100
     """Operations in one ``applyOperations`` batch."""
     max_batch_entries: int = 1_000
-    """Media ids and entry ids across one batch's operations, all counted together."""
+    """Media ids and entry ids across one batch's operations, all counted together;
+    also the entries one revert may change (each is one version)."""
 
 
 DEFAULT_LIMITS = Limits()

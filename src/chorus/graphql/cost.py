@@ -14,7 +14,11 @@ The model (GitHub's and Shopify's, simplified):
   same as ``CHORUS_MAX_MEDIA_PER_ADD`` and the per-edit limit): a version
   may hold that many, so ``changes(first: 100)`` selecting them counts
   100 × 100 entries (a sync that selects entries pages fewer versions);
-  a rebalance may move more, which this does not count;
+  a batch or a revert may hold up to ``max_batch_entries``, and what a
+  version read holds beyond 100 is charged as it runs (``actualQueryCost``;
+  the page of versions stops before the limit would be passed:
+  :func:`chorus.resolvers.queries.changes`); a rebalance may move more,
+  which this does not count;
 * a read of an older version (``Playlist.atVersion``) undoes up to
   ``CHECKPOINT_EVERY`` log rows before it returns anything: it costs twice
   the largest page size (200) more than its selection (bench/history.py:
@@ -281,8 +285,9 @@ class QueryCostLimit(SchemaExtension):
     A mutation is charged too but never refused here (edits spend
     ``CHORUS_RATE_LIMIT_PER_MINUTE``): over the budget, its payload's
     ``playlist`` is refused with ``RATE_LIMITED`` and the edit still runs.
-    The response's ``extensions.cost`` says ``requestedQueryCost`` and
-    ``maximum``, plus ``throttleStatus`` when the budget is on.
+    The response's ``extensions.cost`` says ``requestedQueryCost``,
+    ``actualQueryCost`` (with what versions read held beyond the estimate)
+    and ``maximum``, plus ``throttleStatus`` when the budget is on.
     """
 
     def __init__(self, limits: RequestLimits) -> None:
@@ -309,6 +314,8 @@ class QueryCostLimit(SchemaExtension):
                 refusal = self._refusal(found) if found is not None else None
                 if refusal is not None:
                     context.result = ExecutionResult(data=None, errors=[refusal])
+                elif found is not None and isinstance(context.context, RequestContext):
+                    context.context.cost_allowance = self.limits.max_query_cost - found.cost
         yield
 
     def _over(self, cost: int) -> GraphQLError:
@@ -356,4 +363,12 @@ class QueryCostLimit(SchemaExtension):
         )
 
     def get_results(self) -> dict[str, Any]:
-        return {"cost": self.report} if self.report is not None else {}
+        if self.report is None:
+            return {}
+        request = self.execution_context.context
+        if isinstance(request, RequestContext) and request.cost_allowance is not None:
+            # What it took as it ran: the versions it read may have held more
+            # entries than the requested cost counts them at.
+            actual = self.report["requestedQueryCost"] + request.extra_cost
+            self.report["actualQueryCost"] = actual
+        return {"cost": self.report}

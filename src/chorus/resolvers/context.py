@@ -180,6 +180,13 @@ class RequestContext:
     refused (:class:`~chorus.resolvers.errors.PayloadReadRefused`), the edit is not."""
     history_entries: int = 0
     """Entries of the log this request read through ``changes`` (bounded per request)."""
+    cost_allowance: int | None = None
+    """Cost points the request may spend beyond its requested cost, found only as it runs
+    (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.cost`);
+    ``None``: not checked (a subscription, or a context outside the schema)."""
+    extra_cost: int = 0
+    """Cost found as it ran: the entries of versions beyond the largest page size, which
+    is what the query cost counts a version's entries at (reported as ``actualQueryCost``)."""
     loaders: Loaders = field(init=False)
     reads: ReadSet = field(init=False)
     """What this request (or subscription event) read: what its answer may be cached by."""

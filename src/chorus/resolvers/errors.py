@@ -46,9 +46,11 @@ HISTORY_ENTRIES_PER_REQUEST = 10_000
 """Entries one request may read through ``changes`` (added, moved, removed, all fields).
 
 The query cost counts a version at 100 entries (:mod:`chorus.graphql.cost`),
-which holds for edits; a revert's version can hold a whole playlist, so the
-read itself is bounded too: a batch stops before the version that would go
-past this (``hasMore`` stays true; the next request goes on from there).
+which holds for edits; a batch's or a revert's version can hold up to
+``max_batch_entries``, so the read itself is bounded too: a page stops before
+the version that would go past this, or past the query cost limit once the
+entries beyond 100 per version are charged (``hasMore`` stays true; the next
+request goes on from there).
 """
 
 

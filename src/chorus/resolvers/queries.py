@@ -19,7 +19,7 @@ from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
 from chorus.db.history import AtVersion, NotKept
 from chorus.db.pages import EntriesPage, Page
-from chorus.domain.changes import Change, EntriesAdded, EntriesMoved, EntriesRemoved
+from chorus.domain.changes import entries_in
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
@@ -216,34 +216,41 @@ async def changes(
 def _within_history_budget(ctx: RequestContext, page: CatchUpPage) -> CatchUpPage:
     """``page`` cut before the version that would take the request past its history budget.
 
+    Two bounds: at most :data:`HISTORY_ENTRIES_PER_REQUEST` entries of history
+    per request, and the query cost limit. The query cost counts a version's
+    entries at the largest page size; a batch or a revert may hold up to
+    ``max_batch_entries``, and what a version holds beyond that page size is
+    charged to the request as it is read (``ctx.extra_cost``), within what the
+    limit leaves (``ctx.cost_allowance``).
+
     Raises:
         TooMuchHistory: the request's earlier fields spent the whole budget.
     """
-    kept = 0
+    kept, counted = 0, ctx.services.limits.page_size_max
+    allowance = ctx.cost_allowance
     for committed in page.versions:
-        entries = sum(_entries_in(change) for change in committed.changes)
-        # The first version of a request always goes (however large), so a
-        # sync makes progress; after it, nothing past the budget.
-        if ctx.history_entries and ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST:
+        entries = entries_in(committed.changes)
+        extra = max(0, entries - counted)
+        over = ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST or (
+            allowance is not None and ctx.extra_cost + extra > allowance
+        )
+        # The first version of a request always goes (a batch or revert holds
+        # at most max_batch_entries), so a sync makes progress; after it,
+        # nothing past the budget.
+        if over and (ctx.history_entries or ctx.extra_cost):
             break
         ctx.history_entries += entries
+        ctx.extra_cost += extra
         kept += 1
     if kept == len(page.versions):
         return page
     if kept == 0:
         raise TooMuchHistory(
-            f"this request reads more than {HISTORY_ENTRIES_PER_REQUEST} entries of history; "
-            "ask for fewer fields of changes, or page on in another request"
+            f"this request reads more than {HISTORY_ENTRIES_PER_REQUEST} entries of history "
+            "or more than its query cost allows; ask for fewer fields of changes, or page "
+            "on in another request"
         )
     return dataclasses.replace(page, versions=page.versions[:kept], has_more=True)
-
-
-def _entries_in(change: Change) -> int:
-    if isinstance(change, EntriesAdded | EntriesRemoved):
-        return len(change.entries)
-    if isinstance(change, EntriesMoved):
-        return len(change.moves)
-    return 0
 
 
 async def search_media(

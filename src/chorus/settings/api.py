@@ -40,7 +40,7 @@ class ApiSettings(BaseModel):
         ge=1,
         le=100_000,
         description="Media ids and entry ids across all operations of one applyOperations "
-        "batch, counted together.",
+        "batch, counted together; also the entries one revertPlaylist may change.",
     )
     # 10 × 20: at 2,000 subscriptions one user held /healthz for seconds (an attacker's pass).
     max_ws_connections_per_user: int = Field(

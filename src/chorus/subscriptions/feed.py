@@ -109,7 +109,7 @@ async def feed_stream(
             for member in tuple(members.values()):
                 member.overflowed = False  # missed versions are in viewer.feed
                 while not member.queue.empty():
-                    v = member.queue.get_nowait()
+                    v = member.take()
                     if v.version <= last.get(v.playlist_id, -1):
                         continue
                     last[v.playlist_id] = v.version

@@ -4,9 +4,11 @@ A stream :meth:`Hub.join`\\ s its playlist and reads versions from its own
 bounded queue; the hub decodes each bus event once for all of them. The
 first stream of a playlist subscribes the hub to the bus; the last one to
 :meth:`Hub.leave` unsubscribes it. When a stream's queue is
-full (a slow consumer) the hub drops events for it and marks it
+full (a slow consumer: ``queue_size`` versions, or versions holding
+``queue_entries`` entries in all) the hub drops events for it and marks it
 ``overflowed``: the stream then catches up from SQL, or resyncs when it is too
-far behind.
+far behind. The entry bound is what keeps a stalled socket's memory small
+when versions are heavy (a batch or a revert holds up to 1,000 entries).
 
 **Direct writes.** A membership with a :class:`~chorus.subscriptions.groups.DirectSink`
 (a ``graphql-transport-ws`` socket) whose stream is parked, in sync
@@ -30,7 +32,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from chorus.db.engine import Database
-from chorus.domain.changes import DetailsUpdated, MembersChanged, PlaylistDeleted, PlaylistEvent
+from chorus.domain.changes import (
+    DetailsUpdated,
+    MembersChanged,
+    PlaylistDeleted,
+    PlaylistEvent,
+    entries_in,
+)
 from chorus.domain.committed import CommittedVersion
 from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
@@ -61,6 +69,10 @@ class Membership:
 
     playlist_id: str
     queue: asyncio.Queue[CommittedVersion]
+    max_entries: int = 10_000
+    """Entries the queued versions may hold in all; past them it counts as overflowed."""
+    entries: int = 0
+    """Entries the queued versions hold (:func:`~chorus.domain.changes.entries_in`)."""
     overflowed: bool = False
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     group: Hashable | None = None
@@ -81,11 +93,28 @@ class Membership:
         )
 
     def offer(self, version: CommittedVersion) -> None:
-        try:
-            self.queue.put_nowait(version)
-        except asyncio.QueueFull:
-            self.overflowed = True
+        weight = entries_in(version.changes)
+        if self.entries + weight > self.max_entries and not self.queue.empty():
+            self.overflowed = True  # one version always fits, however heavy
+        else:
+            try:
+                self.queue.put_nowait(version)
+                self.entries += weight
+            except asyncio.QueueFull:
+                self.overflowed = True
         self.wakeup.set()
+
+    def take(self) -> CommittedVersion:
+        """The oldest queued version (the queue is not empty)."""
+        version = self.queue.get_nowait()
+        self.entries -= entries_in(version.changes)
+        return version
+
+    def clear(self) -> None:
+        """Drop what is queued (the stream reads SQL instead)."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.entries = 0
 
     def poke(self) -> None:
         """Ask the stream to look at SQL again (an event was lost or unreadable)."""
@@ -98,12 +127,14 @@ class Hub:
 
     Args:
         bus: where events come from.
-        queue_size: events buffered per stream before it counts as overflowed.
+        queue_size: versions buffered per stream before it counts as overflowed.
+        queue_entries: entries those versions may hold in all, likewise.
     """
 
-    def __init__(self, bus: Bus, *, queue_size: int = 1_000) -> None:
+    def __init__(self, bus: Bus, *, queue_size: int = 1_000, queue_entries: int = 10_000) -> None:
         self._bus = bus
         self._queue_size = queue_size
+        self._queue_entries = queue_entries
         self._members: dict[str, set[Membership]] = {}
         self._lock = asyncio.Lock()
         self._access: dict[int, SharedAccess] = {}
@@ -201,7 +232,13 @@ class Hub:
         ``group`` and ``sink``: its delivery group and socket, for direct
         writes (module docstring); without a sink its stream gets every version.
         """
-        member = Membership(playlist_id, asyncio.Queue(self._queue_size), group=group, sink=sink)
+        member = Membership(
+            playlist_id,
+            asyncio.Queue(self._queue_size),
+            self._queue_entries,
+            group=group,
+            sink=sink,
+        )
         if wakeup is not None:
             member.wakeup = wakeup
         async with self._lock:

@@ -114,7 +114,7 @@ def _changes_access(member: Membership) -> tuple[bool, int | None]:
     """
     changed, version = False, None
     while not member.queue.empty():
-        v = member.queue.get_nowait()
+        v = member.take()
         if any(isinstance(c, MembersChanged | DetailsUpdated | PlaylistDeleted) for c in v.changes):
             changed, version = True, v.version
     if member.overflowed:

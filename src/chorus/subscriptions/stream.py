@@ -130,8 +130,7 @@ class _Stream:
         while True:
             if member.overflowed:
                 member.overflowed = False
-                while not member.queue.empty():
-                    member.queue.get_nowait()
+                member.clear()
                 async for item in self.catch_up(slow=True):
                     yield item
                 continue
@@ -155,7 +154,7 @@ class _Stream:
                     async for item in self.catch_up():
                         yield item
                 continue
-            version = member.queue.get_nowait()
+            version = member.take()
             if version.version <= self.last:
                 continue
             if version.version > self.last + 1:
