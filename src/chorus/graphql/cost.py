@@ -252,12 +252,16 @@ def operation_cost(
         limits.page_size_max,
     )
     part = counter.selection(operation.selection_set, root)
-    introspection = all(name.startswith("__") for name in _root_fields(document, operation))
+    introspection = all(name.startswith("__") for name in root_fields(document, operation))
     return OperationCost(part.once + part.per_item, introspection, counter.visits)
 
 
-def _root_fields(document: DocumentNode, operation: OperationDefinitionNode) -> Iterator[str]:
-    """Names of the operation's root fields, through its fragments (each visited once)."""
+def root_fields(document: DocumentNode, operation: OperationDefinitionNode) -> Iterator[str]:
+    """Names of the operation's root fields, through its fragments (each visited once).
+
+    Any parsed document will do, valid or not: an unknown fragment is skipped
+    and a fragment spread twice (or in a cycle) is walked once.
+    """
     fragments = {
         d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
     }

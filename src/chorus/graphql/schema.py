@@ -16,6 +16,7 @@ from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
+from chorus.graphql.access import ViewerBeforeValidation
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.delivery import DeliveryExecutor
 from chorus.graphql.documents import CachedParse, CachedValidation, DocumentCache
@@ -117,7 +118,8 @@ def build_schema(
             (:mod:`chorus.graphql.documents`); unset: a cache of this schema's own.
 
     The order of the extensions is the order of the checks: tokens while
-    parsing, then the document's shape, then validation (cached; depth and
+    parsing, then the document's shape, then a viewer for anything but
+    introspection (:mod:`chorus.graphql.access`), then validation (cached; depth and
     aliases among its rules; over-long integer literals refused by the value
     rule, :mod:`chorus.graphql.literals`), then the cost when execution
     starts. Page sizes and input sizes are checked per field against the
@@ -143,6 +145,8 @@ def build_schema(
             lambda: CachedParse(kept),
             # Before validation: a refused document is neither validated nor kept.
             lambda: DocumentShapeLimit(limits),
+            # Without a viewer only introspection can be answered: nothing else is validated.
+            ViewerBeforeValidation,
             lambda: CachedValidation(kept),
             BoundedIntLiterals,
             lambda: QueryDepthLimit(limits.max_depth),
