@@ -350,3 +350,44 @@ async def test_an_idle_socket_is_pinged_and_a_dead_peer_closed(tmp_path: Path) -
     finally:
         raw.writer.close()
         server.stop()
+
+
+# --- compression ----------------------------------------------------------------------
+
+
+async def _negotiated(server: ChorusServer) -> tuple[str | None, list[str]]:
+    """The ``Sec-WebSocket-Extensions`` the server answered a client offering
+    permessage-deflate (as browsers and ``websockets`` do), and the frame types of
+    an init and a subscribe over that socket."""
+    url = f"ws://127.0.0.1:{server.port}/graphql"
+    async with connect(url, subprotocols=[PROTOCOL], compression="deflate") as ws:
+        offered = ws.request.headers.get("Sec-WebSocket-Extensions") if ws.request else None
+        assert offered is not None
+        assert "permessage-deflate" in offered
+        answered = ws.response.headers.get("Sec-WebSocket-Extensions") if ws.response else None
+        token = mint_token(TEST_SECRET, "alice")
+        await ws.send(
+            json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
+        )
+        frames = [json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"]]
+        await ws.send(
+            json.dumps({"id": "1", "type": "subscribe", "payload": {"query": "{ __typename }"}})
+        )
+        frames += [json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))["type"] for _ in range(2)]
+        return answered, frames
+
+
+async def test_websocket_compression_is_off_unless_a_setting_turns_it_on(
+    default: ChorusServer, tmp_path: Path
+) -> None:
+    answered, frames = await _negotiated(default)
+    assert answered is None  # no extension: frames go uncompressed
+    assert frames == ["connection_ack", "next", "complete"]
+    server = _running(tmp_path, CHORUS_WS_PER_MESSAGE_DEFLATE="true")
+    try:
+        answered, frames = await _negotiated(server)
+        assert answered is not None
+        assert answered.startswith("permessage-deflate"), answered
+        assert frames == ["connection_ack", "next", "complete"]
+    finally:
+        server.stop()

@@ -218,6 +218,8 @@ def load_balancer_options(settings: Settings) -> dict[str, Any]:
     ``FORWARDED_ALLOW_IPS`` and its default of trusting 127.0.0.1 are not
     used: unset means no proxy is trusted); WebSocket ping frames every
     ``CHORUS_WS_PING_S`` (0: none), answered within ``CHORUS_WS_PING_TIMEOUT_S``;
+    permessage-deflate only with ``CHORUS_WS_PER_MESSAGE_DEFLATE`` (uvicorn offers it
+    by default);
     ``CHORUS_SHUTDOWN_TIMEOUT_S`` for what is in flight when the drain ends.
     """
     trusted = settings.trusted_proxy_list
@@ -226,6 +228,7 @@ def load_balancer_options(settings: Settings) -> dict[str, Any]:
         "forwarded_allow_ips": list(trusted) or ["-"],  # never read when proxy_headers is off
         "ws_ping_interval": settings.ws_ping_s or None,
         "ws_ping_timeout": settings.ws_ping_timeout_s,
+        "ws_per_message_deflate": settings.ws_per_message_deflate,
         "timeout_graceful_shutdown": settings.shutdown_timeout_s,
     }
 

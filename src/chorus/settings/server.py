@@ -225,6 +225,14 @@ class ServerSettings(BaseModel):
         "closed (1011), so a dead peer goes within CHORUS_WS_PING_S + this.",
     )
 
+    ws_per_message_deflate: bool = Field(
+        False,
+        description="Offer permessage-deflate (RFC 7692) to WebSocket clients that ask for "
+        "it. Off by default, as in the ws library graphql-ws servers run on: each socket "
+        "keeps its own zlib contexts (about 50 KiB) and compresses every frame itself, "
+        "so one event to 5,000 sockets is 5,000 compressions (50-120 ms of CPU).",
+    )
+
     @field_validator("ws_ping_s")
     @classmethod
     def _ws_ping_s(cls, value: float) -> float:
