@@ -24,14 +24,20 @@ parsing on the event loop. When that parse failed (a syntax error, more
 tokens than allowed) the request does not parse again before strawberry
 does, which turns the error into the answer.
 
-Everything here runs on the event loop: no locks.
+A long new document is also validated in a worker thread
+(:class:`ThreadedValidation`, the server's): only graphql-core's rules run
+there, on a document no other request holds yet.
+
+Everything else here runs on the event loop: no locks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,20 +220,66 @@ class CachedValidation(SchemaExtension):
     def __init__(self, documents: DocumentCache) -> None:
         self.documents = documents
 
-    def on_validate(self) -> Iterator[None]:
+    def _pending(self) -> tuple[DocumentNode, Rules] | None:
+        """The document and rules still to validate; ``None`` when there is nothing to do."""
         context = self.execution_context
         document, query = context.graphql_document, context.query
         if context.pre_execution_errors or document is None or query is None:
-            yield
-            return
+            return None
         rules = context.validation_rules
         if self.documents.passed(query, context.parse_options, document, rules):
             context.pre_execution_errors = []
-        else:
-            errors = validate_document(context.schema._schema, document, rules)
-            context.pre_execution_errors = errors
-            if not errors:
-                self.documents.keep(query, context.parse_options, document, rules)
+            return None
+        return document, rules
+
+    def _validated(self, document: DocumentNode, rules: Rules, errors: list[GraphQLError]) -> None:
+        context = self.execution_context
+        context.pre_execution_errors = errors
+        if not errors and context.query is not None:
+            self.documents.keep(context.query, context.parse_options, document, rules)
+
+    def on_validate(self) -> Iterator[None]:
+        pending = self._pending()
+        if pending is not None:
+            document, rules = pending
+            schema = self.execution_context.schema._schema
+            self._validated(document, rules, validate_document(schema, document, rules))
+        yield
+
+
+OFF_LOOP_CHARS = 2048
+"""Documents longer than this are validated in a worker thread (:class:`ThreadedValidation`)."""
+
+_VALIDATING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-validate")
+"""One thread: several would each take the GIL in turn, and the loop would wait behind all."""
+
+
+class ThreadedValidation(CachedValidation):
+    """:class:`CachedValidation`, with a long new document validated in a worker thread.
+
+    graphql-core's rules over a new document near the token limit take
+    50–90 ms of pure Python; on the event loop ``/healthz`` and every other
+    request wait for all of it, in a thread the loop keeps its turns (the
+    GIL is handed over every few milliseconds). It costs the same CPU: the
+    point is latency for everyone else, bounded per request by the token
+    limit. Only for async execution (strawberry refuses an async hook in
+    ``execute_sync``); the cache is still read and written on the loop only.
+    """
+
+    async def on_validate(self) -> AsyncIterator[None]:  # type: ignore[override]
+        pending = self._pending()
+        if pending is not None:
+            document, rules = pending
+            schema = self.execution_context.schema._schema
+            query = self.execution_context.query or ""
+            if len(query) > OFF_LOOP_CHARS:
+                loop = asyncio.get_running_loop()
+                errors = await loop.run_in_executor(
+                    _VALIDATING, validate_document, schema, document, rules
+                )
+            else:
+                errors = validate_document(schema, document, rules)
+            self._validated(document, rules, errors)
         yield
 
 
@@ -236,6 +288,7 @@ __all__ = [
     "CachedValidation",
     "DocumentCache",
     "Rules",
+    "ThreadedValidation",
     "parse_ahead",
     "parse_options",
 ]

@@ -19,7 +19,12 @@ from strawberry.types.graphql import OperationType
 from chorus.graphql.access import ViewerBeforeValidation
 from chorus.graphql.cost import QueryCostLimit
 from chorus.graphql.delivery import DeliveryExecutor
-from chorus.graphql.documents import CachedParse, CachedValidation, DocumentCache
+from chorus.graphql.documents import (
+    CachedParse,
+    CachedValidation,
+    DocumentCache,
+    ThreadedValidation,
+)
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import (
     QueryAliasLimit,
@@ -106,6 +111,8 @@ def build_schema(
     limits: RequestLimits | None = None,
     operation_names: OperationNames | None = None,
     documents: DocumentCache | None = None,
+    *,
+    threaded_validation: bool = False,
 ) -> strawberry.Schema:
     """The Chorus schema with its request limits (DESIGN §4).
 
@@ -116,6 +123,9 @@ def build_schema(
             (:mod:`chorus.graphql.metrics`); unset: only learned names.
         documents: the parsed documents kept between requests
             (:mod:`chorus.graphql.documents`); unset: a cache of this schema's own.
+        threaded_validation: validate a long new document in a worker thread
+            (:class:`~chorus.graphql.documents.ThreadedValidation`); the server's
+            schema does, but then only async execution works (not ``execute_sync``).
 
     The order of the extensions is the order of the checks: tokens while
     parsing, then the document's shape, then a viewer for anything but
@@ -147,7 +157,7 @@ def build_schema(
             lambda: DocumentShapeLimit(limits),
             # Without a viewer only introspection can be answered: nothing else is validated.
             ViewerBeforeValidation,
-            lambda: CachedValidation(kept),
+            lambda: ThreadedValidation(kept) if threaded_validation else CachedValidation(kept),
             BoundedIntLiterals,
             lambda: QueryDepthLimit(limits.max_depth),
             RequireOperationName,

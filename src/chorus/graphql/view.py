@@ -127,7 +127,10 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
         self._operation_names = operation_names or OperationNames()
         self.documents = DocumentCache()
-        super().__init__(build_schema(limits, self._operation_names, self.documents), **kwargs)
+        schema = build_schema(
+            limits, self._operation_names, self.documents, threaded_validation=True
+        )
+        super().__init__(schema, **kwargs)
         self._tokens = tokens
         self._max_tokens = (limits or RequestLimits()).max_tokens
         self._decoded: dict[bytes, object] = {}
