@@ -19,6 +19,23 @@ and, told to by the bench, encodes a ``next`` frame with each socket's id
 and the payload Chorus sent for that version (captured from a client: the
 same bytes) and sends it to every socket. No SQL, no GraphQL.
 
+Full profile (``--profile full``; ``both`` runs the embedded row too, then
+the full one, against one bare baseline): PostgreSQL, Kafka and Redis, started
+for the run and gone at the end, also on failure, Ctrl-C or SIGTERM (see
+``bench/ws_full.py``): a Tansu broker (``CHORUS_KAFKA_IDEMPOTENT_PRODUCER=false``),
+a new database on 127.0.0.1:5432 (user postgres) migrated to head, an empty
+database number of the Redis on 127.0.0.1:6379 (only the bench playlists'
+keys are deleted at the end, nothing is flushed), one ``chorus relay`` and one
+``chorus fanout``. Per N, ``--api-procs`` ``chorus serve`` processes on
+their own ports: subscriber ``i`` connects to process ``i % api-procs``,
+commits go to the first, so every delivery crossed outbox → relay → Kafka →
+fanout → Redis pub/sub → an API process. One warm-up commit waits for its
+event on Redis first (the fanout joins its group after it starts). Memory
+per socket is summed over the API processes; idle means each of them is.
+The separate relay finds a commit by polling the outbox every 0.5 s (it is
+notified only inside the committing process), and the commits, one at a time,
+keep in step with that poll: expect about 0.5 s per delivery.
+
 Prints per N and per server: p50 / p99 of all samples, the slowest
 subscriber (median over commits of each commit's last delivery), the
 deliveries missing 3 s after the last commit, and the server's resident
@@ -26,6 +43,7 @@ memory per socket (RSS after all subscribed minus before, / N); then the
 ratios Chorus / bare. Each commit's p50 and last delivery go to stderr.
 
     python bench/ws_fanout.py [--sizes 1000,5000] [--commits 10] [--procs 8]
+    python bench/ws_fanout.py --profile full --api-procs 4 --sizes 10000
 """
 
 from __future__ import annotations
@@ -36,6 +54,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -45,7 +64,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import SynchronizedArray
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from websockets.asyncio.client import connect
@@ -53,6 +72,9 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from chorus.auth import mint_token
+
+if TYPE_CHECKING:
+    from ws_full import FullDeployment
 
 SECRET = "bench-secret-" + "x" * 40
 SUBSCRIPTION = """
@@ -82,18 +104,16 @@ ADD = """mutation A($input: AddEntriesInput!) { addEntries(input: $input) {
 
 
 def _client_main(
-    url: str,
-    users: list[str],
+    targets: list[tuple[str, str]],
     playlist_id: str,
     counts: SynchronizedArray[int],
     pipe: Connection,
 ) -> None:
-    asyncio.run(_clients(url, users, playlist_id, counts, pipe))
+    asyncio.run(_clients(targets, playlist_id, counts, pipe))
 
 
 async def _clients(
-    url: str,
-    users: list[str],
+    targets: list[tuple[str, str]],
     playlist_id: str,
     counts: SynchronizedArray[int],
     pipe: Connection,
@@ -104,7 +124,7 @@ async def _clients(
     ready = 0
     done = asyncio.Event()
 
-    async def one(n: int, user: str) -> None:
+    async def one(n: int, url: str, user: str) -> None:
         nonlocal ready
         async with gate:
             ws = await connect(url, subprotocols=["graphql-transport-ws"], max_size=None)  # type: ignore[list-item]
@@ -120,7 +140,7 @@ async def _clients(
             payload = {"query": SUBSCRIPTION, "variables": variables, "operationName": "Live"}
             await ws.send(json.dumps({"id": f"op-{n}", "type": "subscribe", "payload": payload}))
         ready += 1
-        if ready == len(users):
+        if ready == len(targets):
             pipe.send("ready")
         try:
             while True:
@@ -138,7 +158,7 @@ async def _clients(
         except Exception:
             return
 
-    tasks = [asyncio.create_task(one(n, u)) for n, u in enumerate(users)]
+    tasks = [asyncio.create_task(one(n, url, u)) for n, (url, u) in enumerate(targets)]
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, pipe.recv)  # "report"
     pipe.send((received, sample))
@@ -212,14 +232,15 @@ open sockets keep a steady background (keep-alive pings, the presence
 heartbeat of each playlistEvents subscriber: 10 to 16% of a core)."""
 
 
-def _wait_idle(pid: int, timeout_s: float = 120.0) -> None:
-    """Until the server stayed under IDLE_CPU for 3 seconds in a row (its set-up work is done)."""
+def _wait_idle(pids: list[int], timeout_s: float = 120.0) -> None:
+    """Until each server stayed under IDLE_CPU for 3 seconds in a row (its set-up work is done)."""
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
-        before = _cpu_s(pid)
+        before = [_cpu_s(pid) for pid in pids]
         time.sleep(1.0)
-        quiet = quiet + 1 if _cpu_s(pid) - before < IDLE_CPU else 0
+        busy = any(_cpu_s(pid) - b >= IDLE_CPU for pid, b in zip(pids, before, strict=True))
+        quiet = 0 if busy else quiet + 1
         if quiet >= 3:
             return
     raise RuntimeError("the server never went idle")
@@ -245,49 +266,56 @@ def _wait_http(url: str, timeout_s: float = 30.0) -> None:
 
 
 def _run_clients(
-    url: str,
+    urls: list[str],
     n: int,
     procs: int,
     playlist_id: str,
     commits: int,
-    server_pid: int,
+    server_pids: list[int],
     commit: Any,
     label: str,
 ) -> tuple[Row, dict[int, str]]:
+    """Subscriber ``i`` connects to ``urls[i % len(urls)]``; RSS is summed over ``server_pids``."""
     ctx = mp.get_context("spawn")
     counts: SynchronizedArray[int] = ctx.Array("i", commits + 1)
-    users = [f"sub{i}" for i in range(n)]
+    targets = [(urls[i % len(urls)], f"sub{i}") for i in range(n)]
     workers = []
-    rss_before = _rss_kib(server_pid)
-    for p in range(procs):
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(
-            target=_client_main, args=(url, users[p::procs], playlist_id, counts, child)
-        )
-        proc.start()
-        workers.append((proc, parent))
-    for _, parent in workers:
-        if not parent.poll(300):
-            raise RuntimeError("clients did not subscribe in time")
-        parent.recv()
-    _wait_idle(server_pid)  # every subscribe handled (catch-up read, joined the hub)
-    rss_after = _rss_kib(server_pid)
-    sent: dict[int, float] = {}
-    for version in range(1, commits + 1):
-        sent[version] = time.time()
-        commit(version)
-        deadline = time.monotonic() + 5.0
-        while counts[version] < n and time.monotonic() < deadline:
-            time.sleep(0.005)
-    time.sleep(3.0)
-    received: list[tuple[int, float]] = []
-    samples: dict[int, str] = {}
-    for proc, parent in workers:
-        parent.send("report")
-        got, sample = parent.recv()
-        received.extend(got)
-        samples.update(sample)
-        proc.join(30)
+    rss_before = sum(_rss_kib(pid) for pid in server_pids)
+    try:
+        for p in range(procs):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(
+                target=_client_main, args=(targets[p::procs], playlist_id, counts, child)
+            )
+            proc.start()
+            workers.append((proc, parent))
+        for _, parent in workers:
+            if not parent.poll(300):
+                raise RuntimeError("clients did not subscribe in time")
+            parent.recv()
+        _wait_idle(server_pids)  # every subscribe handled (catch-up read, joined the hub)
+        rss_after = sum(_rss_kib(pid) for pid in server_pids)
+        sent: dict[int, float] = {}
+        for version in range(1, commits + 1):
+            sent[version] = time.time()
+            commit(version)
+            deadline = time.monotonic() + 5.0
+            while counts[version] < n and time.monotonic() < deadline:
+                time.sleep(0.005)
+        time.sleep(3.0)
+        received: list[tuple[int, float]] = []
+        samples: dict[int, str] = {}
+        for proc, parent in workers:
+            parent.send("report")
+            got, sample = parent.recv()
+            received.extend(got)
+            samples.update(sample)
+            proc.join(30)
+    finally:  # a failure or Ctrl-C leaves no client process behind
+        for proc, _ in workers:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(10)
     per_commit: dict[int, list[float]] = {v: [] for v in sent}
     for version, at in received:
         if version in per_commit:
@@ -336,48 +364,94 @@ def run_chorus(n: int, procs: int, commits: int, base: Path) -> tuple[Row, dict[
     try:
         base_url = f"http://127.0.0.1:{port}"
         _wait_http(f"{base_url}/healthz")
-        http = httpx.Client(
-            base_url=base_url, headers={"Authorization": f"Bearer {mint_token(SECRET, 'owner')}"}
-        )
-
-        def gql(query: str, **variables: Any) -> dict[str, Any]:
-            body: dict[str, Any] = http.post(
-                "/graphql", json={"query": query, "variables": variables}, timeout=30
-            ).json()
-            return body
-
-        created = gql(
-            CREATE,
-            input={"operationId": "create", "title": "Bench", "visibility": "PUBLIC"},
-        )["data"]["createPlaylist"]
-        playlist_id = created["playlist"]["id"]
-
-        def commit(version: int) -> None:
-            result = gql(
-                ADD,
-                input={
-                    "operationId": f"add-{version}",
-                    "playlistId": playlist_id,
-                    "baseVersion": version - 1,
-                    "mediaIds": [f"chinook:track:{version}"],
-                },
-            )["data"]["addEntries"]
-            assert result["version"] == version, result
-
+        api = Api(base_url)
+        playlist_id = api.create_playlist()
         return _run_clients(
-            f"ws://127.0.0.1:{port}/graphql",
+            [f"ws://127.0.0.1:{port}/graphql"],
             n,
             procs,
             playlist_id,
             commits,
-            server.pid,
-            commit,
+            [server.pid],
+            lambda version: api.add(playlist_id, version),
             "chorus",
         )
     finally:
         server.terminate()
         server.wait(30)
         log.close()
+
+
+def run_chorus_full(
+    n: int, procs: int, commits: int, deployment: FullDeployment, api_procs: int
+) -> tuple[Row, dict[int, str]]:
+    """As :func:`run_chorus`, over ``api_procs`` new ``chorus serve`` of ``deployment``.
+
+    Commits go to the first API process; subscriber ``i`` is on process ``i % api_procs``.
+    """
+    with deployment.api(n, api_procs) as servers:
+        pids = [s.process.pid for s in servers if s.process is not None]
+        print(f"chorus serve pids {pids}", file=sys.stderr, flush=True)
+        api = Api(servers[0].base_url)
+        warm_up = api.create_playlist(f"-{n}-warm-up")
+        deployment.forget(warm_up)
+        took = deployment.wait_live(warm_up, lambda: api.add(warm_up, 1))
+        print(f"first event through the fanout after {took:.1f}s", file=sys.stderr, flush=True)
+        playlist_id = api.create_playlist(f"-{n}")
+        deployment.forget(playlist_id)
+        return _run_clients(
+            [s.url.replace("http://", "ws://") for s in servers],
+            n,
+            procs,
+            playlist_id,
+            commits,
+            pids,
+            lambda version: api.add(playlist_id, version),
+            f"chorus full, {api_procs} API",
+        )
+
+
+class Api:
+    """GraphQL over HTTP to one Chorus process, as the playlist's owner.
+
+    Operation ids are ``create<tag>`` and ``add<tag>-<version>``: one owner
+    making several playlists (the full profile's database outlives a size)
+    gives each its own ``tag``.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.http = httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {mint_token(SECRET, 'owner')}"}
+        )
+        self.tags: dict[str, str] = {}
+
+    def gql(self, query: str, **variables: Any) -> dict[str, Any]:
+        body: dict[str, Any] = self.http.post(
+            "/graphql", json={"query": query, "variables": variables}, timeout=30
+        ).json()
+        return body
+
+    def create_playlist(self, tag: str = "") -> str:
+        created = self.gql(
+            CREATE,
+            input={"operationId": f"create{tag}", "title": "Bench", "visibility": "PUBLIC"},
+        )["data"]["createPlaylist"]
+        playlist_id = str(created["playlist"]["id"])
+        self.tags[playlist_id] = tag
+        return playlist_id
+
+    def add(self, playlist_id: str, version: int) -> None:
+        """Add ``chinook:track:<version>``, expecting it to make ``version``."""
+        result = self.gql(
+            ADD,
+            input={
+                "operationId": f"add{self.tags[playlist_id]}-{version}",
+                "playlistId": playlist_id,
+                "baseVersion": version - 1,
+                "mediaIds": [f"chinook:track:{version}"],
+            },
+        )["data"]["addEntries"]
+        assert result["version"] == version, result
 
 
 def run_bare(n: int, procs: int, commits: int, samples: dict[int, str]) -> Row:
@@ -401,7 +475,7 @@ def run_bare(n: int, procs: int, commits: int, samples: dict[int, str]) -> Row:
             loop.run_until_complete(ws.send(json.dumps({"type": "broadcast", "payload": payload})))
 
         row, _ = _run_clients(
-            f"ws://127.0.0.1:{port}", n, procs, "bare", commits, server.pid, commit, "bare"
+            [f"ws://127.0.0.1:{port}"], n, procs, "bare", commits, [server.pid], commit, "bare"
         )
         loop.run_until_complete(ws.close())
         loop.close()
@@ -421,37 +495,70 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000")
     parser.add_argument("--commits", type=int, default=10)
     parser.add_argument("--procs", type=int, default=8)
+    parser.add_argument(
+        "--profile",
+        choices=("embedded", "full", "both"),
+        default="embedded",
+        help="embedded: one chorus serve on SQLite; full: PostgreSQL, Kafka, Redis, workers",
+    )
+    parser.add_argument(
+        "--api-procs", type=int, default=4, help="chorus serve processes of the full profile"
+    )
     parser.add_argument("--bare-server", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server is not None:
         asyncio.run(_bare_server(args.bare_server))
         return
-    rows: list[tuple[Row, Row]] = []
-    with tempfile.TemporaryDirectory(prefix="ws-fanout-") as tmp:
+    if args.api_procs < 1:
+        parser.error("--api-procs must be at least 1")
+    if args.profile != "embedded":
+        signal.signal(signal.SIGTERM, _exit)  # stop the deployment's servers still
+    rows: list[tuple[list[Row], Row]] = []
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ws-fanout-")))
+        deployment = None
+        if args.profile != "embedded":
+            from ws_full import FullDeployment  # bench/ws_full.py, beside this script
+
+            full = tmp / "full"
+            full.mkdir()
+            deployment = stack.enter_context(FullDeployment(full, SECRET))
         for n in (int(s) for s in args.sizes.split(",")):
-            chorus, samples = run_chorus(n, args.procs, args.commits, Path(tmp))
+            measured: list[tuple[Row, dict[int, str]]] = []
+            if args.profile != "full":
+                measured.append(run_chorus(n, args.procs, args.commits, tmp))
+            if deployment is not None:
+                measured.append(
+                    run_chorus_full(n, args.procs, args.commits, deployment, args.api_procs)
+                )
+            samples = measured[0][1]
             missing_samples = [v for v in range(1, args.commits + 1) if v not in samples]
             for v in missing_samples:  # nothing arrived: send the shape of another
                 samples[v] = next(iter(samples.values())) if samples else '{"data": null}'
             bare = run_bare(n, args.procs, args.commits, samples)
-            rows.append((chorus, bare))
+            rows.append(([row for row, _ in measured], bare))
             print(f"done n={n}", file=sys.stderr, flush=True)
     print(
         "| N | server | p50 ms | p99 ms | slowest subscriber ms (median over commits) "
         "| missing | RSS KiB/socket |"
     )
     print("|---|---|---|---|---|---|---|")
-    for chorus, bare in rows:
-        for r in (chorus, bare):
+    for chorus_rows, bare in rows:
+        for r in (*chorus_rows, bare):
             print(
                 f"| {r.n:,} | {r.server} | {r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.slowest_ms:.0f} "
                 f"| {r.missing} | {r.kib_per_socket:.1f} |"
             )
-        print(
-            f"| {chorus.n:,} | chorus / bare | {chorus.p50_ms / bare.p50_ms:.2f}x "
-            f"| {chorus.p99_ms / bare.p99_ms:.2f}x "
-            f"| {chorus.slowest_ms / bare.slowest_ms:.2f}x | | |"
-        )
+        for chorus in chorus_rows:
+            print(
+                f"| {chorus.n:,} | {chorus.server} / bare | {chorus.p50_ms / bare.p50_ms:.2f}x "
+                f"| {chorus.p99_ms / bare.p99_ms:.2f}x "
+                f"| {chorus.slowest_ms / bare.slowest_ms:.2f}x | | |"
+            )
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
