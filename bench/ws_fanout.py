@@ -60,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.sharedctypes import SynchronizedArray
@@ -393,11 +394,12 @@ def run_chorus_full(
         pids = [s.process.pid for s in servers if s.process is not None]
         print(f"chorus serve pids {pids}", file=sys.stderr, flush=True)
         api = Api(servers[0].base_url)
-        warm_up = api.create_playlist(f"-{n}-warm-up")
+        run = uuid.uuid4().hex[:8]  # the database outlives a size: ids of its own
+        warm_up = api.create_playlist(f"-{run}-warm-up")
         deployment.forget(warm_up)
         took = deployment.wait_live(warm_up, lambda: api.add(warm_up, 1))
         print(f"first event through the fanout after {took:.1f}s", file=sys.stderr, flush=True)
-        playlist_id = api.create_playlist(f"-{n}")
+        playlist_id = api.create_playlist(f"-{run}")
         deployment.forget(playlist_id)
         return _run_clients(
             [s.url.replace("http://", "ws://") for s in servers],
