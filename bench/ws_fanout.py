@@ -17,7 +17,8 @@ Baseline, same run, same clients, same N: a bare ``websockets`` server that
 acknowledges ``connection_init``, remembers each socket's ``subscribe`` id
 and, told to by the bench, encodes a ``next`` frame with each socket's id
 and the payload Chorus sent for that version (captured from a client: the
-same bytes) and sends it to every socket. No SQL, no GraphQL.
+same bytes) and sends it to every socket. No SQL, no GraphQL; no
+compression on either (Chorus's default, CHORUS_WS_PER_MESSAGE_DEFLATE off).
 
 Full profile (``--profile full``; ``both`` runs the embedded row too, then
 the full one, against one bare baseline): PostgreSQL, Kafka and Redis, started
@@ -197,7 +198,9 @@ async def _bare_server(port: int) -> None:
                     except Exception:
                         continue
 
-    async with serve(handler, "127.0.0.1", port, max_size=None):
+    # Uncompressed, as Chorus answers by default (CHORUS_WS_PER_MESSAGE_DEFLATE off):
+    # the same bytes on the wire, and neither side pays a zlib context per socket.
+    async with serve(handler, "127.0.0.1", port, max_size=None, compression=None):
         await asyncio.Future()
 
 
