@@ -4,7 +4,7 @@ Part of the composition root (:mod:`chorus.bootstrap`, which enters these):
 
 * :class:`CommitHooks` — the store's ``on_commit``: raise the heads, wake the relay;
 * :func:`embedded_events` — the embedded profile: an in-process bus fed by an
-  in-process relay (and the commit watch on SQLite);
+  in-process relay (and the watch over commits of other processes);
 * :func:`full_events` — the full profile: Redis pub/sub, snapshots in Redis,
   and the workers elsewhere or here;
 * :func:`running_workers` — the full profile's relay, fanout, cache projector
@@ -29,7 +29,7 @@ from chorus import health
 from chorus.caches.heads import Heads
 from chorus.caches.reader import SnapshotCache
 from chorus.db.engine import Database
-from chorus.db.watch import watch_commits
+from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.fanout import Fanout
 from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
@@ -133,6 +133,7 @@ async def running_workers(
         closers.append(publisher.aclose)
         workers.relay = OutboxRelay(db, publisher)
         workers.tasks.append(asyncio.create_task(workers.relay.run(), name="outbox-relay"))
+        workers.tasks.append(_commit_watch(db, workers.relay))
     if "fanout" in names:
         fanout = Fanout(config, client, group_id=settings.kafka_fanout_group)
         workers.tasks.append(asyncio.create_task(fanout.run(), name="fanout"))
@@ -227,6 +228,13 @@ class HeadRaisingPublisher(BusPublisher):
         await super().publish_batch(events, traceparents=traceparents)
 
 
+def _commit_watch(db: Database, relay: OutboxRelay) -> asyncio.Task[None]:
+    """Wake ``relay`` on commits of other processes too (:mod:`chorus.db.watch`)."""
+    if db.dialect == "sqlite":
+        return asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch")
+    return asyncio.create_task(listen_commits(db, relay.notify), name="commit-listener")
+
+
 @asynccontextmanager
 async def embedded_events(
     settings: Settings, db: Database, heads: Heads | None
@@ -234,8 +242,9 @@ async def embedded_events(
     """The embedded profile: an in-process bus fed by an in-process relay.
 
     The relay writes the feed's pushed rows before each batch reaches the bus.
-    On SQLite the relay is also woken by commits of other processes (a
-    ``chorus import`` beside the server, :func:`chorus.db.watch.watch_commits`),
+    The relay is also woken by commits of other processes (a ``chorus import``
+    beside the server: :func:`chorus.db.watch.watch_commits` on SQLite,
+    :func:`~chorus.db.watch.listen_commits` on PostgreSQL),
     so their events reach this server's subscribers as promptly as its own,
     and ``heads`` (the response cache's, if on) hear of them.
     """
@@ -244,9 +253,7 @@ async def embedded_events(
     await presence.start()
     publisher = BusPublisher(bus) if heads is None else HeadRaisingPublisher(bus, heads)
     relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
-    tasks = [asyncio.create_task(relay.run(), name="outbox-relay")]
-    if db.dialect == "sqlite":
-        tasks.append(asyncio.create_task(watch_commits(db, relay.notify), name="commit-watch"))
+    tasks = [asyncio.create_task(relay.run(), name="outbox-relay"), _commit_watch(db, relay)]
     try:
         yield Events(bus, relay, None, [], presence)
     finally:

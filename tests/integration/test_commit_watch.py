@@ -8,6 +8,7 @@ server has); every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ import pytest
 from chorus.db.engine import Database
 from chorus.db.migrate import upgrade_async
 from chorus.db.store import PlaylistStore
-from chorus.db.watch import watch_commits
+from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.commands import CreatePlaylist
 from chorus.resilience.tasks import cancel_and_wait
+from tests.servers import create_database, drop_database, postgres_url
 
 WAIT_S = 10.0
 
@@ -45,5 +47,60 @@ async def test_postgresql_has_no_data_version(tmp_path: Path) -> None:
     try:
         with pytest.raises(ValueError, match="SQLite"):
             await watch_commits(db, lambda: None)
+    finally:
+        await db.dispose()
+
+
+# --- PostgreSQL: LISTEN/NOTIFY from the outbox trigger ---------------------------------
+
+
+@pytest.fixture
+def postgres(postgres_template: str) -> Iterator[str]:
+    """A database migrated to head (so with the outbox trigger); its URL."""
+    name = create_database(template=postgres_template)
+    yield postgres_url(name)
+    drop_database(name)
+
+
+async def test_postgresql_commits_of_another_process_are_heard(postgres: str) -> None:
+    server, cli = Database(postgres), Database(postgres)
+    calls: asyncio.Queue[None] = asyncio.Queue()
+    listener = asyncio.create_task(listen_commits(server, lambda: calls.put_nowait(None)))
+    try:
+        await asyncio.wait_for(calls.get(), WAIT_S)  # listening: for what came before
+        for n in range(3):
+            await PlaylistStore(cli).create(CreatePlaylist(operation_id=f"op-{n}", title="x"), "al")
+            await asyncio.wait_for(calls.get(), WAIT_S)
+        # A transaction that inserts no outbox row (or rolls back) notifies nobody.
+        async with cli.write() as conn:
+            await conn.exec_driver_sql("SELECT 1")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(calls.get(), 0.5)
+        # Its connection killed from outside: it listens again, and hears the next one.
+        await _terminate_listeners(cli)
+        await asyncio.wait_for(calls.get(), WAIT_S)  # listening again
+        await PlaylistStore(cli).create(CreatePlaylist(operation_id="op-3", title="x"), "al")
+        await asyncio.wait_for(calls.get(), WAIT_S)
+        assert not listener.done()
+    finally:
+        await cancel_and_wait(listener)
+        await server.dispose()
+        await cli.dispose()
+
+
+async def _terminate_listeners(db: Database) -> None:
+    async with db.write() as conn:
+        killed = await conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+        )
+        assert killed.all() == [(True,)]
+
+
+async def test_sqlite_has_no_notifications(tmp_path: Path) -> None:
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}")
+    try:
+        with pytest.raises(ValueError, match="PostgreSQL"):
+            await listen_commits(db, lambda: None)
     finally:
         await db.dispose()

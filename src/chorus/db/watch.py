@@ -1,31 +1,49 @@
-"""Commits made by other processes to an embedded (SQLite) database, noticed promptly.
+"""Commits made by other processes, noticed promptly: SQLite's data version, PostgreSQL's NOTIFY.
 
-An embedded server publishes every commit through its outbox relay
-(:mod:`chorus.events.relay`), which a commit of its own wakes at once. A
-CLI command beside it (``chorus import …``) commits to the same file from
-another process, where no wake-up can reach the server. :func:`watch_commits`
-closes that gap: it asks SQLite's ``PRAGMA data_version`` on one connection
-of its own every :data:`COMMIT_POLL_S`, and calls back when the number
-changed, which SQLite guarantees whenever *another* connection (of any
-process) committed since the last ask. It reads no table; the relay it
-wakes finds the new outbox rows and publishes them once, in order.
+A relay publishes every commit of its outbox (:mod:`chorus.events.relay`);
+a commit of its own process wakes it at once. A commit of another process
+(``chorus import …`` beside a server, or an API process of the full
+profile committing while ``chorus relay`` runs elsewhere) cannot reach it
+that way, and waited for its next poll (0.5 s).
+
+* SQLite: :func:`watch_commits` asks ``PRAGMA data_version`` on one
+  connection of its own every :data:`COMMIT_POLL_S`, and calls back when the
+  number changed, which SQLite guarantees whenever *another* connection (of
+  any process) committed since the last ask.
+* PostgreSQL: :func:`listen_commits` ``LISTEN``\\ s on
+  :data:`OUTBOX_CHANNEL`, which a trigger on ``outbox`` notifies from every
+  transaction that inserted outbox rows (migration 0009), once per
+  transaction, delivered at commit.
+
+Neither reads a table; the relay it wakes finds the new outbox rows and
+publishes them once, in order. Its own poll stays as the fallback: a lost
+notification, or a watch reconnecting, costs latency, never an event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
+import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db.engine import Database
+from chorus.db.engine import CONNECT_TIMEOUT_S, Database
 from chorus.resilience.backoff import Backoff
 
 log = logging.getLogger("chorus.db.watch")
 
 COMMIT_POLL_S = 0.1
 """How often the watch asks for the database's data version (seconds)."""
+
+OUTBOX_CHANNEL = "chorus_outbox"
+"""The channel the outbox trigger notifies (migration 0009)."""
+
+LISTEN_CHECK_S = 30.0
+"""How often a listening connection is asked ``SELECT 1`` (seconds): a peer that
+vanished without closing (a half-open TCP connection) is found and replaced."""
 
 
 async def _data_version(conn: AsyncConnection) -> int:
@@ -73,3 +91,63 @@ async def watch_commits(
             delay = backoff.next()
             log.warning("commit watch: %s; retrying in %.1fs", error, delay)
             await asyncio.sleep(delay)
+
+
+def _asyncpg_dsn(db: Database) -> str:
+    return db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def listen_commits(
+    db: Database, on_commit: Callable[[], None], *, check_s: float = LISTEN_CHECK_S
+) -> None:
+    """Call ``on_commit`` as soon as any connection commits outbox rows to ``db``; runs
+    until cancelled.
+
+    One connection of its own (not the pool's) ``LISTEN``\\ s on
+    :data:`OUTBOX_CHANNEL`. ``on_commit`` is called once when listening
+    starts (for whatever was committed before) and then once per
+    notification; it must not block. A lost connection is logged and
+    opened again with backoff.
+
+    Args:
+        db: a PostgreSQL database, migrated to 0009 or later.
+        check_s: seconds between two liveness checks of the connection.
+
+    Raises:
+        ValueError: ``db`` is not PostgreSQL.
+    """
+    if db.dialect != "postgresql":
+        raise ValueError("listen_commits needs PostgreSQL's LISTEN/NOTIFY")
+    backoff = Backoff(0.1, 5.0)
+    while True:
+        try:
+            conn = await asyncpg.connect(_asyncpg_dsn(db), timeout=CONNECT_TIMEOUT_S)
+            try:
+                await _listen(conn, on_commit, backoff, check_s)
+            finally:
+                conn.terminate()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the relay's own poll still runs meanwhile
+            delay = backoff.next()
+            log.warning("commit listener: %s; retrying in %.1fs", error, delay)
+            await asyncio.sleep(delay)
+
+
+async def _listen(
+    conn: asyncpg.Connection, on_commit: Callable[[], None], backoff: Backoff, check_s: float
+) -> None:
+    """Listen on ``conn`` until it is lost (then raise :class:`ConnectionError`)."""
+    lost = asyncio.Event()
+    conn.add_termination_listener(lambda _conn: lost.set())
+    await conn.add_listener(OUTBOX_CHANNEL, lambda *_: on_commit())
+    on_commit()  # whatever was committed before listening began
+    backoff.reset()
+    while not lost.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(check_s):
+                await lost.wait()
+        if not lost.is_set():
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await conn.fetchval("SELECT 1")
+    raise ConnectionError("the listening connection closed")
