@@ -273,6 +273,51 @@ def test_a_revert_changes_at_most_a_batch_and_big_versions_are_charged_as_read(
     assert page["hasMore"] is True
     assert cost["actualQueryCost"] == requested + 900 * kept <= MAX_COST
     assert requested + 900 * (kept + 1) > MAX_COST
+    # atVersion(12) undoes versions 13 … 22 from the head: 10,000 entries of
+    # changes, 2,000 within the 200 points it is counted at, the rest charged one
+    # point per 10. Two aliases of one version rebuild it once, charged once.
+    at = "{ title entries(first: 1) { totalCount } }"
+    document = f"query($id: ID!) {{ playlist(id: $id) {{ a: atVersion(version: 12) {at} }} }}"
+    body = api.gql(document, id=pid)
+    assert "errors" not in body, body
+    single = body["extensions"]["cost"]
+    assert single["actualQueryCost"] == single["requestedQueryCost"] + 800
+    twice = (
+        "query($id: ID!) { playlist(id: $id) {"
+        f" a: atVersion(version: 12) {at} b: atVersion(version: 12) {at} }} }}"
+    )
+    body = api.gql(twice, id=pid)
+    assert "errors" not in body, body
+    assert body["data"]["playlist"]["a"] == body["data"]["playlist"]["b"]
+    cost = body["extensions"]["cost"]
+    assert cost["actualQueryCost"] == cost["requestedQueryCost"] + 800
+
+
+def test_an_old_version_is_rebuilt_only_within_the_query_cost(budget: Api) -> None:
+    # Ten versions of 1,000 entries each (a revert to 1, to 11, …): rebuilding the
+    # oldest undoes 9,000 entries of changes; a limit of 500 leaves this request
+    # 2,000 + 10 × (500 − requested) of them, fewer: refused before the rewind.
+    pid = create_playlist(budget, title="Heavy")
+    for n in range(10):
+        add(budget, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
+    version = 10
+    for n in range(10):
+        version = revert(budget, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    assert version == 20
+    at = "{ title entries(first: 1) { totalCount } }"
+    old = f"query($id: ID!) {{ playlist(id: $id) {{ atVersion(version: 11) {at} }} }}"
+    body = budget.gql(old, id=pid)
+    assert body["data"]["playlist"]["atVersion"] is None, body
+    [error] = body["errors"]
+    assert error["extensions"]["code"] == "LIMIT_EXCEEDED", error
+    assert "undoing 9000 entries of changes" in error["message"], error
+    assert "a request of its own" in error["message"]
+    # A version nearer the head undoes less, and is answered.
+    near = old.replace("version: 11", "version: 18")
+    body = budget.gql(near, id=pid)
+    assert "errors" not in body, body
+    assert body["data"]["playlist"]["atVersion"]["entries"]["totalCount"] == 1000
+    assert_no_traceback(budget.server)
 
 
 def test_nested_connections_at_maximum_page_sizes_are_refused(api: Api) -> None:

@@ -935,6 +935,23 @@ async def test_a_revert_changes_no_more_entries_than_a_batch_and_goes_in_steps()
     assert pl.live_ids() == []
 
 
+async def test_a_revert_undoes_no_more_than_twenty_batches_before_it_is_weighed() -> None:
+    pl, _ = await playlist(media=())
+    pl.limits = dataclasses.replace(pl.limits, max_batch_entries=4)
+    await add(pl, "a", "b")
+    start = pl.version
+    first, second = pl.live_ids()
+    for _ in range(41):  # 82 moves; the result at the end is only an order
+        await pl.execute(move_cmd(pl, first, after=second))
+        await pl.execute(move_cmd(pl, second, after=first))
+    with refused(pl, LimitExceeded, ("toVersion",)) as info:
+        await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=start))
+    assert "undo 82 entries" in info.value.message
+    assert "at most 80" in info.value.message
+    # Twenty versions back (20 moves) is within it.
+    await pl.execute(RevertPlaylist(P, pl.op(), pl.version, to_version=pl.version - 20))
+
+
 @pytest.mark.parametrize("offset", [1, 50])
 async def test_revert_to_a_version_that_does_not_exist_is_invalid(offset: int) -> None:
     pl, _ = await playlist()

@@ -8,20 +8,38 @@ reads the anchor's rows in the page's keyset window — the live rows
 (``ix_playlist_entry_order``) or the checkpoint's (its primary key) — and
 lays the rewound entries over them (:func:`chorus.domain.history.overlay`).
 Every function runs in the caller's transaction.
+
+A rewind costs what the versions it undoes hold: 500 versions of 1,000
+moved entries each are half a million changes to decode and undo (about
+0.5 s of pure Python). The caller bounds it (``max_entries``: the rewind is
+refused before it starts, :class:`TooHeavy`), and a long one runs in a
+worker thread so that the event loop keeps its turns.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, null, select, tuple_
+from sqlalchemy import ColumnElement, Select, Text, cast, null, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints, repository
 from chorus.db.tables import playlist_checkpoint_entry, playlist_entry, playlist_mutation
+from chorus.domain.changes import Change, entries_in
 from chorus.domain.history import Rewound, Window, left_out, overlay, rewind
-from chorus.domain.model import Entry
+from chorus.domain.model import Entry, Playlist
+
+OFF_LOOP_ROWS = 20
+"""Rewinds of more log rows than this decode and undo in a worker thread."""
+
+_REWINDING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-rewind")
+"""One thread: several would each take the GIL in turn, and the loop would wait behind all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +54,22 @@ class Anchor:
 class AtVersion:
     """A playlist at an older version and the anchor it was rewound from.
 
-    ``replayed`` is how many log rows the rewind undid.
+    ``replayed`` is how many log rows the rewind undid, ``entries`` how many
+    entries of changes they held (:func:`~chorus.domain.changes.entries_in`).
     """
 
     rewound: Rewound
     anchor: Anchor
     replayed: int
+    entries: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TooHeavy:
+    """The rewind would undo ``entries`` entries of changes, more than it was allowed."""
+
+    entries: int
+    allowed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +84,20 @@ class NotKept:
 
 
 async def rewound_at(
-    conn: AsyncConnection, playlist_id: str, version: int
-) -> AtVersion | NotKept | None:
+    conn: AsyncConnection, playlist_id: str, version: int, *, max_entries: int | None = None
+) -> AtVersion | NotKept | TooHeavy | None:
     """The playlist at ``version``, rewound from the nearest anchor after it.
+
+    Args:
+        max_entries: the most entries of changes (added, removed, moved:
+            :func:`~chorus.domain.changes.entries_in`) the versions undone may
+            hold; ``None``: no bound.
 
     Returns:
         ``None`` when there is no such playlist; :class:`NotKept` when
         ``version`` is negative, above the head, or below the log floor
-        (compacted away).
+        (compacted away); :class:`TooHeavy` (nothing undone) when the versions
+        between ``version`` and the anchor hold more than ``max_entries``.
     """
     head = await repository.get_playlist(conn, playlist_id)
     floor = await repository.log_floor(conn, playlist_id)
@@ -81,7 +115,9 @@ async def rewound_at(
             select(
                 playlist_mutation.c.version,
                 playlist_mutation.c.committed_at,
-                playlist_mutation.c.payload,  # not ``result``: a rewind needs the changes only
+                # Not ``result``: a rewind needs the changes only. As text: it is
+                # decoded with the rest of the rewind, off the loop when long.
+                cast(playlist_mutation.c.payload, Text).label("payload"),
             )
             .where(
                 playlist_mutation.c.playlist_id == playlist_id,
@@ -94,9 +130,40 @@ async def rewound_at(
     # Never rewind across a hole (rows deleted by hand): that version is not kept.
     if [r.version for r in rows] != list(range(version, anchor.version + 1)):
         return NotKept(head.version, max(floor, version + 1))
-    log = [(r.version, repository.decode_payload(r.payload)) for r in rows[1:]]
-    rewound = rewind(anchor, log, rows[0].committed_at)
-    return AtVersion(rewound, Anchor(anchor.version, anchor is not head), len(log))
+    payloads = [(r.version, r.payload) for r in rows[1:]]
+    if len(payloads) > OFF_LOOP_ROWS:
+        loop = asyncio.get_running_loop()
+        rebuilt = await loop.run_in_executor(
+            _REWINDING, _rebuild, anchor, payloads, rows[0].committed_at, max_entries
+        )
+    else:
+        rebuilt = _rebuild(anchor, payloads, rows[0].committed_at, max_entries)
+    if isinstance(rebuilt, TooHeavy):
+        return rebuilt
+    rewound, entries = rebuilt
+    return AtVersion(rewound, Anchor(anchor.version, anchor is not head), len(payloads), entries)
+
+
+def _rebuild(
+    anchor: Playlist,
+    payloads: Sequence[tuple[int, str]],
+    committed_at: datetime,
+    max_entries: int | None,
+) -> tuple[Rewound, int] | TooHeavy:
+    """Decode the log rows, weigh them against ``max_entries``, then rewind (pure: no I/O).
+
+    Returns:
+        The rewind and the entries of changes it undid.
+    """
+    log: list[tuple[int, tuple[Change, ...]]] = []
+    entries = 0
+    for row_version, payload in payloads:
+        changes = repository.decode_payload(json.loads(payload))
+        entries += entries_in(changes)
+        log.append((row_version, changes))
+    if max_entries is not None and entries > max_entries:
+        return TooHeavy(entries, max_entries)
+    return rewind(anchor, log, committed_at), entries
 
 
 async def anchor_holds(conn: AsyncConnection, playlist_id: str, anchor: Anchor) -> bool:

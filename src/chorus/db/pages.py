@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import follows, history, listing, repository
 from chorus.db.engine import Database
-from chorus.db.history import AtVersion, NotKept
+from chorus.db.history import AtVersion, NotKept, TooHeavy
 from chorus.domain.follows import Follow, Target, TargetKind
 from chorus.domain.history import Window
 from chorus.domain.model import Entry, Member, Playlist, Role
@@ -207,15 +207,19 @@ async def _entries_in(
     return EntriesPage(rows, has_next, has_previous, header.entry_count, header.version)
 
 
-async def playlist_at(db: Database, playlist_id: str, version: int) -> AtVersion | NotKept | None:
+async def playlist_at(
+    db: Database, playlist_id: str, version: int, *, max_entries: int | None = None
+) -> AtVersion | NotKept | TooHeavy | None:
     """The playlist at an older ``version`` (:func:`chorus.db.history.rewound_at`).
 
     Returns:
         ``None`` when there is no such playlist; :class:`~chorus.db.history.NotKept`
-        when ``version`` is above the head or below the log floor.
+        when ``version`` is above the head or below the log floor;
+        :class:`~chorus.db.history.TooHeavy` when the versions to undo hold
+        more than ``max_entries`` entries of changes.
     """
     async with db.read() as conn:
-        return await history.rewound_at(conn, playlist_id, version)
+        return await history.rewound_at(conn, playlist_id, version, max_entries=max_entries)
 
 
 async def entries_page_at(
@@ -227,7 +231,8 @@ async def entries_page_at(
     after: SortKey | None,
     before: SortKey | None,
     from_end: bool,
-) -> EntriesPage | NotKept | None:
+    max_entries: int | None = None,
+) -> EntriesPage | NotKept | TooHeavy | None:
     """A page of the entries live at ``at``'s version, as :func:`entries_page` pages the head.
 
     ``at`` comes from :func:`playlist_at`; when its anchor moved since (a
@@ -241,7 +246,8 @@ async def entries_page_at(
     version = at.rewound.playlist.version
     async with db.read() as conn:
         if not await history.anchor_holds(conn, playlist_id, at.anchor):
-            again = await history.rewound_at(conn, playlist_id, version)
+            # Within what the first rewind was allowed: the request paid for that.
+            again = await history.rewound_at(conn, playlist_id, version, max_entries=max_entries)
             if not isinstance(again, AtVersion):
                 return again
             at = again

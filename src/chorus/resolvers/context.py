@@ -22,6 +22,7 @@ from chorus.catalog.protocol import Catalog, CatalogUnavailable, Media
 from chorus.db import feed, pages
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore
+from chorus.db.history import AtVersion
 from chorus.db.pages import EntriesPage
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import Change
@@ -187,6 +188,14 @@ class RequestContext:
     extra_cost: int = 0
     """Cost found as it ran: the entries of versions beyond the largest page size, which
     is what the query cost counts a version's entries at (reported as ``actualQueryCost``)."""
+    rewinds: dict[tuple[str, int], AtVersion] = field(init=False)
+    """Old versions this request (or event) rebuilt (``atVersion``), by playlist and version:
+    aliases of one version rebuild it once, and are charged once."""
+    rewound_entries: int = field(init=False)
+    """Entries of changes the request's (or event's) rewinds undid (bounded per request)."""
+    rewinding: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One rewind of a request at a time: each is weighed against what the ones before
+    it were charged, and an alias of a version being rebuilt waits for it."""
     loaders: Loaders = field(init=False)
     reads: ReadSet = field(init=False)
     """What this request (or subscription event) read: what its answer may be cached by."""
@@ -198,6 +207,7 @@ class RequestContext:
         """Fresh DataLoaders and reads: nothing cached survives into the next event."""
         self.reads = ReadSet()
         self.loaders = Loaders(self.services, self.viewer_id, self.reads)
+        self.rewinds, self.rewound_entries = {}, 0
 
     def viewer(self) -> str:
         """The authenticated user id.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
-from chorus.db.history import AtVersion, NotKept
+from chorus.db.history import AtVersion, NotKept, TooHeavy
 from chorus.db.pages import EntriesPage, Page
 from chorus.domain.changes import entries_in
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
@@ -26,6 +26,9 @@ from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import (
     CATALOG_UNAVAILABLE,
     HISTORY_ENTRIES_PER_REQUEST,
+    REWIND_ENTRIES_FREE,
+    REWIND_ENTRIES_PER_POINT,
+    REWIND_ENTRIES_PER_REQUEST,
     ServiceUnavailable,
     TooMuchHistory,
 )
@@ -156,7 +159,37 @@ async def playlist_at(
         when the playlist is gone.
     """
     ctx.reads.refuse(HISTORY_UNCACHED)
-    return await pages.playlist_at(ctx.services.db, playlist.id, version)
+    key = (playlist.id, version)
+    async with ctx.rewinding:
+        if (kept := ctx.rewinds.get(key)) is not None:
+            return kept
+        left = REWIND_ENTRIES_PER_REQUEST - ctx.rewound_entries
+        if ctx.cost_allowance is not None:
+            points = max(0, ctx.cost_allowance - ctx.extra_cost)
+            left = min(left, REWIND_ENTRIES_FREE + REWIND_ENTRIES_PER_POINT * points)
+        found = await pages.playlist_at(ctx.services.db, playlist.id, version, max_entries=left)
+        if isinstance(found, TooHeavy):
+            raise _too_heavy(version, found)
+        if isinstance(found, AtVersion):
+            ctx.rewinds[key] = found
+            ctx.rewound_entries += found.entries
+            beyond = max(0, found.entries - REWIND_ENTRIES_FREE)
+            ctx.extra_cost += -(-beyond // REWIND_ENTRIES_PER_POINT)
+        return found
+
+
+def _too_heavy(version: int, heavy: TooHeavy) -> TooMuchHistory:
+    if heavy.entries > REWIND_ENTRIES_PER_REQUEST:
+        return TooMuchHistory(
+            f"version {version} is rebuilt by undoing {heavy.entries} entries of changes, "
+            f"more than one request may ({REWIND_ENTRIES_PER_REQUEST}): read that part of "
+            "the history through changes"
+        )
+    return TooMuchHistory(
+        f"version {version} is rebuilt by undoing {heavy.entries} entries of changes, more "
+        f"than what this request's query cost leaves ({heavy.allowed}): ask for it in a "
+        "request of its own or with fewer fields"
+    )
 
 
 async def entries_page_at(
@@ -170,7 +203,7 @@ async def entries_page_at(
 ) -> EntriesPage | NotKept | None:
     """A keyset page of the entries live at ``at``'s version, with its count and version."""
     ctx.reads.refuse(HISTORY_UNCACHED)
-    return await pages.entries_page_at(
+    found = await pages.entries_page_at(
         ctx.services.db,
         at.rewound.playlist.id,
         at,
@@ -178,7 +211,11 @@ async def entries_page_at(
         after=after,
         before=before,
         from_end=from_end,
+        max_entries=max(at.entries, REWIND_ENTRIES_FREE),
     )
+    if isinstance(found, TooHeavy):
+        raise _too_heavy(at.rewound.playlist.version, found)
+    return found
 
 
 async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
