@@ -10,6 +10,7 @@ client error, not a crash. Read cost is bounded per request and, when
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,32 @@ def test_a_revert_changes_at_most_a_batch_and_big_versions_are_charged_as_read(
     assert body["data"]["playlist"]["a"] == body["data"]["playlist"]["b"]
     cost = body["extensions"]["cost"]
     assert cost["actualQueryCost"] == cost["requestedQueryCost"] + 800
+
+
+def test_a_feed_item_s_changes_are_charged_as_changes_charges_them(api: Api) -> None:
+    pid = create_playlist(api, title="Followed", visibility="PUBLIC")
+    follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
+    api.data(follow, "fan", input={"kind": "PLAYLIST", "targetId": pid})
+    for n in range(10):
+        add(api, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
+    version = 10
+    for n in range(4):  # four versions of 1,000 entries each
+        version = revert(api, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    document = (
+        "{ viewer { feed(first: 20) { edges { node { version changes { __typename"
+        " ... on EntriesAdded { entries { id } } ... on EntriesRemoved { entryIds } } } } } } }"
+    )
+    deadline = time.monotonic() + 10
+    while True:  # the relay writes the follower's feed rows just after each commit
+        body = api.gql(document, user="fan")
+        assert "errors" not in body, body
+        versions = [e["node"]["version"] for e in body["data"]["viewer"]["feed"]["edges"]]
+        if sorted(versions) == list(range(1, 15)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert sorted(versions) == list(range(1, 15)), versions
+    cost = body["extensions"]["cost"]
+    assert cost["actualQueryCost"] == cost["requestedQueryCost"] + 4 * 900
 
 
 def test_an_old_version_is_rebuilt_only_within_the_query_cost(budget: Api) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
 import websockets
 
 from chorus.auth import mint_token
+from tests.e2e.conftest import Api
+from tests.e2e.helpers import create_playlist, mutate
 from tests.servers import TEST_SECRET, ChorusServer
 
 
@@ -112,3 +115,33 @@ async def test_an_unknown_operation_name_is_a_bad_request_and_the_socket_stays(
         answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert (answer["id"], answer["type"]) == ("2", "next")
         assert answer["payload"]["data"] == {"__typename": "Query"}
+
+
+async def test_each_query_on_a_socket_reads_afresh(server: ChorusServer, api: Api) -> None:
+    # One context serves every operation of a socket: what one query loaded must not
+    # answer the next (a header renamed in between), nor its history budget add up.
+    pid = create_playlist(api, title="Before")
+    url = server.url.replace("http://", "ws://")
+    token = mint_token(TEST_SECRET, "alice")
+    query = (
+        "query($id: ID!) { playlist(id: $id) { title"
+        " changes(sinceVersion: 0, first: 5) { versions { version } } } }"
+    )
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+
+        async def title(op: str) -> Any:
+            payload = {"query": query, "variables": {"id": pid}}
+            await ws.send(json.dumps({"id": op, "type": "subscribe", "payload": payload}))
+            answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert (answer["id"], answer["type"]) == (op, "next"), answer
+            assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "complete"
+            return answer["payload"]["data"]["playlist"]
+
+        assert (await title("1"))["title"] == "Before"
+        mutate(api, "updatePlaylist", playlistId=pid, baseVersion=0, title="After")
+        second = await title("2")
+        assert second["title"] == "After"
+        assert [v["version"] for v in second["changes"]["versions"]] == [1]

@@ -302,6 +302,8 @@ class QueryCostLimit(SchemaExtension):
 
     def on_execute(self) -> Iterator[None]:
         context = self.execution_context
+        if isinstance(context.context, RequestContext):
+            context.context.begin_operation()
         document = context.graphql_document
         if document is not None:
             found = operation_cost(

@@ -25,7 +25,7 @@ from chorus.graphql.payloads import UserError
 from chorus.graphql.playlist import Playlist
 from chorus.graphql.types import ChorusInfo, User
 from chorus.resolvers import queries
-from chorus.resolvers.follows import FollowOutcome
+from chorus.resolvers.follows import FollowOutcome, feed_item_changes
 
 FollowTargetKind = strawberry.enum(
     TargetKindEnum,
@@ -144,11 +144,13 @@ class FeedItem:
         return Playlist.from_record(record) if record else None
 
     @strawberry.field(
-        description="What the version changed, from the log (empty once the log is compacted)."
+        description="What the version changed, from the log (empty once the log is compacted). "
+        "Charged as `Playlist.changes` charges a version: its entries beyond 100 add to "
+        "`actualQueryCost`; past the request's budget of history, LIMIT_EXCEEDED."
     )
     async def changes(self, info: ChorusInfo) -> list[PlaylistChange]:
-        key = (self.record.playlist_id, self.record.version)
-        found = await info.context.loaders.feed_changes.load(key)
+        record = self.record
+        found = await feed_item_changes(info.context, record.playlist_id, record.version)
         rendered = (change_type(self.record.playlist_id, c) for c in found)
         return [c for c in rendered if c is not None]
 

@@ -203,6 +203,20 @@ class RequestContext:
     def __post_init__(self) -> None:
         self.renew_loaders()
 
+    def begin_operation(self) -> None:
+        """A new operation on this context: its budgets of history start again, and on a
+        WebSocket (one context for every operation of the socket) its DataLoaders too.
+
+        Without it, a query on a socket was answered from what an earlier query on
+        the same socket had loaded (a playlist's header as it was then), and the
+        history a socket read added up over its life until every ``changes`` failed.
+        """
+        self.history_entries = self.extra_cost = 0
+        if self.connection_params is not None:
+            self.renew_loaders()
+        else:
+            self.rewinds, self.rewound_entries = {}, 0
+
     def renew_loaders(self) -> None:
         """Fresh DataLoaders and reads: nothing cached survives into the next event."""
         self.reads = ReadSet()

@@ -16,10 +16,12 @@ from datetime import UTC, datetime
 from chorus.db import feed, pages
 from chorus.db.follows import FollowStore
 from chorus.db.pages import Page
+from chorus.domain.changes import Change, entries_in
 from chorus.domain.errors import DomainError, RateLimited
 from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable
+from chorus.resolvers.errors import ServiceUnavailable, TooMuchHistory
+from chorus.resolvers.queries import TOO_MUCH_HISTORY, charge_history
 from chorus.subscriptions.feed import feed_stream, follows_changed
 
 
@@ -88,6 +90,21 @@ async def feed_page(ctx: RequestContext, *, size: int, before: FeedKey | None) -
         before=before,
         size=size,
     )
+
+
+async def feed_item_changes(
+    ctx: RequestContext, playlist_id: str, version: int
+) -> tuple[Change, ...]:
+    """The changes of a feed item's version, from the log, charged as ``changes`` charges them.
+
+    Raises:
+        TooMuchHistory: the request already read its budget of history
+            (:func:`chorus.resolvers.queries.charge_history`).
+    """
+    found = await ctx.loaders.feed_changes.load((playlist_id, version))
+    if not charge_history(ctx, entries_in(found)):
+        raise TooMuchHistory(TOO_MUCH_HISTORY)
+    return found
 
 
 async def feed_events(ctx: RequestContext) -> AsyncGenerator[FeedItem, None]:

@@ -263,31 +263,47 @@ def _within_history_budget(ctx: RequestContext, page: CatchUpPage) -> CatchUpPag
     Raises:
         TooMuchHistory: the request's earlier fields spent the whole budget.
     """
-    kept, counted = 0, ctx.services.limits.page_size_max
-    allowance = ctx.cost_allowance
+    kept = 0
     for committed in page.versions:
-        entries = entries_in(committed.changes)
-        extra = max(0, entries - counted)
-        over = ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST or (
-            allowance is not None and ctx.extra_cost + extra > allowance
-        )
-        # The first version of a request always goes (a batch or revert holds
-        # at most max_batch_entries), so a sync makes progress; after it,
-        # nothing past the budget.
-        if over and (ctx.history_entries or ctx.extra_cost):
+        if not charge_history(ctx, entries_in(committed.changes)):
             break
-        ctx.history_entries += entries
-        ctx.extra_cost += extra
         kept += 1
     if kept == len(page.versions):
         return page
     if kept == 0:
-        raise TooMuchHistory(
-            f"this request reads more than {HISTORY_ENTRIES_PER_REQUEST} entries of history "
-            "or more than its query cost allows; ask for fewer fields of changes, or page "
-            "on in another request"
-        )
+        raise TooMuchHistory(TOO_MUCH_HISTORY)
     return dataclasses.replace(page, versions=page.versions[:kept], has_more=True)
+
+
+TOO_MUCH_HISTORY = (
+    f"this request reads more than {HISTORY_ENTRIES_PER_REQUEST} entries of history "
+    "or more than its query cost allows; ask for fewer fields of changes, or page "
+    "on in another request"
+)
+
+
+def charge_history(ctx: RequestContext, entries: int) -> bool:
+    """Charge a version of ``entries`` entries read from the log, if the request may read it.
+
+    The query cost counts a version's entries at the largest page size; what
+    it holds beyond is charged to ``ctx.extra_cost``, within what the query
+    cost limit leaves, and at most :data:`HISTORY_ENTRIES_PER_REQUEST` entries
+    are read in all. The first version of a request always goes (a batch or a
+    revert holds at most ``max_batch_entries``), so a sync makes progress.
+
+    Returns:
+        Whether it was charged (``False``: over the budget, nothing charged).
+    """
+    extra = max(0, entries - ctx.services.limits.page_size_max)
+    allowance = ctx.cost_allowance
+    over = ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST or (
+        allowance is not None and ctx.extra_cost + extra > allowance
+    )
+    if over and (ctx.history_entries or ctx.extra_cost):
+        return False
+    ctx.history_entries += entries
+    ctx.extra_cost += extra
+    return True
 
 
 async def search_media(
