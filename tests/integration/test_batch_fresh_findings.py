@@ -74,3 +74,20 @@ async def test_a_retry_of_a_committed_batch_is_answered_past_the_rate_limit(
     # A batch with new operations past the limit is still refused.
     more = await run(services, "alice", playlistId=gid, baseVersion=8, operations=adds(12)[8:])
     assert [e["code"] for e in more["userErrors"]] == ["RATE_LIMITED"]
+
+
+async def test_a_batch_of_more_operations_than_a_minute_s_tokens_commits_from_a_full_bucket(
+    database: Database, store: PlaylistStore
+) -> None:
+    # 12 operations at 10 a minute: refused forever before ("retry later with the
+    # same operationIds" could never come true); now taken into debt.
+    created = await store.create(CreatePlaylist("c", "Mix"), "alice")
+    gid = ids.playlist_global_id(created.outcome.playlist_id)
+    limiter = RateLimiter(10)
+    services = Services(database, store, CountingCatalog(), DEFAULT_LIMITS, rate_limiter=limiter)
+    first = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(12))
+    assert first["userErrors"] == []
+    assert [r["version"] for r in first["results"]] == list(range(1, 13))
+    # In debt: the next edit waits until the bucket refills.
+    more = await run(services, "alice", playlistId=gid, baseVersion=12, operations=adds(13)[12:])
+    assert [e["code"] for e in more["userErrors"]] == ["RATE_LIMITED"]

@@ -52,6 +52,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         ({"CHORUS_HEAD_TIMEOUT_S": "1e-300"}, "CHORUS_HEAD_TIMEOUT_S"),
         ({"CHORUS_WS_PING_TIMEOUT_S": "0.01"}, "CHORUS_WS_PING_TIMEOUT_S"),
         ({"CHORUS_WS_PING_S": "0.0000001"}, "CHORUS_WS_PING_S"),
+        ({"CHORUS_WS_PER_MESSAGE_DEFLATE": "perhaps"}, "CHORUS_WS_PER_MESSAGE_DEFLATE"),
         ({"CHORUS_SHUTDOWN_TIMEOUT_S": "1e-9"}, "CHORUS_SHUTDOWN_TIMEOUT_S"),
         ({"CHORUS_MAX_HEADER_BYTES": "10"}, "CHORUS_MAX_HEADER_BYTES"),
         ({"CHORUS_MAX_HEADERS": "0"}, "CHORUS_MAX_HEADERS"),

@@ -30,3 +30,17 @@ def test_a_refund_gives_tokens_back_up_to_a_full_bucket() -> None:
     assert limiter.available("alice") == 3
     limiter.refund("bob")  # a user not seen yet already has a full bucket
     assert limiter.available("bob") == 3
+
+
+def test_more_than_a_minute_s_tokens_is_taken_from_a_full_bucket_into_debt() -> None:
+    now = [0.0]
+    limiter = RateLimiter(20, clock=lambda: now[0])
+    assert limiter.allow("alice", 50)  # a batch of 50 operations at 20 a minute
+    assert limiter.available("alice") == -30
+    now[0] += 60.0  # a minute later the debt is not paid yet: 20 tokens back, -10
+    assert not limiter.allow("alice")
+    assert not limiter.allow("alice", 50)  # not full: no second batch in debt
+    now[0] += 90.0  # 30 more tokens: full (20) again
+    assert limiter.allow("alice", 50)
+    assert limiter.allow("bob", 21)
+    assert limiter.available("bob") == -1

@@ -39,9 +39,15 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def allow(self, user_id: str, cost: float = 1) -> bool:
-        """Take ``cost`` tokens from the user's bucket; ``False`` (taking none) when short."""
+        """Take ``cost`` tokens from the user's bucket; ``False`` (taking none) when short.
+
+        A cost above ``per_minute`` (a batch of more operations than a minute's
+        tokens) is taken from a full bucket, which goes into debt: it could never
+        be allowed otherwise, and a client retrying it would be stuck for good.
+        The user then waits until the debt is paid, so the rate holds on average.
+        """
         tokens = self.available(user_id)
-        allowed = tokens >= cost
+        allowed = tokens >= min(cost, float(self.per_minute))
         self._buckets.pop(user_id, None)  # re-inserted last: the most recently used
         self._buckets[user_id] = (tokens - cost if allowed else tokens, self._clock())
         if len(self._buckets) > self._max_users:
