@@ -53,3 +53,15 @@ def test_a_cached_total_duration_is_the_versions(api: Api) -> None:
     after = post(api, DURATION, "bob", variables={"id": pid}).json()["data"]["playlist"]
     assert after == {"version": 2, "totalDurationMs": entry_durations(api, pid)}
     assert after["totalDurationMs"] < first["totalDurationMs"]
+
+
+def test_a_total_duration_past_a_32_bit_int_is_answered(api: Api) -> None:
+    # 410 × Chinook's longest track (5,286,953 ms): 2,167,650,730 ms, past
+    # GraphQL's Int (2^31 - 1) — which answered null and an error before.
+    pid = create_playlist(api, visibility="PUBLIC")
+    for n in range(5):
+        add(api, pid, [track(2820)] * 82, n)
+    body = api.gql(DURATION, id=pid)
+    assert "errors" not in body, body
+    total = body["data"]["playlist"]["totalDurationMs"]
+    assert total == 410 * 5_286_953 > 2**31 - 1

@@ -103,13 +103,15 @@ class Playlist(Node):
         return await info.context.loaders.follower_count.load(target)
 
     @strawberry.field(
-        description="The sum of the live entries' catalog durations, in milliseconds; media "
-        "the catalog does not know, or knows without a duration, count 0; null while the "
-        "catalog does not answer. Computed once per version (catalog changes show within "
-        "CHORUS_MEDIA_FRESHNESS_S)."
+        description="The sum of the live entries' catalog durations, in milliseconds (a whole "
+        "number; a Float because GraphQL's Int stops at 2^31 - 1 ms, under 25 days, which "
+        "a long playlist passes); media the catalog does not know, or knows without a "
+        "duration, count 0; null while the catalog does not answer. Computed once per "
+        "version (catalog changes show within CHORUS_MEDIA_FRESHNESS_S)."
     )
-    async def total_duration_ms(self, info: ChorusInfo) -> int | None:
-        return await finding.total_duration_ms(info.context, self.record)
+    async def total_duration_ms(self, info: ChorusInfo) -> float | None:
+        total = await finding.total_duration_ms(info.context, self.record)
+        return None if total is None else float(total)
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
