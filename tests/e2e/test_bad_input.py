@@ -826,3 +826,22 @@ def test_cursors_that_decode_to_nul(api: Api, target: Playlist, text: str) -> No
     for query in CURSOR_QUERIES.values():
         body = gql(api, declared(query, id="ID!", c="String"), id=target.id, c=cursor)
         assert "errors" not in body or set(codes(body)) == {"BAD_USER_INPUT"}, body
+
+
+def test_a_request_that_says_one_thing_twice_is_refused(api: Api) -> None:
+    # Proxies and servers disagree on which of two counts: refused, as duplicate JSON keys.
+    alice, bob = api.token("alice"), api.token("bob")
+    query = "{ viewer { user { id } } }"
+    both = [("Authorization", f"Bearer {bob}"), ("Authorization", f"Bearer {alice}")]
+    response = api.http.post(api.server.url, json={"query": query}, headers=both)
+    assert response.status_code == 400, response.text
+    assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+    assert "one Authorization header" in response.json()["errors"][0]["message"]
+    one = {"Authorization": f"Bearer {alice}"}
+    params = [("query", "{ __typename }"), ("query", query)]
+    response = api.http.get(api.server.url, params=params, headers=one)
+    assert response.status_code == 400, response.text
+    assert "'query' parameter once" in response.json()["errors"][0]["message"]
+    # Once each, both are answered.
+    response = api.http.get(api.server.url, params=[("query", query)], headers=one)
+    assert response.json()["data"] == {"viewer": {"user": {"id": "alice"}}}

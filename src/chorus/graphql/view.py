@@ -78,6 +78,28 @@ _PREPARING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-prepar
 """One thread: several would each take the GIL in turn, and the loop would wait behind all."""
 
 
+GET_PARAMETERS = ("query", "operationName", "variables", "extensions")
+
+
+def _refuse_repeated_parts(request: Request) -> None:
+    """Refuse a request that says one thing twice: two ``Authorization`` headers, or a GET
+    with a parameter given twice.
+
+    Which one counts is not agreed between proxies, frameworks and servers (the
+    first, the last, both joined), so a proxy could check one token or document
+    and Chorus run another: refused, as duplicate JSON keys are.
+
+    Raises:
+        HTTPException: 400.
+    """
+    if len(request.headers.getlist("authorization")) > 1:
+        raise HTTPException(400, "send one Authorization header")
+    if request.method == "GET":
+        for name in GET_PARAMETERS:
+            if len(request.query_params.getlist(name)) > 1:
+                raise HTTPException(400, f"send the '{name}' parameter once")
+
+
 def _prepare(body: bytes, max_tokens: int) -> tuple[object, DocumentNode | GraphQLError | None]:
     """``body`` decoded (or the error decoding raised), and its document parsed (or the error).
 
@@ -257,6 +279,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def _answer(self, request: Request) -> Response:
         """An HTTP request's response: from the response cache when it may, else executed."""
+        _refuse_repeated_parts(request)
         body = await request.body()
         if len(body) > OFF_LOOP_BYTES:
             # Decoding and parsing are pure Python: a big body's would hold the
