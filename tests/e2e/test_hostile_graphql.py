@@ -523,3 +523,17 @@ def test_an_over_long_integer_for_an_id_fails_validation_naming_the_type(api: Ap
     )
     assert message.startswith("Expected value of type 'ID!', found 777777777777… (5000 digits)")
     assert_no_traceback(api.server)
+
+
+def test_a_document_past_100000_characters_is_refused_unread(api: Api) -> None:
+    # Three tokens and a megabyte of white space: under the token limit, but lexed
+    # for up to 280 ms each time, and a long name came back in its error.
+    padded = "{" + " " * 1_000_000 + "__typename }"
+    body = api.gql(padded)
+    assert error_codes(body) == ["GRAPHQL_PARSE_FAILED"], str(body)[:300]
+    message = body["errors"][0]["message"]
+    assert message == f"the document is {len(padded)} characters; the limit is 100000"
+    name = "{ " + "a" * 200_000 + " }"
+    assert len(str(api.gql(name))) < 1_000  # nothing of it echoed
+    within = "{" + " " * 90_000 + "__typename }"
+    assert api.data(within) == {"__typename": "Query"}
