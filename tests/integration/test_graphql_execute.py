@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from chorus.catalog.protocol import CatalogUnavailable, Media, MediaPage
 from chorus.db.engine import Database
+from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.follows import FeedLimits, Target, TargetKind
 from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.model import Visibility
 from chorus.graphql import ids
 from chorus.graphql.schema import build_schema
 from chorus.resolvers.context import RequestContext, Services
@@ -175,3 +180,44 @@ async def test_rate_limited_mutations_are_a_user_error_and_commit_nothing(
         results.append(result.data["addEntries"])
     assert [r["version"] for r in results] == [2, 3, None]
     assert results[2]["userErrors"] == [{"code": "RATE_LIMITED"}]
+
+
+FEED = """{ viewer { feed(first: 10) { edges { node { version
+  changes { ... on EntriesAdded { entries { id mediaId } } } } } } } }"""
+
+
+async def test_a_feed_read_leaves_nothing_for_the_collector(
+    database: Database, store: PlaylistStore
+) -> None:
+    # A read's context, its DataLoaders and the changes they loaded are freed
+    # by reference counting when the read ends: a serving process runs full
+    # collections rarely (cli.process.GC_THRESHOLDS), and anything in a cycle
+    # (an executor holding its own bound methods, DataLoaders holding their
+    # owner's) stayed behind, tens of MB per large feed read.
+    pulled = FeedLimits(push_max_followers=1)  # read from the log: no relay needed
+    follows = FollowStore(database, pulled)
+    created = await store.create(CreatePlaylist("c", "Mix", visibility=Visibility.PUBLIC), "alice")
+    pid = created.outcome.playlist_id
+    await follows.follow("bob", Target(TargetKind.PLAYLIST, pid))
+    for v in range(3):
+        await store.execute(
+            AddEntries(pid, f"a{v}", v, tuple(f"m{v}-{i}" for i in range(20))), "alice"
+        )
+    services = Services(
+        database, store, CountingCatalog(), DEFAULT_LIMITS, follows=follows, feed_limits=pulled
+    )
+    gc.collect()
+    gc.disable()
+    try:
+        left: list[weakref.ref[object]] = []
+        for _ in range(5):
+            context = RequestContext(services, "bob")
+            result = await schema.execute(FEED, context_value=context)
+            assert result.errors is None
+            edges = result.data["viewer"]["feed"]["edges"]
+            assert sum(len(c["entries"]) for e in edges for c in e["node"]["changes"]) == 60
+            left += [weakref.ref(context), weakref.ref(context.loaders)]
+            del context, result, edges
+        assert [r() for r in left if r() is not None] == []
+    finally:
+        gc.enable()

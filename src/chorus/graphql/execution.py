@@ -27,11 +27,21 @@ goes graphql-core's way, which then also reports the error exactly as before:
 * its type is a scalar or enum, or a list of non-null ones; or an object
   type, or a list of non-null ones, whose ``is_type_of`` (if any) is the one
   strawberry generates (an ``isinstance`` check that needs no resolve info).
+
+The executor is also made collectable by reference counting alone: graphql-core
+gives resolvers two bound methods of it (``async_helpers``), a cycle through
+which the executor held its request context — the request's DataLoaders and
+everything they loaded — until a full collection, rare in a serving process
+(``chorus.cli.process.GC_THRESHOLDS``): a feed read of 50 large versions left
+some 30 MB behind per read. Here the helpers reach the executor by a weak
+reference instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +52,7 @@ from graphql import (
     GraphQLNonNull,
     GraphQLObjectType,
     GraphQLOutputType,
+    GraphQLResolveInfoHelpers,
     Undefined,
     is_leaf_type,
 )
@@ -164,8 +175,44 @@ def _plan_of(parent_type: GraphQLObjectType, name: str) -> _Leaf | _Object | Non
     return plan
 
 
+_SETTLING: set[asyncio.Future[list[Any]]] = set()
+"""Work tracked after its executor was collected, settling in the background."""
+
+
+def _weak_helpers(executor: weakref.ref[ChorusExecutionContext]) -> GraphQLResolveInfoHelpers:
+    """graphql-core's resolver helpers, reaching ``executor`` without keeping it alive.
+
+    While the operation runs its executor is alive (its coroutines hold it);
+    work a resolver tracks after that is settled here as graphql-core would.
+    """
+
+    def gather(values: Sequence[Awaitable[Any]]) -> Awaitable[list[Any]]:
+        alive = executor()
+        if alive is not None:
+            return alive.gather_async_work(values)
+        return gather_with_cancel(*values)
+
+    def track(values: Sequence[Any]) -> None:
+        alive = executor()
+        if alive is not None:
+            alive.track_async_work(values)
+            return
+        awaitables = [v for v in values if asyncio.isfuture(v) or asyncio.iscoroutine(v)]
+        if awaitables:
+            future = asyncio.gather(*awaitables, return_exceptions=True)
+            _SETTLING.add(future)
+            future.add_done_callback(_SETTLING.discard)
+
+    return GraphQLResolveInfoHelpers(gather=gather, track=track)
+
+
 class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's execution context, with plain fields read directly."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Not graphql-core's bound methods: a cycle (module docstring).
+        self.async_helpers = _weak_helpers(weakref.ref(self))
 
     def execute_fields(
         self,

@@ -67,22 +67,27 @@ class Services:
 
 
 class Loaders:
-    """Per-request DataLoaders: one batched query or catalog call per kind of key."""
+    """Per-request DataLoaders: one batched query or catalog call per kind of key.
+
+    The batch functions are methods of a :class:`_Batches`, not of this
+    object: a DataLoader holding a bound method of the object that holds the
+    DataLoader is a reference cycle, and then every value a request loaded
+    (a feed page's changes: tens of MB) outlived the request until a full
+    collection, which a serving process makes rare (``cli.process.GC_THRESHOLDS``).
+    """
 
     def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
-        self._services = services
-        self._viewer_id = viewer_id
-        self._reads = reads
-        self.playlist = DataLoader[str, Playlist | None](self._load_playlists)
-        self.role = DataLoader[str, Role | None](self._load_roles)
-        self.media = DataLoader[str, Media | None](self._load_media)
-        self.liked = DataLoader[str, bool](self._load_liked)
-        self.follower_count = DataLoader[Target, int](self._load_follower_counts)
-        """Followers of a playlist or user (one query per batch)."""
+        batches = _Batches(services, viewer_id, reads)
+        self.playlist = DataLoader[str, Playlist | None](batches.playlists)
+        self.role = DataLoader[str, Role | None](batches.roles)
+        self.media = DataLoader[str, Media | None](batches.media)
+        self.liked = DataLoader[str, bool](batches.liked)
         """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
-        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](self._load_feed_changes)
+        self.follower_count = DataLoader[Target, int](batches.follower_counts)
+        """Followers of a playlist or user (one query per batch)."""
+        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](batches.feed_changes)
         """The changes of a feed item's version, from the log (one query per page)."""
-        self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](self._load_snapshots)
+        self.snapshot = DataLoader[tuple[str, int | None], Snapshot | None](batches.snapshots)
         """A playlist's current snapshot at ``>= min_version`` (``None``: read SQL)."""
         self.first_pages: dict[str, tuple[Playlist, int, EntriesPage]] = {}
         """Playlist id → a header, a first page size and the page read with it (one transaction)."""
@@ -108,17 +113,26 @@ class Loaders:
         self.served.pop(playlist_id, None)
         self.first_pages.pop(playlist_id, None)
 
-    async def _load_playlists(self, ids: list[str]) -> list[Playlist | None]:
+
+class _Batches:
+    """The batch functions of one request's :class:`Loaders` (and nothing that holds them)."""
+
+    def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
+        self._services = services
+        self._viewer_id = viewer_id
+        self._reads = reads
+
+    async def playlists(self, ids: list[str]) -> list[Playlist | None]:
         found = await pages.playlists_by_id(self._services.db, ids)
         return [found.get(i) for i in ids]
 
-    async def _load_roles(self, playlist_ids: list[str]) -> list[Role | None]:
+    async def roles(self, playlist_ids: list[str]) -> list[Role | None]:
         if self._viewer_id is None:
             return [None] * len(playlist_ids)
         found = await pages.roles_of(self._services.db, self._viewer_id, playlist_ids)
         return [found.get(i) for i in playlist_ids]
 
-    async def _load_liked(self, media_ids: list[str]) -> list[bool]:
+    async def liked(self, media_ids: list[str]) -> list[bool]:
         if self._viewer_id is None or not self._services.store.keeps_liked_songs:
             return [False] * len(media_ids)
         # Not created yet reads as an empty playlist: no row, no entries.
@@ -126,21 +140,21 @@ class Loaders:
         liked = await pages.media_in(self._services.db, playlist_id, media_ids)
         return [m in liked for m in media_ids]
 
-    async def _load_follower_counts(self, targets: list[Target]) -> list[int]:
+    async def follower_counts(self, targets: list[Target]) -> list[int]:
         found = await pages.follower_counts(self._services.db, targets)
         return [found.get(t, 0) for t in targets]
 
-    async def _load_feed_changes(self, keys: list[tuple[str, int]]) -> list[tuple[Change, ...]]:
+    async def feed_changes(self, keys: list[tuple[str, int]]) -> list[tuple[Change, ...]]:
         found = await feed.changes_at(self._services.db, keys)
         return [found.get(k, ()) for k in keys]
 
-    async def _load_snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
+    async def snapshots(self, keys: list[tuple[str, int | None]]) -> list[Snapshot | None]:
         cache = self._services.snapshots
         if cache is None:
             return [None] * len(keys)
         return list(await asyncio.gather(*(cache.get(pid, least) for pid, least in keys)))
 
-    async def _load_media(self, media_ids: list[str]) -> list[Media | None]:
+    async def media(self, media_ids: list[str]) -> list[Media | None]:
         # A failing catalog must not fail the request: entries come back
         # with media null (DESIGN §8).
         self._reads.read_media()
