@@ -41,7 +41,9 @@ Prints per N and per server: p50 / p99 of all samples, the slowest
 subscriber (median over commits of each commit's last delivery), the
 deliveries missing 3 s after the last commit, and the server's resident
 memory per socket (RSS after all subscribed minus before, / N); then the
-ratios Chorus / bare. Each commit's p50 and last delivery go to stderr.
+ratios Chorus / bare. Each commit's p50 and last delivery go to stderr, and
+so does a count of frames other than versions (a slow consumer's
+``ResyncRequired``, which ends what that subscriber counts; an error).
 
     python bench/ws_fanout.py [--sizes 1000,5000] [--commits 10] [--procs 8]
     python bench/ws_fanout.py --profile full --api-procs 4 --sizes 10000
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import multiprocessing as mp
@@ -121,6 +124,7 @@ async def _clients(
     pipe: Connection,
 ) -> None:
     received: list[tuple[int, float]] = []
+    stops: collections.Counter[str] = collections.Counter()
     sample: dict[int, str] = {}
     gate = asyncio.Semaphore(32)
     ready = 0
@@ -150,8 +154,15 @@ async def _clients(
                 at = time.time()
                 frame = json.loads(text)
                 if frame.get("type") != "next":
+                    stops[f"{frame.get('type')} frame"] += 1
                     continue
-                version = frame["payload"]["data"]["playlistEvents"]["version"]
+                event = frame["payload"]["data"]["playlistEvents"]
+                if event["__typename"] != "PlaylistChanged":
+                    # A slow consumer told to resync: it gets nothing more on this
+                    # subscription, and its missing deliveries are explained here.
+                    stops[f"{event['__typename']} ({event.get('reason')})"] += 1
+                    return
+                version = event["version"]
                 received.append((version, at))
                 if version not in sample:
                     sample[version] = json.dumps(frame["payload"])
@@ -163,7 +174,7 @@ async def _clients(
     tasks = [asyncio.create_task(one(n, url, u)) for n, (url, u) in enumerate(targets)]
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, pipe.recv)  # "report"
-    pipe.send((received, sample))
+    pipe.send((received, sample, dict(stops)))
     done.set()
     for task in tasks:
         task.cancel()
@@ -309,11 +320,13 @@ def _run_clients(
         time.sleep(3.0)
         received: list[tuple[int, float]] = []
         samples: dict[int, str] = {}
+        stops: collections.Counter[str] = collections.Counter()
         for proc, parent in workers:
             parent.send("report")
-            got, sample = parent.recv()
+            got, sample, stopped = parent.recv()
             received.extend(got)
             samples.update(sample)
+            stops.update(stopped)
             proc.join(30)
     finally:  # a failure or Ctrl-C leaves no client process behind
         for proc, _ in workers:
@@ -331,6 +344,9 @@ def _run_clients(
             f"max {xs[-1] if xs else float('nan'):.0f} ms",
             file=sys.stderr,
         )
+    if stops:
+        said = ", ".join(f"{k}: {v}" for k, v in sorted(stops.items()))
+        print(f"{label} n={n}: frames other than versions: {said}", file=sys.stderr)
     every = sorted(x for xs in per_commit.values() for x in xs)
     slowest = statistics.median(max(xs) if xs else float("nan") for xs in per_commit.values())
     row = Row(
