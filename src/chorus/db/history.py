@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, Text, cast, null, select, tuple_
+from sqlalchemy import ColumnElement, Select, Text, cast, func, null, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints, repository
@@ -109,6 +109,12 @@ async def rewound_at(
     if anchor.version == version:
         rewound = Rewound(anchor, {}, {})
         return AtVersion(rewound, Anchor(anchor.version, anchor is not head), 0)
+    if max_entries is not None:
+        # Weighed in SQL, before a row is read: a refusal costs one aggregate,
+        # not the transfer and decoding of up to 500 large payloads.
+        weight = await _entries_between(conn, playlist_id, version, anchor.version)
+        if weight > max_entries:
+            return TooHeavy(weight, max_entries)
     # Rows v … anchor: v's own row tells when it committed.
     rows = (
         await conn.execute(
@@ -142,6 +148,30 @@ async def rewound_at(
         return rebuilt
     rewound, entries = rebuilt
     return AtVersion(rewound, Anchor(anchor.version, anchor is not head), len(payloads), entries)
+
+
+ENTRY_KEY = '"entry_id"'
+"""The key every entry of a change carries once in a log row's JSON (added, removed, moved)."""
+
+
+async def _entries_between(conn: AsyncConnection, playlist_id: str, after: int, upto: int) -> int:
+    """Entries of changes in the log rows ``after + 1 … upto``, counted in SQL.
+
+    Each added, removed or moved entry's wire form holds one ``"entry_id"``
+    key (:func:`chorus.domain.changes.entry_to_wire`), and a key inside a
+    string value would be escaped (``\\"``), so the count of that text in the
+    stored JSON is :func:`~chorus.domain.changes.entries_in` of the row.
+    """
+    text = cast(playlist_mutation.c.payload, Text)
+    per_row = (func.length(text) - func.length(func.replace(text, ENTRY_KEY, ""))) / len(ENTRY_KEY)
+    total = await conn.scalar(
+        select(func.coalesce(func.sum(per_row), 0)).where(
+            playlist_mutation.c.playlist_id == playlist_id,
+            playlist_mutation.c.version > after,
+            playlist_mutation.c.version <= upto,
+        )
+    )
+    return int(total or 0)
 
 
 def _rebuild(

@@ -24,8 +24,8 @@ The model (GitHub's and Shopify's, simplified):
   the largest page size (200) more than its selection (bench/history.py:
   such a read with 50 entries takes about 4–5× ``entries(first: 50)`` at the
   head, which costs 101), so 30 aliases of it are over the limit; the
-  entries its rewind undoes beyond 2,000 are charged as it runs, one point
-  per 10 (:func:`chorus.resolvers.queries.playlist_at`);
+  entries its rewind undoes beyond 400 are charged as it runs, one point
+  per 2 (:func:`chorus.resolvers.queries.playlist_at`);
 * ``Playlist.totalDurationMs``, a scalar that reads every live entry's media
   id and their catalog durations (once per version: a memo), costs the
   default page size (50), as a page of entries with its media would;
@@ -324,6 +324,7 @@ class QueryCostLimit(SchemaExtension):
                     context.result = ExecutionResult(data=None, errors=[refusal])
                 elif found is not None and isinstance(context.context, RequestContext):
                     context.context.cost_allowance = self.limits.max_query_cost - found.cost
+                    context.context.introspection_only = found.introspection_only
         yield
 
     def _over(self, cost: int) -> GraphQLError:

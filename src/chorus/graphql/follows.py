@@ -146,9 +146,10 @@ class FeedItem:
     @strawberry.field(
         description="What the version changed, from the log (empty once the log is compacted). "
         "Charged as `Playlist.changes` charges a version: its entries beyond 100 add to "
-        "`actualQueryCost`; past the request's budget of history, LIMIT_EXCEEDED."
+        "`actualQueryCost`; past the request's budget of history, null with a "
+        "LIMIT_EXCEEDED error naming how to read it (the rest of the page is answered)."
     )
-    async def changes(self, info: ChorusInfo) -> list[PlaylistChange]:
+    async def changes(self, info: ChorusInfo) -> list[PlaylistChange] | None:
         record = self.record
         found = await feed_item_changes(info.context, record.playlist_id, record.version)
         rendered = (change_type(self.record.playlist_id, c) for c in found)

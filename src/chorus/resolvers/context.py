@@ -188,6 +188,9 @@ class RequestContext:
     """``query``, ``mutation`` or ``subscription`` once execution began (set by the schema)."""
     operation_name: str | None = None
     """The executed operation's name (sent, or the document's only one; set with the type)."""
+    introspection_only: bool = False
+    """Every root field of the operation is ``__schema``, ``__type`` or ``__typename``
+    (set by :mod:`chorus.graphql.cost` when execution starts): its answer is the schema's."""
     query_cost: float = 0
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
     payload_reads_refused: bool = False

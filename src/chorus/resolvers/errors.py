@@ -54,23 +54,26 @@ request goes on from there).
 """
 
 
-REWIND_ENTRIES_PER_REQUEST = 100_000
+REWIND_ENTRIES_PER_REQUEST = 20_000
 """Entries of changes one request's ``atVersion`` reads may undo, in all.
 
 A rewind undoes every version between the one asked for and the next
 checkpoint (at most 500): each version's entries are decoded and undone,
-about a microsecond each. The query cost counts an ``atVersion`` at 200
-points more than its selection, which covers :data:`REWIND_ENTRIES_FREE`
-entries; each :data:`REWIND_ENTRIES_PER_POINT` beyond are charged to the
-request before the rewind starts (``actualQueryCost``), within what the
-query cost limit leaves, and never past this bound.
+about 4.5 µs each, so this bound is ~90 ms, what the largest query the cost
+limit allows takes to execute (10,000 points: 24 pages of 100 entries with
+every field). The query cost counts an ``atVersion`` at 200 points more than
+its selection, which covers :data:`REWIND_ENTRIES_FREE` entries; each
+:data:`REWIND_ENTRIES_PER_POINT` beyond are charged to the request before the
+rewind starts (``actualQueryCost``; weighed in SQL, so a refusal reads no
+row), within what the query cost limit leaves, and never past this bound.
 """
 
-REWIND_ENTRIES_FREE = 2_000
+REWIND_ENTRIES_FREE = 400
 """Entries of changes a rewind may undo within the 200 points the query cost counts it at."""
 
-REWIND_ENTRIES_PER_POINT = 10
-"""Entries of changes undone per query cost point beyond :data:`REWIND_ENTRIES_FREE`."""
+REWIND_ENTRIES_PER_POINT = 2
+"""Entries of changes undone per query cost point beyond :data:`REWIND_ENTRIES_FREE`
+(a point is ~9 µs of execution; undoing an entry ~4.5 µs)."""
 
 
 CATALOG_UNAVAILABLE = "the media catalog is not available; try again"

@@ -21,7 +21,7 @@ from chorus.domain.errors import DomainError, RateLimited
 from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable, TooMuchHistory
-from chorus.resolvers.queries import TOO_MUCH_HISTORY, charge_history
+from chorus.resolvers.queries import charge_history
 from chorus.subscriptions.feed import feed_stream, follows_changed
 
 
@@ -103,7 +103,10 @@ async def feed_item_changes(
     """
     found = await ctx.loaders.feed_changes.load((playlist_id, version))
     if not charge_history(ctx, entries_in(found)):
-        raise TooMuchHistory(TOO_MUCH_HISTORY)
+        raise TooMuchHistory(
+            "this request read its budget of history; read this version's changes in "
+            f"another request (Playlist.changes(sinceVersion: {version - 1}, first: 1))"
+        )
     return found
 
 
