@@ -294,15 +294,22 @@ def test_a_revert_changes_at_most_a_batch_and_big_versions_are_charged_as_read(
     assert cost["actualQueryCost"] == cost["requestedQueryCost"] + 4_800
 
 
+def heavy_versions(api: Api, pid: str, count: int) -> int:
+    """Ten adds of 100 entries to the new playlist ``pid``, then ``count`` versions of
+    1,000 entries each (reverts to 0, to 10, …); the version it ends at."""
+    for n in range(10):
+        add(api, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
+    version = 10
+    for n in range(count):
+        version = revert(api, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    return version
+
+
 def test_a_feed_item_s_changes_are_charged_as_changes_charges_them(api: Api) -> None:
     pid = create_playlist(api, title="Followed", visibility="PUBLIC")
     follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
     api.data(follow, "fan", input={"kind": "PLAYLIST", "targetId": pid})
-    for n in range(10):
-        add(api, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
-    version = 10
-    for n in range(4):  # four versions of 1,000 entries each
-        version = revert(api, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    heavy_versions(api, pid, 4)
     document = (
         "{ viewer { feed(first: 20) { edges { node { version changes { __typename"
         " ... on EntriesAdded { entries { id } } ... on EntriesRemoved { entryIds } } } } } } }"
@@ -327,11 +334,7 @@ def test_a_feed_page_past_its_history_budget_keeps_its_other_items(api: Api) -> 
     pid = create_playlist(api, title="Heavy feed", visibility="PUBLIC")
     follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
     api.data(follow, "reader", input={"kind": "PLAYLIST", "targetId": pid})
-    for n in range(10):
-        add(api, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
-    version = 10
-    for n in range(12):
-        version = revert(api, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    heavy_versions(api, pid, 12)
     document = (
         "{ viewer { feed(first: 30) { pageInfo { endCursor } edges { node { version"
         " changes { ... on EntriesAdded { entries { id } } ... on EntriesRemoved { entryIds } }"
@@ -359,11 +362,7 @@ def test_an_old_version_is_rebuilt_only_within_the_query_cost(budget: Api) -> No
     # oldest undoes 9,000 entries of changes; a limit of 500 leaves this request
     # 400 + 2 × (500 − requested) of them, fewer: refused before the rewind.
     pid = create_playlist(budget, title="Heavy")
-    for n in range(10):
-        add(budget, pid, [track(100 * n + i) for i in range(1, 101)], base=n)
-    version = 10
-    for n in range(10):
-        version = revert(budget, pid, version, 0 if n % 2 == 0 else 10)["version"]
+    version = heavy_versions(budget, pid, 10)
     assert version == 20
     at = "{ title entries(first: 1) { totalCount } }"
     old = f"query($id: ID!) {{ playlist(id: $id) {{ atVersion(version: 11) {at} }} }}"
