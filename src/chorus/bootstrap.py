@@ -248,7 +248,11 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                 feed_limits=settings.feed_limits,
                 catalog=media,
                 limits=settings.limits,
-                hub=Hub(events.bus, queue_size=settings.max_subscriber_lag),
+                hub=Hub(
+                    events.bus,
+                    queue_size=settings.max_subscriber_lag,
+                    catch_ups_per_viewer=settings.catch_ups_per_user,
+                ),
                 rate_limiter=limiter,
                 query_budget=budget,
                 snapshots=events.snapshots,

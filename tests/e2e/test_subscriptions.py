@@ -679,6 +679,55 @@ async def test_each_user_may_hold_a_bounded_number_of_connections(tmp_path: Path
         chorus.stop()
 
 
+async def test_a_subscriber_too_far_behind_gets_resync_and_one_users_catch_ups_take_turns(
+    tmp_path: Path,
+) -> None:
+    # One user's 200 subscriptions from version 0 replayed the whole log 200
+    # times at once (an attacker's pass): past the lag limit the stream resyncs,
+    # and within it the user's catch-ups take turns (one here) and all arrive.
+    chorus = ChorusServer(
+        f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
+        tmp_path,
+        CHORUS_MAX_SUBSCRIBER_LAG="5",
+        CHORUS_CATCH_UPS_PER_USER="1",
+    )
+    chorus.start()
+    try:
+        api = Api(chorus)
+        try:
+            playlist_id = create_playlist(api)
+            for v in range(6):
+                add(api, playlist_id, [track(v + 1)], v)
+            async with socket(chorus, api.token("alice")) as ws:
+                await subscribe(ws, "far", playlist_id, 0)
+                first = await receive(ws)
+                assert first["id"] == "far", first
+                assert first["payload"]["data"]["playlistEvents"] == {
+                    "__typename": "ResyncRequired",
+                    "playlistId": playlist_id,
+                    "currentVersion": 6,
+                    "reason": "too far behind",
+                }
+                for n in range(4):
+                    await subscribe(ws, f"near-{n}", playlist_id, 1)
+                got: dict[str, list[int]] = {f"near-{n}": [] for n in range(4)}
+                while sum(map(len, got.values())) < 4 * 5:
+                    message = await receive(ws)
+                    assert message["type"] == "next", message
+                    got[message["id"]].append(
+                        message["payload"]["data"]["playlistEvents"]["version"]
+                    )
+                assert all(versions == [2, 3, 4, 5, 6] for versions in got.values()), got
+                add(api, playlist_id, [track(9)], 6)
+                live = {(await receive(ws))["id"] for _ in range(5)}
+                assert live == {"far", *got}
+            await settled(chorus)
+        finally:
+            api.http.close()
+    finally:
+        chorus.stop()
+
+
 async def _open_when_allowed(server: ChorusServer, token: str) -> ClientConnection:
     """A connection, retried while the server has not yet released a closed one."""
     deadline = time.monotonic() + 5

@@ -67,10 +67,17 @@ schema = build_schema()
 class Rig:
     """A store, relay, bus and hub over one database, as ``chorus serve`` wires them."""
 
-    def __init__(self, db: Database, *, queue_size: int, queue_entries: int = 10_000) -> None:
+    def __init__(
+        self, db: Database, *, queue_size: int, queue_entries: int = 10_000, catch_ups: int = 2
+    ) -> None:
         self.db = db
         self.bus = InProcessBus()
-        self.hub = Hub(self.bus, queue_size=queue_size, queue_entries=queue_entries)
+        self.hub = Hub(
+            self.bus,
+            queue_size=queue_size,
+            queue_entries=queue_entries,
+            catch_ups_per_viewer=catch_ups,
+        )
         self.relay = OutboxRelay(db, BusPublisher(self.bus), poll_interval_s=0.05)
         self.store = PlaylistStore(db, on_commit=self.relay.notify)
         self._ops = 0
@@ -152,9 +159,14 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def rig(
-    db: Database, *, relay: bool = True, queue_size: int = 1_000, queue_entries: int = 10_000
+    db: Database,
+    *,
+    relay: bool = True,
+    queue_size: int = 1_000,
+    queue_entries: int = 10_000,
+    catch_ups: int = 2,
 ) -> AsyncIterator[Rig]:
-    parts = Rig(db, queue_size=queue_size, queue_entries=queue_entries)
+    parts = Rig(db, queue_size=queue_size, queue_entries=queue_entries, catch_ups=catch_ups)
     task = asyncio.create_task(parts.relay.run()) if relay else None
     try:
         yield parts
@@ -206,6 +218,10 @@ class Subscriber:
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+
+
+async def _take(stream: AsyncIterator[StreamItem], count: int) -> list[StreamItem]:
+    return [await _next(stream) for _ in range(count)]
 
 
 def versions(items: list[StreamItem]) -> list[Any]:
@@ -398,6 +414,55 @@ async def test_a_slow_consumer_gets_resync_then_continues_from_current_version(
         assert parts.counts() == (0, 0, 0)
 
 
+async def test_a_subscriber_too_far_behind_at_subscribe_resyncs_instead_of_a_replay(
+    database: Database,
+) -> None:
+    # 200 subscriptions of one user from version 0 replayed the whole log 200
+    # times (an attacker's pass): past max_lag the head is cheaper to read.
+    async with rig(database) as parts:
+        pid = await parts.create()
+        await parts.add(pid, 21)
+        at_the_limit = parts.stream(ALICE, pid, 1, max_lag=20)
+        assert versions([await _next(at_the_limit) for _ in range(20)]) == list(range(2, 22))
+        far = parts.stream(ALICE, pid, 0, max_lag=20)
+        assert versions([await _next(far)]) == [("resync", 21, "too far behind")]
+        await parts.add(pid, 2)
+        assert versions([await _next(far) for _ in range(2)]) == [22, 23]
+        assert versions([await _next(at_the_limit) for _ in range(2)]) == [22, 23]
+        await far.aclose()  # type: ignore[attr-defined]
+        await at_the_limit.aclose()  # type: ignore[attr-defined]
+        assert parts.counts() == (0, 0, 0)
+
+
+async def test_one_viewers_streams_catch_up_a_page_at_a_time_and_others_do_not_wait(
+    database: Database,
+) -> None:
+    # One slot: while Alice's first stream is inside a page (its consumer reads
+    # slowly), her second waits its turn; Bob's stream does not wait for her.
+    async with rig(database, catch_ups=1) as parts:
+        pid = await parts.create(Visibility.PUBLIC)
+        await parts.add(pid, 150)
+        first = parts.stream(ALICE, pid, 0)
+        assert versions([await _next(first)]) == [1]  # holds the slot, mid-page
+        second = Subscriber(parts.stream(ALICE, pid, 0))
+        await second.quiet()
+        bob = Subscriber(parts.stream(BOB, pid, 0))
+        assert versions(await bob.take(150)) == list(range(1, 151))
+        # Read on: the first gives its slot back after its page, and the second
+        # has its turn before the first's next page (first come, first served).
+        rest = asyncio.create_task(_take(first, 149))
+        assert versions(await second.take(150)) == list(range(1, 151))
+        assert versions(await rest) == list(range(2, 151))
+        await parts.add(pid)
+        assert versions([await _next(first)]) == [151]
+        assert versions(await second.take(1)) == [151]
+        assert parts.hub.catch_ups.viewers == 0
+        await first.aclose()  # type: ignore[attr-defined]
+        await second.close()
+        await bob.close()
+        assert parts.counts() == (0, 0, 0)
+
+
 async def test_a_slow_consumer_is_bounded_by_the_entries_it_buffers_too(
     database: Database,
 ) -> None:
@@ -573,7 +638,9 @@ async def test_catch_up_from_zero_of_2000_versions_yields_each_in_order(database
     async with rig(database, relay=False) as parts:
         pid = await parts.create()
         assert await parts.add(pid, 2_000) == 2_000
-        stream = parts.stream(ALICE, pid, 0, idle_check_s=600)
+        # 20 pages of the log; a lag limit that allows the replay (the default
+        # 1,000 resyncs it: test_a_subscriber_too_far_behind_at_subscribe_…).
+        stream = parts.stream(ALICE, pid, 0, idle_check_s=600, max_lag=2_000)
         got = [await _next(stream) for _ in range(2_000)]
         assert versions(got) == list(range(1, 2_001))
         replica = Replica({})

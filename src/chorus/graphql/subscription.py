@@ -23,7 +23,9 @@ from chorus.subscriptions.stream import Resync
 @strawberry.type(
     description="The stream skipped ahead: read the playlist again, then apply the "
     "versions that follow currentVersion. reason: 'retention' (the log no longer "
-    "reaches sinceVersion + 1) or 'slow consumer' (fell too far behind)."
+    "reaches sinceVersion + 1), 'too far behind' (sinceVersion was more than the "
+    "subscriber lag limit behind at subscribe) or 'slow consumer' (fell that far behind "
+    "while live)."
 )
 class ResyncRequired:
     playlist_id: strawberry.ID

@@ -24,6 +24,13 @@ class ApiSettings(BaseModel):
     max_subscriber_lag: int = Field(
         1_000, ge=1, description="Versions a live subscriber may fall behind before a resync."
     )
+    catch_ups_per_user: int = Field(
+        2,
+        ge=1,
+        le=1_000,
+        description="Subscriptions of one user that catch up from the log at once, per "
+        "process (page by page; the others wait their turn).",
+    )
     presence_ttl_s: float = Field(
         30.0,
         ge=0.3,

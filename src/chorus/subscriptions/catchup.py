@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from chorus.db import repository
@@ -44,3 +47,43 @@ async def read_since(
     if log is None:
         return CatchUpPage(since_version, header.version, [], False, True)
     return CatchUpPage(since_version, header.version, log[:limit], len(log) > limit, False)
+
+
+class CatchUpSlots:
+    """How many of one viewer's streams read and send the log at once, per process.
+
+    A stream takes a slot for each page it catches up (read, then each
+    version sent) and gives it back after: the viewer's other streams wait
+    their turn, page by page. Without it one user's 200 subscriptions from
+    an old version each replayed the log at once; the event loop went round
+    200 busy streams per turn, and ``/healthz`` and every other user waited
+    seconds (an attacker's pass). Live versions do not take a slot.
+
+    Args:
+        per_viewer: slots per viewer (``CHORUS_CATCH_UPS_PER_USER``), at least 1.
+    """
+
+    def __init__(self, per_viewer: int = 2) -> None:
+        self.per_viewer = per_viewer
+        self._slots: dict[str, tuple[asyncio.Semaphore, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def slot(self, viewer: str) -> AsyncIterator[None]:
+        """Held while one page is caught up; waits while the viewer's slots are taken."""
+        held = self._slots.get(viewer)
+        if held is None:
+            held = self._slots[viewer] = (asyncio.Semaphore(self.per_viewer), [0])
+        semaphore, users = held
+        users[0] += 1  # waiting or holding: the entry stays while anyone needs it
+        try:
+            async with semaphore:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._slots[viewer]
+
+    @property
+    def viewers(self) -> int:
+        """Viewers with a stream catching up or waiting to (for tests and metrics)."""
+        return len(self._slots)

@@ -42,6 +42,7 @@ from chorus.domain.changes import (
 from chorus.domain.committed import CommittedVersion
 from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
+from chorus.subscriptions.catchup import CatchUpSlots
 from chorus.subscriptions.groups import DirectSink, Groups, RenderMemo
 
 log = logging.getLogger("chorus.hub")
@@ -129,9 +130,18 @@ class Hub:
         bus: where events come from.
         queue_size: versions buffered per stream before it counts as overflowed.
         queue_entries: entries those versions may hold in all, likewise.
+        catch_ups_per_viewer: pages of the log one viewer's streams catch up at
+            once (:class:`~chorus.subscriptions.catchup.CatchUpSlots`).
     """
 
-    def __init__(self, bus: Bus, *, queue_size: int = 1_000, queue_entries: int = 10_000) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        queue_size: int = 1_000,
+        queue_entries: int = 10_000,
+        catch_ups_per_viewer: int = 2,
+    ) -> None:
         self._bus = bus
         self._queue_size = queue_size
         self._queue_entries = queue_entries
@@ -142,6 +152,8 @@ class Hub:
         """One rendering of a version per delivery group (:mod:`chorus.subscriptions.groups`)."""
         self.groups = Groups()
         """The delivery groups of this process's subscriptions, by size."""
+        self.catch_ups = CatchUpSlots(catch_ups_per_viewer)
+        """Each viewer's streams catch up from the log a few at a time."""
         self.direct_writes = 0
         """Versions written to a socket without waking its stream (:meth:`release`)."""
         bus.on_gap(self.poke_all)

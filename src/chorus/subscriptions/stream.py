@@ -9,8 +9,12 @@ For ``playlist_stream(…, since_version=v)`` the subscriber receives versions
    skips ahead makes us read the missing versions from SQL first.
 
 A :class:`Resync` goes out instead when the log no longer holds ``v + 1``,
-or when a slow consumer falls more than ``max_lag`` versions behind; the
-stream then continues from the current version. A version that changes
+when ``v`` is already more than ``max_lag`` versions behind the head at
+subscribe (``too far behind``: reading the playlist is cheaper than
+replaying its log, and one user's 200 subscriptions from version 0 would
+otherwise replay the whole log 200 times), or when a slow consumer falls more
+than ``max_lag`` versions behind; the stream then continues from the current
+version. A version that changes
 access (members, visibility, deletion) goes to everyone who could see the
 playlist before it; then access is checked again, and a viewer who lost it
 gets :class:`~chorus.domain.errors.Forbidden` and nothing more (docs/api.md).
@@ -106,23 +110,41 @@ class _Stream:
             # of this process, not one per subscriber (subscriptions/access.py).
             raise Forbidden("you no longer have access to this playlist")
 
-    async def catch_up(self, *, slow: bool = False) -> AsyncIterator[StreamItem]:
-        """Everything after ``last`` from SQL, page by page, until the head."""
+    async def catch_up(self, *, far: str | None = None) -> AsyncIterator[StreamItem]:
+        """Everything after ``last`` from SQL, page by page, until the head.
+
+        With ``far`` (the reason), more than ``max_lag`` versions behind is a
+        :class:`Resync` instead.
+        """
         while True:
-            page = await read_since(self.db, self.playlist_id, self.last, limit=PAGE_SIZE)
-            if page is None:
-                raise Forbidden("you no longer have access to this playlist")
-            behind = page.current_version - self.last
-            if page.resync or (slow and behind > self.max_lag):
-                reason = "retention" if page.resync else "slow consumer"
-                if await self.visible() < 0:
+            # One page per slot: the viewer's other streams catch up in turn. The
+            # last item of the catch-up goes out after the slot is given back, so
+            # a stream at the head never holds one, whether or not it is read.
+            final: StreamItem | None = None
+            async with self.hub.catch_ups.slot(self.viewer):
+                page = await read_since(self.db, self.playlist_id, self.last, limit=PAGE_SIZE)
+                if page is None:
                     raise Forbidden("you no longer have access to this playlist")
-                self.last = page.current_version
-                yield Resync(self.playlist_id, page.current_version, reason)
+                behind = page.current_version - self.last
+                if page.resync or (far and behind > self.max_lag):
+                    reason = "retention" if page.resync or far is None else far
+                    if await self.visible() < 0:
+                        raise Forbidden("you no longer have access to this playlist")
+                    self.last = page.current_version
+                    final = Resync(self.playlist_id, page.current_version, reason)
+                else:
+                    sent_in_slot = page.versions if page.has_more else page.versions[:-1]
+                    for version in sent_in_slot:
+                        yield self.send(version)
+                        await self.keep_access(version)
+                    if not page.has_more and page.versions:
+                        final = page.versions[-1]
+            if isinstance(final, Resync):
+                yield final
                 return
-            for version in page.versions:
-                yield self.send(version)
-                await self.keep_access(version)
+            if final is not None:
+                yield self.send(final)
+                await self.keep_access(final)
             if not page.has_more:
                 return
 
@@ -131,7 +153,7 @@ class _Stream:
             if member.overflowed:
                 member.overflowed = False
                 member.clear()
-                async for item in self.catch_up(slow=True):
+                async for item in self.catch_up(far="slow consumer"):
                     yield item
                 continue
             if member.queue.empty():
@@ -206,7 +228,7 @@ async def playlist_stream(
             )
         stream.last = since_version
         async with presence.hold(playlist_id, viewer) if presence else contextlib.nullcontext():
-            async for item in stream.catch_up():
+            async for item in stream.catch_up(far="too far behind"):
                 yield item
             async for item in stream.live(member):
                 yield item
