@@ -305,23 +305,33 @@ def heavy_versions(api: Api, pid: str, count: int) -> int:
     return version
 
 
+def followed_heavy_feed(api: Api, user: str, pid: str, count: int, document: str) -> Any:
+    """``user`` follows ``pid``, which gets :func:`heavy_versions`; the feed ``document``'s answer.
+
+    Read again until the feed holds all ``10 + count`` versions (the relay
+    writes the follower's feed rows just after each commit), 10 s at most.
+    """
+    follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
+    api.data(follow, user, input={"kind": "PLAYLIST", "targetId": pid})
+    heavy_versions(api, pid, count)
+    deadline = time.monotonic() + 10
+    while True:
+        body = api.gql(document, user=user)
+        edges = (body.get("data") or {}).get("viewer", {}).get("feed", {}).get("edges", [])
+        if len(edges) == 10 + count or time.monotonic() > deadline:
+            return body
+        time.sleep(0.05)
+
+
 def test_a_feed_item_s_changes_are_charged_as_changes_charges_them(api: Api) -> None:
     pid = create_playlist(api, title="Followed", visibility="PUBLIC")
-    follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
-    api.data(follow, "fan", input={"kind": "PLAYLIST", "targetId": pid})
-    heavy_versions(api, pid, 4)
     document = (
         "{ viewer { feed(first: 20) { edges { node { version changes { __typename"
         " ... on EntriesAdded { entries { id } } ... on EntriesRemoved { entryIds } } } } } } }"
     )
-    deadline = time.monotonic() + 10
-    while True:  # the relay writes the follower's feed rows just after each commit
-        body = api.gql(document, user="fan")
-        assert "errors" not in body, body
-        versions = [e["node"]["version"] for e in body["data"]["viewer"]["feed"]["edges"]]
-        if sorted(versions) == list(range(1, 15)) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    body = followed_heavy_feed(api, "fan", pid, 4, document)
+    assert "errors" not in body, body
+    versions = [e["node"]["version"] for e in body["data"]["viewer"]["feed"]["edges"]]
     assert sorted(versions) == list(range(1, 15)), versions
     cost = body["extensions"]["cost"]
     assert cost["actualQueryCost"] == cost["requestedQueryCost"] + 4 * 900
@@ -332,21 +342,13 @@ def test_a_feed_page_past_its_history_budget_keeps_its_other_items(api: Api) -> 
     # what the limit leaves. The items past it have changes null with the error
     # saying how to read them; the page, its cursor and the other items stay.
     pid = create_playlist(api, title="Heavy feed", visibility="PUBLIC")
-    follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
-    api.data(follow, "reader", input={"kind": "PLAYLIST", "targetId": pid})
-    heavy_versions(api, pid, 12)
     document = (
         "{ viewer { feed(first: 30) { pageInfo { endCursor } edges { node { version"
         " changes { ... on EntriesAdded { entries { id } } ... on EntriesRemoved { entryIds } }"
         " } } } } }"
     )
-    deadline = time.monotonic() + 10
-    while True:
-        body = api.gql(document, user="reader")
-        edges = body["data"]["viewer"]["feed"]["edges"]
-        if len(edges) == 22 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    body = followed_heavy_feed(api, "reader", pid, 12, document)
+    edges = body["data"]["viewer"]["feed"]["edges"]
     assert len(edges) == 22, body
     refused = [e["node"]["version"] for e in edges if e["node"]["changes"] is None]
     assert refused, body
