@@ -40,6 +40,7 @@ from datetime import timedelta
 
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -58,7 +59,14 @@ from chorus.graphql.view import ChorusGraphQL
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER
-from chorus.middleware import AccessLog, BodySizeLimit, CloseWhileDraining, HttpOnly, RequestId
+from chorus.middleware import (
+    AccessLog,
+    BodySizeLimit,
+    CloseWhileDraining,
+    HttpOnly,
+    RequestId,
+    error_response,
+)
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 
@@ -80,6 +88,21 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 _log = logging.getLogger("chorus.app")
+
+_HTTP_ERROR_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own refusals (no such path, a method a route does not take) as JSON.
+
+    The same ``{"errors": [{"message", "extensions": {"code"}}]}`` shape as every
+    other refusal, so a client's one error path reads them too; ``Allow`` is kept.
+    """
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_ERROR_CODES.get(exc.status_code, "BAD_REQUEST")
+    response = error_response(exc.status_code, exc.detail, code)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def create_app(
@@ -116,7 +139,11 @@ def create_app(
             yield
 
     graphql_app = _graphql_view(settings, tokens)
-    app = Starlette(routes=_routes(graphql_app), lifespan=lifespan)
+    app = Starlette(
+        routes=_routes(graphql_app),
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+    )
     app.state.graphql = graphql_app
     app.state.metrics_token = settings.metrics_token
     app.state.drain = drain = drain or Drain()

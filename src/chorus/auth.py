@@ -79,13 +79,15 @@ class ClaimRules:
 
 
 def check_user_id(user_id: str) -> str:
-    """``user_id`` if it is 1–``MAX_ID_LENGTH`` printable characters without white space.
+    """``user_id`` if it is 1–``MAX_ID_LENGTH`` printable characters without white space, NFKC.
 
     Raises:
         ValueError: otherwise.
     """
     if not is_user_id(user_id, MAX_ID_LENGTH):
-        raise ValueError(f"a user id is 1–{MAX_ID_LENGTH} printable characters without spaces")
+        raise ValueError(
+            f"a user id is 1–{MAX_ID_LENGTH} printable characters without spaces (Unicode NFKC)"
+        )
     return user_id
 
 

@@ -329,3 +329,33 @@ def test_a_cli_edit_reaches_a_running_servers_subscriber(tmp_path: Path) -> None
     finally:
         api.http.close()
         server.stop()
+
+
+def test_serve_on_port_0_prints_the_port_it_listens_on(tmp_path: Path) -> None:
+    server = _sqlite(tmp_path)
+    with subprocess.Popen(
+        [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
+        env={**server.env, "CHORUS_DATABASE_URL": server.database_url, "CHORUS_PORT": "0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        try:
+            assert process.stdout is not None
+            banner = process.stdout.readline()
+            found = re.search(r"on http://127\.0\.0\.1:(\d+)/graphql", banner)
+            assert found, banner
+            port = int(found.group(1))
+            assert port != 0, banner
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    alive = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+                    break
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the printed port never answered"
+                    time.sleep(0.1)
+            assert alive.json()["status"] == "ok"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)

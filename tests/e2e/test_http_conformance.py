@@ -79,3 +79,24 @@ def test_status_codes_follow_the_media_type(server: ChorusServer, api: Api) -> N
     page = httpx.get(server.url, headers={"Accept": "text/html"})
     assert page.status_code == 200
     assert "GraphiQL" in page.text
+
+
+def test_a_path_or_method_chorus_does_not_serve_is_a_json_error(server: ChorusServer) -> None:
+    base = server.base_url
+    missing = httpx.get(base + "/graphq", headers={"X-Request-Id": "typo-1"})
+    assert missing.status_code == 404
+    assert missing.headers["content-type"] == "application/json"
+    assert missing.headers["x-request-id"] == "typo-1"
+    assert missing.json() == {
+        "errors": [{"message": "Not Found", "extensions": {"code": "NOT_FOUND"}}]
+    }
+    static = httpx.get(base + "/graphiql/no-such-asset.js")
+    assert static.status_code == 404
+    assert static.json()["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+
+    wrong = httpx.put(server.url, json={"query": "{ __typename }"})
+    assert wrong.status_code == 405
+    assert set(wrong.headers["allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+    assert wrong.json() == {
+        "errors": [{"message": "Method Not Allowed", "extensions": {"code": "METHOD_NOT_ALLOWED"}}]
+    }

@@ -237,6 +237,26 @@ def test_minting_refuses_a_malformed_user_id(user: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("look_alike", "user"),
+    [
+        ("\uff41\uff4c\uff49\uff43\uff45", "alice"),  # fullwidth ａｌｉｃｅ
+        ("rene\u0301", "ren\u00e9"),  # a decomposed é
+        ("\ufb01ona", "fiona"),  # the ﬁ ligature
+    ],
+)
+def test_a_signed_token_whose_sub_only_looks_like_a_user_is_refused(
+    look_alike: str, user: str
+) -> None:
+    exp = NOW.timestamp() + 60
+    assert isinstance(outcome(signed_claims({"sub": user, "exp": exp})), Identity)
+    refused = outcome(signed_claims({"sub": look_alike, "exp": exp}))
+    assert refused == (
+        "the subject is not a user id: a user id is 1–128 printable characters"
+        " without spaces (Unicode NFKC)"
+    )
+
+
+@pytest.mark.parametrize(
     ("header", "token"),
     [
         (None, None),

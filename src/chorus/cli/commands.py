@@ -46,6 +46,7 @@ def serve(args: argparse.Namespace) -> int:
         jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
     lock = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
+    port = listener.getsockname()[1]  # the port the system chose for CHORUS_PORT=0
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
     try:
@@ -113,8 +114,8 @@ def worker(args: argparse.Namespace) -> int:
     if args.command != "fanout":  # the only worker that never touches SQL
         migrate(settings, wait=True)
     endpoints = (
-        f" (/healthz, /readyz, /metrics on http://{settings.host}:{args.port})"
-        if args.port is not None
+        f" (/healthz, /readyz, /metrics on http://{settings.host}:{listener.getsockname()[1]})"
+        if listener is not None
         else ""
     )
     print(f"chorus {args.command} running{endpoints}; Ctrl-C stops it", flush=True)
@@ -132,7 +133,8 @@ def catalog_serve(args: argparse.Namespace) -> int:
     migrate(settings, wait=True)
     db = bootstrap.database(settings)
     app = create_catalog_app(bootstrap.embedded_catalog(db), on_shutdown=db.dispose)
-    print(f"Chorus catalog service on http://{args.host}:{args.port}", flush=True)
+    port = listener.getsockname()[1]  # the one the system chose for --port 0
+    print(f"Chorus catalog service on http://{args.host}:{port}", flush=True)
     return run_server(app, listener, log_level=args.log_level)
 
 

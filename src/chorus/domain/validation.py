@@ -23,11 +23,18 @@ def check_id(value: str, field: tuple[str, ...], limits: Limits, what: str = "id
 
 
 def is_user_id(value: str, max_length: int = MAX_ID_LENGTH) -> bool:
-    """A user id (a token's ``sub``): 1–``max_length`` printable characters, no white space."""
+    """A user id (a token's ``sub``): 1–``max_length`` printable characters, no white space,
+    in Unicode NFKC form.
+
+    NFKC because two ids that differ only in how the same text is encoded (a
+    fullwidth ``ａｌｉｃｅ``, a decomposed ``é``) would be two users a member list
+    shows alike; identity providers' ids are ASCII, which NFKC leaves as it is.
+    """
     return (
         0 < len(value) <= max_length
         and value.isprintable()
         and not any(ch.isspace() for ch in value)
+        and (value.isascii() or unicodedata.normalize("NFKC", value) == value)
     )
 
 
@@ -35,7 +42,8 @@ def check_user_id(value: str, field: tuple[str, ...], limits: Limits) -> None:
     """Raises :class:`InvalidInput` unless ``value`` could be a token's ``sub``."""
     if not is_user_id(value, limits.max_id_length):
         raise InvalidInput(
-            f"a user id is 1–{limits.max_id_length} printable characters without spaces",
+            f"a user id is 1–{limits.max_id_length} printable characters without spaces"
+            " (Unicode NFKC)",
             field=field,
         )
 
