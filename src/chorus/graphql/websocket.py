@@ -5,7 +5,7 @@ What a socket may send and how it ends (the close codes are those of
 with a ``type`` closes with 4400; a ``subscribe`` needs a string id of at
 most :data:`MAX_OPERATION_ID` characters and a payload with a string query;
 a connection runs a bounded number of operations (``LIMIT_EXCEEDED``); a
-user over the per-process connection limit is closed with 4429; the socket
+user over the per-process connection limit is closed with 1013; the socket
 closes with 4403 when the token it was opened with expires. A stream that
 fails after it started ends with the protocol's ``error`` message.
 """
@@ -49,7 +49,7 @@ result echoes it; not one of the ids of
 :data:`~chorus.domain.limits.MAX_ID_LENGTH`, though as long."""
 
 TOO_MANY_CONNECTIONS = "too many connections"
-"""The reason a socket over the per-user limit is closed with (4429)."""
+"""The reason a socket over the per-user limit is closed with (1013)."""
 
 
 NO_TOKEN = 'send {"Authorization": "Bearer <token>"} in the connection_init payload'
@@ -107,8 +107,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
                 await self.websocket.close(code=code, reason=close_reason(error or NO_TOKEN))
                 return
             if view.at_connection_limit(identity.user_id):
-                # Not 4403: a client must not take this for a bad token and sign out.
-                await self.websocket.close(code=4429, reason=TOO_MANY_CONNECTIONS)
+                # 1013 (try again later), which graphql-ws retries with backoff:
+                # in a reconnect storm the user's old sockets are still being
+                # closed (or, half-open, wait for the ping to drop them), and
+                # 4429 — graphql-ws's fatal "too many initialisation requests" —
+                # left the UI without live updates until a reload. Not 4403
+                # either: a client must not take this for a bad token and sign out.
+                await self.websocket.close(code=1013, reason=TOO_MANY_CONNECTIONS)
                 return
         await self._init_and_watch_expiry(message)
 

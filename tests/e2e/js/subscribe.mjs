@@ -1,7 +1,7 @@
 // Subscribe to playlistEvents with the reference JavaScript client (graphql-ws).
 //
 //   node subscribe.mjs --url ws://127.0.0.1:8000/graphql --token T \
-//        --playlist ID --since 0 --count 5 [--timeout-ms 20000]
+//        --playlist ID --since 0 --count 5 [--timeout-ms 20000] [--retry-attempts 0]
 //
 // The token goes in connection_init as {"Authorization": "Bearer T"} (left
 // out when --token is not given). Every line on stdout is one JSON object:
@@ -9,6 +9,8 @@
 //   {"done": N}                         N events arrived: exit 0
 //   {"error": [GraphQLFormattedError]}  an `error` message ended it: exit 1
 //   {"closed": {"code": C, "reason": R}} the server closed the socket: exit 2
+//   {"retrying": {"code": C, "reason": R}} closed, and graphql-ws will retry
+//                                       (only with --retry-attempts > 0)
 //   {"timeout": ms}                     nothing more within the timeout: exit 3
 // Used by tests/e2e/test_subscriptions.py; install with `npm ci --prefix tests/e2e/js`.
 
@@ -24,6 +26,7 @@ const { values } = parseArgs({
     since: { type: "string", default: "0" },
     count: { type: "string", default: "1" },
     "timeout-ms": { type: "string", default: "20000" },
+    "retry-attempts": { type: "string", default: "0" },
   },
 });
 
@@ -59,16 +62,20 @@ function finish(code, line) {
   process.stdout.write("", () => process.exit(code));
 }
 
+const retryAttempts = Number(values["retry-attempts"]);
 const client = createClient({
   url: values.url,
   webSocketImpl: WebSocket,
   connectionParams: values.token ? { Authorization: `Bearer ${values.token}` } : {},
-  retryAttempts: 0,
+  retryAttempts,
   lazy: true,
   on: {
     closed: (event) => {
       if (event && typeof event.code === "number" && event.code !== 1000) {
-        finish(2, { closed: { code: event.code, reason: event.reason } });
+        const closed = { code: event.code, reason: event.reason };
+        // With retries, graphql-ws decides: a fatal code reaches `error` below.
+        if (retryAttempts > 0) emit({ retrying: closed });
+        else finish(2, { closed });
       }
     },
   },
