@@ -102,13 +102,26 @@ async def _upsert_entries(
     conn: AsyncConnection, playlist_id: str, entries: tuple[Entry, ...]
 ) -> None:
     """Insert new entries; a revert's re-added ids bring their tombstone back to life."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = _ENTRY_UPSERTS.get(conn.dialect.name)
+    if stmt is None:
+        stmt = _ENTRY_UPSERTS[conn.dialect.name] = _entry_upsert(conn.dialect.name)
+    await conn.execute(stmt, [_entry_values(playlist_id, e) for e in entries])
+
+
+def _entry_upsert(dialect_name: str) -> postgresql.Insert | sqlite.Insert:
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
     stmt = dialect.insert(playlist_entry)
-    stmt = stmt.on_conflict_do_update(
+    return stmt.on_conflict_do_update(
         index_elements=[playlist_entry.c.playlist_id, playlist_entry.c.entry_id],
         set_={"position_key": stmt.excluded.position_key, "removed_at": None},
     )
-    await conn.execute(stmt, [_entry_values(playlist_id, e) for e in entries])
+
+
+_ENTRY_UPSERTS: dict[str, postgresql.Insert | sqlite.Insert] = {}
+"""The entry upsert, built once per dialect: it takes its rows as parameters, and
+building it copies the whole table (``excluded`` is an alias of it, every column
+and foreign key anew) — a cycle of ~90 objects per commit that the collector
+paid for in 50 ms pauses under load."""
 
 
 @dataclass(frozen=True, slots=True)
