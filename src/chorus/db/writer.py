@@ -109,8 +109,7 @@ async def _upsert_entries(
 
 
 def _entry_upsert(dialect_name: str) -> postgresql.Insert | sqlite.Insert:
-    dialect = postgresql if dialect_name == "postgresql" else sqlite
-    stmt = dialect.insert(playlist_entry)
+    stmt = (postgresql.insert if dialect_name == "postgresql" else sqlite.insert)(playlist_entry)
     return stmt.on_conflict_do_update(
         index_elements=[playlist_entry.c.playlist_id, playlist_entry.c.entry_id],
         set_={"position_key": stmt.excluded.position_key, "removed_at": None},

@@ -99,23 +99,30 @@ def _variables_below_root(
     operation: OperationDefinitionNode, fragments: Mapping[str, FragmentDefinitionNode]
 ) -> frozenset[str]:
     """Variables the operation uses anywhere but in its root fields' arguments."""
-    names: set[str] = set()
-
-    class Collect(Visitor):
-        def enter_variable(self, node: VariableNode, *_: object) -> None:
-            names.add(node.name.value)
-
+    collect = _Variables()
     for selection in operation.selection_set.selections:
         if isinstance(selection, FieldNode):
             if selection.selection_set is not None:
-                visit(selection.selection_set, Collect())
+                visit(selection.selection_set, collect)
             for directive in selection.directives or ():
-                visit(directive, Collect())
+                visit(directive, collect)
         else:  # a fragment at the root: every variable in it counts
-            visit(selection, Collect())
+            visit(selection, collect)
     for fragment in fragments.values():
-        visit(fragment, Collect())
-    return frozenset(names)
+        visit(fragment, collect)
+    return frozenset(collect.names)
+
+
+class _Variables(Visitor):
+    """The names of the variables a visit passes (a module-level class: one made per
+    call would be a cycle of objects left to the collector at every subscribe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def enter_variable(self, node: VariableNode, *_: object) -> None:
+        self.names.add(node.name.value)
 
 
 def next_frame(operation_id: str, encoded_payload: str) -> str:

@@ -84,22 +84,34 @@ def unversioned_field(schema: GraphQLSchema, document: DocumentNode) -> str | No
     visited once, so linear time); ``__typename`` and introspection are fixed.
     """
     info = TypeInfo(schema)
-    found: list[str] = []
+    fields = _FirstUnversioned(info)
+    visit(document, TypeInfoVisitor(info, fields))
+    return fields.found
 
-    class Fields(Visitor):
-        def enter_field(self, node: FieldNode, *_: object) -> object:
-            parent = info.get_parent_type()
-            name = node.name.value
-            if parent is None or name.startswith("__") or parent.name.startswith("__"):
-                return None
-            qualified = f"{parent.name}.{name}"
-            if qualified not in VERSIONED_FIELDS:
-                found.append(qualified)
-                return Visitor.BREAK
+
+class _FirstUnversioned(Visitor):
+    """Stops at the first field not in :data:`VERSIONED_FIELDS`, kept in ``found``.
+
+    A class of its own, not one made per call: a class is a cycle of some
+    thirty objects (and graphql-core's ``Visitor`` checks its methods as each
+    is made), left to the collector after every new document.
+    """
+
+    def __init__(self, info: TypeInfo) -> None:
+        super().__init__()
+        self.info = info
+        self.found: str | None = None
+
+    def enter_field(self, node: FieldNode, *_: object) -> object:
+        parent = self.info.get_parent_type()
+        name = node.name.value
+        if parent is None or name.startswith("__") or parent.name.startswith("__"):
             return None
-
-    visit(document, TypeInfoVisitor(info, Fields()))
-    return found[0] if found else None
+        qualified = f"{parent.name}.{name}"
+        if qualified not in VERSIONED_FIELDS:
+            self.found = qualified
+            return Visitor.BREAK
+        return None
 
 
 class VersionedFieldsOnly(SchemaExtension):
