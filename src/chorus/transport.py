@@ -21,7 +21,14 @@ and only watches the head go by:
   the server itself stops reading (its flow control, a pipelined request
   waiting its turn) does not count; a long response is not cut;
 * a request on a connection beyond :attr:`HeadLimits.max_connections` open
-  ones (HTTP and WebSocket) answers **503**;
+  ones (HTTP and WebSocket) answers **503** — except ``GET /healthz``: the
+  process is alive however many sockets an attacker holds open, and a
+  liveness probe that failed then would have it restarted for nothing
+  (``/readyz`` does answer 503, so a load balancer sends new clients elsewhere);
+* more than :data:`MAX_PIPELINED` requests waiting behind the one being
+  answered on a connection (HTTP/1.1 pipelining, which no browser does)
+  close it: a client that sends requests and never reads the answers made
+  the server queue every one of them (~2 KB each, 200 MiB per 4 MB sent);
 * a request the parser refuses (a garbage request line, a control character
   in a header, ``Content-Length`` beside ``Transfer-Encoding``, negative or
   of 20 digits) answers **400** ``BAD_REQUEST`` (uvicorn's is plain text).
@@ -48,7 +55,11 @@ from http import HTTPStatus
 from typing import Any, ClassVar
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from chorus.logs import REQUEST_ID_HEADER, new_request_id
 
@@ -74,6 +85,13 @@ class HeadLimits:
     body_timeout_s: float = 30.0
 
 
+MAX_PIPELINED = 16
+"""Requests a connection may have waiting behind the one being answered (pipelined)."""
+
+LIVENESS_PATH = b"/healthz"
+"""The path answered on a connection beyond the connection limit (the liveness probe)."""
+
+
 class _Refused(Exception):
     """Raised inside a parser callback to stop the parser; the refusal is already set."""
 
@@ -96,6 +114,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._refusal: tuple[HTTPStatus, str, str] | None = None
         self._refused = False
+        self._running: RequestResponseCycle | None = None
 
     # The head: its bytes, its header count, its deadline.
 
@@ -142,7 +161,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()
         self._reading_head = False
-        if len(self.connections) > self.limits.max_connections:
+        if len(self.connections) > self.limits.max_connections and not self._liveness_probe():
             self._refusal = (
                 HTTPStatus.SERVICE_UNAVAILABLE,
                 f"the server holds {self.limits.max_connections} connections; try again shortly",
@@ -150,10 +169,35 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             )
             raise _Refused
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            # Nothing can be answered out of turn while a response is under
+            # way: drop the queue and the connection (one line in the log).
+            self.pipeline.clear()
+            running = self._running
+            if running is not None and not running.response_complete:
+                # Its answer goes nowhere now; without this it would write to
+                # the closed transport (a traceback per connection).
+                running.disconnected = True
+                running.message_event.set()
+            log.warning(
+                "more than %d pipelined requests unread on one connection: closed (client %s)",
+                MAX_PIPELINED,
+                f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+            )
+            self._refused = True  # what still arrives is dropped
+            self.transport.close()
+            raise _Refused
         if not (self.parser.should_upgrade() and self._should_upgrade()):
             # Cancelled at once when there is no body (the message completes
             # in the same feed); an upgraded connection is no longer ours.
             self._await_body()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._running = cycle  # the one being answered; the others wait in the pipeline
+        super()._start_asgi_task(cycle, app)
+
+    def _liveness_probe(self) -> bool:
+        return self.url.partition(b"?")[0] == LIVENESS_PATH and self.parser.get_method() == b"GET"
 
     def on_message_complete(self) -> None:
         self._cancel_body_timer()

@@ -26,6 +26,7 @@ from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
 from chorus.graphql.nesting import MAX_JSON_DEPTH
+from chorus.transport import MAX_PIPELINED
 from tests.servers import TEST_SECRET, ChorusServer
 
 APP_ORIGIN = "http://localhost:5173"
@@ -464,21 +465,75 @@ def test_connections_over_the_limit_get_503_until_some_close(tmp_path: Path) -> 
     server.start()
     try:
         idle = [_connect(server) for _ in range(3)]
+        for path in ("/readyz", "/graphql"):
+            with _connect(server) as sock:
+                sock.sendall(_request(path))
+                status, headers, body = _read_response(sock)
+            assert status == 503, path
+            assert json.loads(body)["errors"][0]["extensions"]["code"] == "SERVICE_UNAVAILABLE"
+            assert GENERATED_ID.fullmatch(headers["x-request-id"])
+        # Liveness is answered whatever the count: the process is alive, and a
+        # probe failing now would have it restarted for an attacker's sockets.
         with _connect(server) as sock:
-            sock.sendall(_request())
-            status, headers, body = _read_response(sock)
-        assert status == 503
-        assert json.loads(body)["errors"][0]["extensions"]["code"] == "SERVICE_UNAVAILABLE"
-        assert GENERATED_ID.fullmatch(headers["x-request-id"])
+            sock.sendall(_request("/healthz"))
+            status, _, body = _read_response(sock)
+        assert status == 200
+        assert json.loads(body)["status"] == "ok"
         for sock in idle:
             sock.close()
         for _ in range(50):  # the server hears the closes at once; allow it a moment
             with httpx.Client(timeout=10) as client:
-                if client.get(f"{server.base_url}/healthz").status_code == 200:
+                if client.get(f"{server.base_url}/readyz").status_code == 200:
                     break
             time.sleep(0.1)
         else:
             raise AssertionError("still refused after the idle connections closed")
+    finally:
+        server.stop()
+
+
+def _rss_kib(server: ChorusServer) -> int:
+    assert server.process is not None
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    return int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
+
+
+def test_pipelined_requests_are_answered_in_order_up_to_the_bound(chorus: ChorusServer) -> None:
+    with _connect(chorus) as sock, sock.makefile("rb") as answers:
+        sock.sendall(b"".join(_request(f"/healthz?n={n}") for n in range(MAX_PIPELINED)))
+        for n in range(MAX_PIPELINED):
+            assert answers.readline().split()[1] == b"200", n
+            length = 0
+            while (line := answers.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            assert json.loads(answers.read(length))["status"] == "ok"
+
+
+def test_pipelined_requests_never_read_close_the_connection_and_memory_stays_bounded(
+    tmp_path: Path,
+) -> None:
+    server = _server(tmp_path)
+    server.start()
+    try:
+        _healthy(server)
+        before = _rss_kib(server)
+        burst = _request() * 100_000  # 3.5 MB of requests whose answers are never read
+        for _ in range(4):
+            with _connect(server) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                _send_quietly(sock, burst)
+                deadline = time.monotonic() + 20  # the answers it sent, then its close
+                with contextlib.suppress(ConnectionResetError):
+                    while sock.recv(65536):
+                        assert time.monotonic() < deadline, "still answering queued requests"
+            _healthy(server)
+        grown_mib = (_rss_kib(server) - before) / 1024
+        # Unbounded, each burst queued ~100,000 requests: ~200 MiB each.
+        assert grown_mib < 64, f"RSS grew {grown_mib:.0f} MiB"
+        lines = _wait_for_log(server, "pipelined requests unread")
+        assert not [line for line in lines if "Traceback" in line or "ERROR" in line], lines
     finally:
         server.stop()
 
