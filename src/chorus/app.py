@@ -181,8 +181,13 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
 
 
 def _routes(graphql_app: ChorusGraphQL) -> list[BaseRoute]:
+    graphql = Route("/graphql", graphql_app, methods=["GET", "POST"])
+    # Starlette adds HEAD to a GET route; the GraphQL view answers no HEAD,
+    # so the 405's Allow would name a method that is itself refused.
+    assert graphql.methods is not None
+    graphql.methods.discard("HEAD")
     return [
-        Route("/graphql", graphql_app, methods=["GET", "POST"]),
+        graphql,
         WebSocketRoute("/graphql", graphql_app),
         Route("/healthz", healthz),
         Route("/readyz", health.readyz),

@@ -275,6 +275,26 @@ def test_automatic_persisted_queries_over_get(api: Api) -> None:
     assert get(api, params, **{"If-None-Match": by_hash.headers["etag"]}).status_code == 304
 
 
+def test_a_document_sent_without_a_token_runs_but_is_not_registered(api: Api) -> None:
+    query = "query Anonymous { __schema { queryType { name } } }"  # introspection: no token needed
+    params = {"query": query, "extensions": apq(sha(query))}
+    ran = api.http.get(api.server.url, params=params)  # no Authorization
+    assert ran.status_code == 200
+    schema = {"__schema": {"queryType": {"name": "Query"}}}
+    assert ran.json()["data"] == schema
+    by_hash = get(api, {"extensions": apq(sha(query))})
+    assert by_hash.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+    assert get(api, params).json()["data"] == schema  # with a token: kept
+    assert get(api, {"extensions": apq(sha(query))}).json()["data"] == schema
+    viewer = "query Mine { viewer { user { id } } }"  # a query strawberry runs, not a cached one
+    anonymous = api.http.get(
+        api.server.url, params={"query": viewer, "extensions": apq(sha(viewer))}
+    )
+    assert anonymous.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    unknown = get(api, {"extensions": apq(sha(viewer))})
+    assert unknown.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
+
+
 def test_a_persisted_hash_must_be_the_documents(api: Api) -> None:
     response = get(api, {"query": "{ viewer { user { id } } }", "extensions": apq("0" * 64)})
     assert response.status_code == 400
@@ -284,7 +304,9 @@ def test_a_persisted_hash_must_be_the_documents(api: Api) -> None:
 def test_a_mutation_over_get_is_refused(api: Api) -> None:
     query = 'mutation { createPlaylist(input: {operationId: "g1", title: "x"}) { version } }'
     response = get(api, {"query": query})
-    assert response.status_code in (400, 405)
+    assert response.status_code == 405  # GraphQL over HTTP: MUST be 405
+    assert response.headers["allow"] == "POST"
+    assert response.json()["errors"][0]["extensions"]["code"] == "METHOD_NOT_ALLOWED"
     assert version_count(api) == 0
 
 

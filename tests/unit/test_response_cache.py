@@ -25,7 +25,13 @@ from chorus.caches.responses import (
     response_key,
 )
 from chorus.domain.model import Playlist, Visibility
-from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError, load_manifest
+from chorus.graphql.persisted import (
+    MAX_AUTOMATIC_BYTES,
+    MAX_DOCUMENT_BYTES,
+    PersistedDocuments,
+    PersistedQueryError,
+    load_manifest,
+)
 from chorus.resolvers.reads import ReadSet
 from chorus.settings import Settings
 
@@ -168,7 +174,10 @@ def test_persisted_documents_follow_apollos_protocol() -> None:
     with pytest.raises(PersistedQueryError) as missing:
         docs.resolve(None, ext)
     assert (missing.value.status, missing.value.code) == (200, "PERSISTED_QUERY_NOT_FOUND")
-    assert docs.resolve(query, ext) == (query, sha)
+    assert docs.resolve(query, ext) == (query, sha)  # runs, but not kept: no token
+    with pytest.raises(PersistedQueryError):
+        docs.resolve(None, ext)
+    assert docs.resolve(query, ext, register=True) == (query, sha)
     assert docs.resolve(None, ext) == (query, sha)
     with pytest.raises(PersistedQueryError) as wrong:
         docs.resolve("{ other }", ext)
@@ -176,6 +185,22 @@ def test_persisted_documents_follow_apollos_protocol() -> None:
     with pytest.raises(PersistedQueryError):
         docs.resolve(None, {"persistedQuery": {"sha256Hash": "short"}})
     assert docs.resolve(query, None) == (query, None)
+
+
+def test_what_clients_register_is_bounded_in_bytes_least_recently_used_first() -> None:
+    docs = PersistedDocuments()
+    size = MAX_DOCUMENT_BYTES - 100  # each near the longest kept
+    texts = [f"#{n:08d}" + "x" * size + "\n{ __typename }" for n in range(200)]
+    digests = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+    for text, digest in zip(texts, digests, strict=True):
+        docs.resolve(text, {"persistedQuery": {"version": 1, "sha256Hash": digest}}, register=True)
+        assert docs.automatic_bytes <= MAX_AUTOMATIC_BYTES
+    kept = MAX_AUTOMATIC_BYTES // len(texts[0].encode())
+    assert docs.automatic_bytes == kept * len(texts[0].encode())
+    newest = {"persistedQuery": {"version": 1, "sha256Hash": digests[-1]}}
+    assert docs.resolve(None, newest)[0] == texts[-1]
+    with pytest.raises(PersistedQueryError):  # the oldest were forgotten
+        docs.resolve(None, {"persistedQuery": {"version": 1, "sha256Hash": digests[0]}})
 
 
 def test_only_registered_documents_run(tmp_path: Path) -> None:

@@ -55,7 +55,11 @@ class HttpOperation:
 
 
 async def read_operation(
-    request: Request, decode: Callable[[bytes], object], persisted: PersistedDocuments
+    request: Request,
+    decode: Callable[[bytes], object],
+    persisted: PersistedDocuments,
+    *,
+    register: bool = False,
 ) -> HttpOperation | None:
     """The single operation of a GraphQL request, or ``None`` for strawberry to handle.
 
@@ -97,7 +101,7 @@ async def read_operation(
         return None
     if not isinstance(data.get("extensions"), dict | None):
         return None  # strawberry refuses it (400): never answered from the cache
-    document, sha = persisted.resolve(data.get("query"), data.get("extensions"))
+    document, sha = persisted.resolve(data.get("query"), data.get("extensions"), register=register)
     if not isinstance(document, str):
         return None
     return HttpOperation(document, sha, name, variables)

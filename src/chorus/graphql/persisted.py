@@ -10,7 +10,13 @@ protocol (Apollo's):
   (``extensions.code = PERSISTED_QUERY_NOT_FOUND``); the client sends the
   hash again with the text, which registers it;
 * hash and text → the hash must be the text's (else 400 ``BAD_REQUEST``);
-  the document is registered and runs.
+  the document runs, and is registered when the request carries a valid
+  token (anyone could otherwise fill the store: an anonymous client's
+  document runs each time it is sent, but is not kept).
+
+What clients register is bounded by count (:data:`MAX_AUTOMATIC_DOCUMENTS`)
+and by bytes (:data:`MAX_AUTOMATIC_BYTES`), the least recently used
+forgotten first.
 
 Documents of ``CHORUS_PERSISTED_DOCUMENTS`` (an Apollo persisted query
 manifest, ``{"format": "apollo-persisted-query-manifest", "version": 1,
@@ -34,6 +40,11 @@ MAX_AUTOMATIC_DOCUMENTS = 10_000
 """Documents registered by clients (APQ) kept per process (least recently used forgotten)."""
 MAX_DOCUMENT_BYTES = 100_000
 """The longest registered document kept (bytes of UTF-8); longer ones run but are not kept."""
+MAX_AUTOMATIC_BYTES = 8 * 2**20
+"""Bytes of UTF-8 of the documents clients registered, all together, per process.
+
+A count alone let 10,000 documents of 100,000 bytes hold a gigabyte; an
+app's documents are a few KB each, so 8 MiB keeps thousands."""
 
 NOT_FOUND_MESSAGE = "PersistedQueryNotFound"
 """The message Apollo clients look for to send the document's text."""
@@ -105,13 +116,23 @@ class PersistedDocuments:
         self._registered = dict(registered or {})
         self._only = only_registered
         self._automatic: OrderedDict[str, str] = OrderedDict()
+        self._automatic_bytes = 0
 
-    def resolve(self, query: object, extensions: object) -> tuple[object, str | None]:
+    @property
+    def automatic_bytes(self) -> int:
+        """Bytes of UTF-8 of the documents clients registered, kept now."""
+        return self._automatic_bytes
+
+    def resolve(
+        self, query: object, extensions: object, *, register: bool = False
+    ) -> tuple[object, str | None]:
         """The document to run and its SHA-256 (``None`` when not computed).
 
         Args:
             query: the request's ``query`` (text or absent).
             extensions: the request's ``extensions``.
+            register: keep a document sent with its hash (the request carries
+                a valid token); otherwise it runs but is not kept.
 
         Raises:
             PersistedQueryError: unknown hash (200, ``PERSISTED_QUERY_NOT_FOUND``),
@@ -145,16 +166,29 @@ class PersistedDocuments:
         if sha not in self._registered:
             if self._only:
                 raise _not_allowed()
-            self._register(sha, query)
+            if register:
+                self._register(sha, query)
         return query, sha
 
     def _register(self, sha: str, query: str) -> None:
-        if len(query.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        if sha in self._automatic:
+            self._automatic.move_to_end(sha)
+            return
+        size = _utf8_bytes(query)
+        if size > MAX_DOCUMENT_BYTES:
             return
         self._automatic[sha] = query
-        self._automatic.move_to_end(sha)
-        while len(self._automatic) > MAX_AUTOMATIC_DOCUMENTS:
-            self._automatic.popitem(last=False)
+        self._automatic_bytes += size
+        while (
+            len(self._automatic) > MAX_AUTOMATIC_DOCUMENTS
+            or self._automatic_bytes > MAX_AUTOMATIC_BYTES
+        ):
+            _, forgotten = self._automatic.popitem(last=False)
+            self._automatic_bytes -= _utf8_bytes(forgotten)
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _requested_hash(extensions: object) -> str | None:
@@ -182,6 +216,7 @@ def _not_allowed() -> PersistedQueryError:
 
 
 __all__ = [
+    "MAX_AUTOMATIC_BYTES",
     "MAX_AUTOMATIC_DOCUMENTS",
     "NOT_FOUND_MESSAGE",
     "PersistedDocuments",

@@ -39,8 +39,10 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLRequestData
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.execution import ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UnsetType
 
 from chorus import auth
@@ -273,7 +275,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if isinstance(data, GraphQLRequestData):
             if data.extensions is not None and not isinstance(data.extensions, dict):
                 raise HTTPException(400, "extensions must be a JSON object")
-            query, _ = self.persisted.resolve(data.query, data.extensions)
+            # Only a caller with a valid token registers a document (APQ):
+            # anyone else could fill the store with text of their own.
+            identity, _ = await self.identify(request.headers.get("authorization"))
+            query, _ = self.persisted.resolve(
+                data.query, data.extensions, register=identity is not None
+            )
             if query is not data.query and isinstance(query, str):
                 data = dataclasses.replace(data, query=query)
         return data
@@ -325,7 +332,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             try:
                 response = await self._answer(request)
             except HTTPException as error:
-                response = error_response(error.status_code, error.reason, "BAD_REQUEST")
+                response = _http_refusal(request, error)
             except PersistedQueryError as error:
                 response = error_response(error.status, error.message, error.code)
             describe_operation(span, request, response)
@@ -357,7 +364,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if document is not None and isinstance(decoded, dict):
                 query = decoded["query"]
                 self.documents.hold(query, parse_options(self._max_tokens), document)
-        operation = await read_operation(request, self.decode_json, self.persisted)
+        identity, _ = await self.identify(request.headers.get("authorization"))
+        # Only a caller with a valid token registers a persisted document (APQ).
+        operation = await read_operation(
+            request, self.decode_json, self.persisted, register=identity is not None
+        )
         if operation is None:
             return await self.run(request)
         introspected = self.introspections.get(operation)
@@ -369,7 +380,6 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services = request.app.state.services
         # Learned names come from OperationMetrics, once an operation passed validation.
         label = self._operation_names.label(operation.operation_name)
-        identity, _ = await self.identify(request.headers.get("authorization"))
         request.state.chorus_operation = operation.operation_name, identity
         if identity is None or not responses.enabled(services):
             return await self._execute(request, services, operation, None, label)
@@ -481,6 +491,24 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if not isinstance(body, dict | list):
             raise HTTPException(400, "the request body must be a JSON object")
         return body
+
+
+def _http_refusal(request: Request, error: HTTPException) -> Response:
+    """Strawberry's refusal of a request as Chorus's JSON error.
+
+    A mutation over GET is 405 with ``Allow: POST``, as the GraphQL-over-HTTP
+    specification says (strawberry answers 400).
+    """
+    cause = error.__cause__
+    if (
+        request.method == "GET"
+        and isinstance(cause, InvalidOperationTypeError)
+        and cause.operation_type is OperationType.MUTATION
+    ):
+        refused = error_response(405, "a mutation needs POST", "METHOD_NOT_ALLOWED")
+        refused.headers["Allow"] = "POST"
+        return refused
+    return error_response(error.status_code, error.reason, "BAD_REQUEST")
 
 
 __all__ = ["ChorusGraphQL"]
