@@ -92,11 +92,21 @@ def test_a_folder_that_cannot_hold_the_database_exits_2_in_one_line(
     assert f"the database file's folder {where} cannot be written ({reason})" in line
 
 
-def test_a_missing_folder_that_can_be_made_is_made(tmp_path: Path) -> None:
-    held = _lock(f"sqlite+aiosqlite:///{tmp_path}/new/deeper/x.db")
+def test_a_missing_folder_is_made_but_not_its_parents(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    held = _lock(f"sqlite+aiosqlite:///{tmp_path}/new/x.db")
     assert held is not None
-    assert (tmp_path / "new" / "deeper" / "x.db.serve-lock").exists()
+    assert (tmp_path / "new" / "x.db.serve-lock").exists()
     held.close()
+    # A mistyped path would start a new, empty database: refused in one line.
+    with pytest.raises(SystemExit) as refused:
+        _lock(f"sqlite+aiosqlite:///{tmp_path}/typo/deeper/x.db")
+    assert refused.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    assert f"folder {tmp_path}/typo/deeper is missing and so is its parent" in line
+    assert not (tmp_path / "typo").exists()
 
 
 def test_a_read_only_folder_exits_2_in_one_line(

@@ -141,8 +141,16 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
     if settings.full_profile or url.get_backend_name() != "sqlite" or database in ("", ":memory:"):
         return None
     path = Path(database).expanduser().resolve()
+    if not path.parent.parent.exists():
+        # As for CHORUS_DATA_DIR: the folder is made, its parents are not — a
+        # mistyped path would start a new, empty database the tokens still open.
+        fail(
+            f"the database file's folder {path.parent} is missing and so is its parent: "
+            "CHORUS_DATABASE_URL must name a file in an existing folder (or one more "
+            "level below one); check the path"
+        )
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)
         lock = (path.parent / (path.name + SERVE_LOCK_SUFFIX)).open("ab")
     except OSError as error:
         # SQLite writes its journal beside the file too: a folder that cannot

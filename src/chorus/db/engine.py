@@ -124,7 +124,7 @@ class Database:
     Args:
         url: a SQLAlchemy async URL, ``sqlite+aiosqlite:///path`` or
             ``postgresql+asyncpg://user@host/db``. A SQLite file's directory
-            is created when missing.
+            is created when missing, not its parents (a mistyped path fails).
         pool_size: connections for reads (and PostgreSQL writes).
     """
 
@@ -134,7 +134,7 @@ class Database:
         if self.dialect == "sqlite":
             database = self.url.database or ""
             if database and database != ":memory:" and not database.startswith("file:"):
-                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                Path(database).expanduser().parent.mkdir(exist_ok=True)
             self.write_engine = self._sqlite_engine("BEGIN IMMEDIATE", pool_size=1)
             self.read_engine = self._sqlite_engine("BEGIN", pool_size=pool_size)
         elif self.dialect == "postgresql":

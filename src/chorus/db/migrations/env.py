@@ -64,5 +64,5 @@ if context.is_offline_mode():
 else:
     _target = make_url(_url())
     if _target.get_backend_name() == "sqlite" and _target.database not in (None, "", ":memory:"):
-        Path(_target.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        Path(_target.database).expanduser().parent.mkdir(exist_ok=True)  # not its parents
     asyncio.run(_run_async())
