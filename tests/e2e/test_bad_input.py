@@ -9,6 +9,7 @@ no file path.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import socket
 from collections.abc import Iterator
@@ -159,6 +160,27 @@ def test_malformed_bodies(api: Api, content: bytes, status: int) -> None:
     body = response.json()
     assert body["errors"][0]["message"]
     assert body["errors"][0]["extensions"]["code"], body
+
+
+def test_refusals_name_what_is_wrong(api: Api) -> None:
+    def refusal(response: Any, status: int) -> str:
+        assert response.status_code == status, response.text
+        (error,) = response.json()["errors"]
+        assert error["extensions"]["code"] == "BAD_REQUEST", error
+        message: str = error["message"]
+        return message
+
+    query = "{ viewer { user { id } } }"
+    named = post(api, json.dumps({"query": query, "operationName": 5}))
+    assert refusal(named, 400) == "operationName must be a string"
+    gzipped = post(
+        api, gzip.compress(json.dumps({"query": query}).encode()), **{"Content-Encoding": "gzip"}
+    )
+    assert refusal(gzipped, 415) == "Content-Encoding 'gzip' is not supported: send the body as is"
+    token = {"Authorization": f"Bearer {api.token('alice')}"}
+    for name in ("variables", "extensions"):
+        got = api.http.get(api.server.url, params={"query": query, name: "{"}, headers=token)
+        assert refusal(got, 400) == f"the {name} query parameter is not JSON"
 
 
 @pytest.mark.parametrize("name", ["B", "\ud800", "\udfff\ud800x"])

@@ -275,6 +275,9 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if isinstance(data, GraphQLRequestData):
             if data.extensions is not None and not isinstance(data.extensions, dict):
                 raise HTTPException(400, "extensions must be a JSON object")
+            if data.operation_name is not None and not isinstance(data.operation_name, str):
+                # graphql-core would look for an operation named "5".
+                raise HTTPException(400, "operationName must be a string")
             # Only a caller with a valid token registers a document (APQ):
             # anyone else could fill the store with text of their own.
             identity, _ = await self.identify(request.headers.get("authorization"))
@@ -325,6 +328,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if media is None and not self.should_render_graphql_ide(request):
             message = f"answers are {negotiation.GRAPHQL_RESPONSE} or {negotiation.JSON}"
             await error_response(406, message, "BAD_REQUEST")(scope, receive, send)
+            return
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            # It would be read as text and refused as "not UTF-8": say what is wrong.
+            message = f"Content-Encoding {encoding[:40]!r} is not supported: send the body as is"
+            await error_response(415, message, "BAD_REQUEST")(scope, receive, send)
             return
         # One span per operation, not per field: resolver spans would cost more
         # than the hot read itself (docs/observability.md).
@@ -474,6 +483,27 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 raise decoded
             return decoded
         return decode_json(data, MAX_JSON_DEPTH)
+
+    def parse_query_params(self, params: Any) -> dict[str, Any]:
+        """A GET's parameters, ``variables`` and ``extensions`` decoded as JSON.
+
+        Raises:
+            HTTPException: 400 naming the parameter that is not JSON (strawberry
+                says "Unable to parse request body as JSON" of a GET's URL).
+        """
+        decoded: dict[str, Any] = dict(params)
+        for name in ("variables", "extensions"):
+            text = decoded.get(name)
+            if not text:
+                continue
+            try:
+                decoded[name] = self.parse_json(text)
+            except HTTPException as error:
+                reason = error.reason.removeprefix("the request body ")
+                if reason == "Unable to parse request body as JSON":
+                    reason = "is not JSON"
+                raise HTTPException(400, f"the {name} query parameter {reason}") from None
+        return decoded
 
     def parse_json(self, data: str | bytes) -> object:
         """An HTTP request body: a JSON object (or a list, a batch strawberry refuses).
