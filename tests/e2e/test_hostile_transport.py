@@ -229,6 +229,9 @@ async def test_a_deeply_nested_websocket_frame_closes_with_4400(
             await asyncio.wait_for(ws.recv(), 10)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4400
+    assert closed.value.rcvd.reason == (
+        f"WebSocket message nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+    )
     _healthy(chorus)
 
 
@@ -287,8 +290,31 @@ async def test_a_websocket_frame_with_a_number_too_long_closes_with_4400(
             await asyncio.wait_for(ws.recv(), 10)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4400
+    assert closed.value.rcvd.reason == "WebSocket message has a number of more than 4300 digits"
     assert "Traceback" not in chorus.log.read_text(errors="replace")
     _healthy(chorus)
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        ('{"type": "ping", "payload": {"x": NaN}}', "NaN is not a JSON number"),
+        ('{"type": "ping", "type": "pong"}', "the key 'type' appears twice in one object"),
+        ('\ufeff{"type": "ping"}', "it starts with a byte order mark"),
+    ],
+    ids=["nan", "repeated-key", "bom"],
+)
+async def test_a_websocket_frame_that_is_not_standard_json_closes_4400_saying_why(
+    chorus: ChorusServer, frame: str, reason: str
+) -> None:
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws)
+        await ws.send(frame)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4400
+    assert closed.value.rcvd.reason.startswith(f"WebSocket message is not standard JSON: {reason}")
 
 
 # 2. HTTP transport limits.

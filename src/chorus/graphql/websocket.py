@@ -21,7 +21,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from graphql import GraphQLError
 from starlette.websockets import WebSocket, WebSocketDisconnect
-from strawberry.http.exceptions import WebSocketDisconnected
+from strawberry.http.exceptions import (
+    NonJsonMessageReceived,
+    NonTextMessageReceived,
+    WebSocketDisconnected,
+)
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -36,6 +40,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from chorus.auth import Identity, Unavailable
 from chorus.graphql.delivery import EncodedData, next_frame
 from chorus.graphql.direct import CURRENT_SINK, SocketSink
+from chorus.graphql.nesting import JSONRefused
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
 
@@ -83,6 +88,30 @@ def authorization(params: dict[str, object]) -> object:
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     """``graphql-transport-ws`` with terminal stream errors sent as ``error``."""
+
+    async def handle(self) -> None:
+        """Strawberry's frame loop, with the reason a frame is not JSON Chorus takes.
+
+        Strawberry closes every such frame with "WebSocket message must be
+        valid JSON"; nesting past the limit, a too long number, ``NaN`` or a
+        repeated key are valid JSON or close to it, and HTTP names each.
+        """
+        self.on_request_accepted()
+        try:
+            try:
+                async for message in self.websocket.iter_json():
+                    await self.handle_message(message)  # type: ignore[arg-type]
+            except NonTextMessageReceived:
+                await self.handle_invalid_message("WebSocket message type must be text")
+            except NonJsonMessageReceived as error:
+                cause = error.__cause__
+                phrase = cause.phrase if isinstance(cause, JSONRefused) else ""
+                reason = f"WebSocket message {phrase or 'must be valid JSON'}"
+                await self.handle_invalid_message(close_reason(reason))
+        except WebSocketDisconnected:
+            pass
+        finally:
+            await self.shutdown()
 
     async def handle_message(self, message: Message) -> None:
         # A frame of valid JSON that is not an object (``[1]``, ``null``) would
