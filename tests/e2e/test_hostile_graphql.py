@@ -176,6 +176,17 @@ def test_a_subscription_over_http_is_a_bad_request(api: Api) -> None:
     response = api.raw({"query": "subscription { viewer { user { id } } }"})
     assert response.status_code == 400, response.text
     assert response.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+    # A subscription beside a query, no operationName: the mistake is not naming one.
+    both = query.replace("subscription {", "subscription S {") + " query Q { __typename }"
+    response = api.raw({"query": both})
+    assert response.json()["errors"] == [
+        {
+            "message": "the document holds several operations: give operationName",
+            "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"},
+        }
+    ], response.text
+    named = api.raw({"query": both, "operationName": "Q"})
+    assert named.json()["data"] == {"__typename": "Query"}, named.text
     assert_no_traceback(api.server)
 
 

@@ -252,6 +252,10 @@ class QueryAliasLimit(AddValidationRules):
         super().__init__([alias_rule(max_aliases)])
 
 
+SEVERAL_OPERATIONS = "the document holds several operations: give operationName"
+"""The refusal of a document of several operations sent without ``operationName``."""
+
+
 class OneOperationUnlessNamed(ValidationRule):
     """A document with several operations needs ``operationName`` (GraphQL spec, GetOperation)."""
 
@@ -261,9 +265,7 @@ class OneOperationUnlessNamed(ValidationRule):
             d for d in context.document.definitions if isinstance(d, OperationDefinitionNode)
         ]
         if len(operations) > 1:
-            context.report_error(
-                GraphQLError("the document holds several operations: give operationName")
-            )
+            context.report_error(GraphQLError(SEVERAL_OPERATIONS))
 
 
 class RequireOperationName(AddValidationRules):

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode, parse
 from strawberry.extensions import MaxTokensLimiter
 from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.types import ExecutionResult
@@ -27,6 +27,7 @@ from chorus.graphql.documents import (
 )
 from chorus.graphql.errors import ErrorPolicy
 from chorus.graphql.limits import (
+    SEVERAL_OPERATIONS,
     QueryAliasLimit,
     QueryDepthLimit,
     RequestLimits,
@@ -102,9 +103,25 @@ class ChorusSchema(strawberry.Schema):
                 operation_extensions,
             )
         except InvalidOperationTypeError as error:
-            if error.operation_type is OperationType.SUBSCRIPTION:
-                raise SubscriptionNeedsWebSocket from None
-            raise
+            if error.operation_type is not OperationType.SUBSCRIPTION:
+                raise
+            if operation_name is None and _operations(query) > 1:
+                # Strawberry took the first operation for the one to run; the
+                # client's mistake is not naming one (OneOperationUnlessNamed).
+                refusal = GraphQLError(
+                    SEVERAL_OPERATIONS, extensions={"code": "GRAPHQL_VALIDATION_FAILED"}
+                )
+                return ExecutionResult(data=None, errors=[refusal])
+            raise SubscriptionNeedsWebSocket from None
+
+
+def _operations(query: str | None) -> int:
+    """The operation definitions of ``query`` (0 if it does not parse)."""
+    try:
+        document = parse(query or "", no_location=True)
+    except GraphQLError:
+        return 0
+    return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions)
 
 
 def build_schema(
