@@ -635,6 +635,25 @@ async def test_websockets_follow_the_same_origin_list(
     assert await _ws_status(chorus, origin) == status
 
 
+async def test_an_unlisted_origin_is_told_why_its_websocket_is_refused(
+    chorus: ChorusServer,
+) -> None:
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            _ws_url(chorus),
+            subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+            origin=None,
+            additional_headers={"Origin": OTHER_ORIGIN},
+        ):
+            pass
+    response = refused.value.response
+    assert response.status_code == 403
+    assert response.headers["content-type"] == "application/json"
+    error = json.loads(response.body)["errors"][0]
+    assert error["extensions"]["code"] == "FORBIDDEN"
+    assert "CHORUS_CORS_ORIGINS" in error["message"]
+
+
 async def test_without_cors_origins_only_the_own_origin_may_open_a_websocket(
     plain: ChorusServer,
 ) -> None:

@@ -306,6 +306,24 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         context.renew_loaders()
         return {"requestId": current_request_id()}
 
+    async def reject_websocket(self, request: WebSocket) -> WebSocket:
+        """A handshake from an origin not allowed: 403 with a JSON error saying why.
+
+        Strawberry's refusal is a bare 403 (closing before accepting); the
+        ASGI denial response, where the server offers it, carries the body.
+        """
+        if "websocket.http.response" not in request.scope.get("extensions", {}):
+            return await super().reject_websocket(request)
+        await request.send_denial_response(
+            error_response(
+                403,
+                "a page on this origin may not open a WebSocket here "
+                "(CHORUS_CORS_ORIGINS lists the origins that may)",
+                "FORBIDDEN",
+            )
+        )
+        return request
+
     def at_connection_limit(self, user_id: str) -> bool:
         return self.connections[user_id] >= self._max_connections_per_user
 
