@@ -767,6 +767,10 @@ def test_search_queries(api: Api, query: str) -> None:
     body = gql(api, "query($q: String!) { searchMedia(query: $q) { totalCount } }", q=query)
     if len(query) > 200 or "errors" in body:
         request_error(body, "BAD_USER_INPUT")
+        if query == "\ud800":
+            assert "lone surrogate" in body["errors"][0]["message"], body
+        if query == "a\x00b":
+            assert "control characters" in body["errors"][0]["message"], body
     else:
         assert body["data"]["searchMedia"]["totalCount"] >= 0
 

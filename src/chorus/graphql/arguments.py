@@ -210,8 +210,11 @@ def search_query(query: str) -> str:
     """
     if len(query) > MAX_SEARCH_QUERY_LENGTH:
         raise BadUserInput(f"query must be at most {MAX_SEARCH_QUERY_LENGTH} characters")
-    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
+    categories = {unicodedata.category(ch) for ch in query}
+    if "Cc" in categories:
         raise BadUserInput("query must not contain control characters")
+    if "Cs" in categories:
+        raise BadUserInput("query must not contain a lone surrogate (text that is not Unicode)")
     return query
 
 
