@@ -177,6 +177,23 @@ def test_refusals_name_what_is_wrong(api: Api) -> None:
         api, gzip.compress(json.dumps({"query": query}).encode()), **{"Content-Encoding": "gzip"}
     )
     assert refusal(gzipped, 415) == "Content-Encoding 'gzip' is not supported: send the body as is"
+    body = gzip.compress(json.dumps({"query": query}).encode())
+    with socket.create_connection(("127.0.0.1", api.server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+            + b"%x\r\n" % len(body)
+            + body
+            + b"\r\n0\r\n\r\n"
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, content = answer.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"501", answer
+    assert json.loads(content)["errors"][0]["message"] == (
+        "Transfer-Encoding 'gzip, chunked' is not supported: only chunked"
+    )
     token = {"Authorization": f"Bearer {api.token('alice')}"}
     for name in ("variables", "extensions"):
         got = api.http.get(api.server.url, params={"query": query, name: "{"}, headers=token)

@@ -353,6 +353,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             message = f"Content-Encoding {encoding[:40]!r} is not supported: send the body as is"
             await error_response(415, message, "BAD_REQUEST")(scope, receive, send)
             return
+        transfer = request.headers.get("transfer-encoding", "")
+        if any(c.strip().lower() not in ("", "chunked") for c in transfer.split(",")):
+            # uvicorn undoes only chunked; a gzip coding under it reached JSON as bytes.
+            message = f"Transfer-Encoding {transfer[:40]!r} is not supported: only chunked"
+            await error_response(501, message, "BAD_REQUEST")(scope, receive, send)
+            return
         # One span per operation, not per field: resolver spans would cost more
         # than the hot read itself (docs/observability.md).
         with tracer.start_as_current_span("graphql") as span:
