@@ -41,7 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphql import DocumentNode, GraphQLError, parse
+from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, parse
+from graphql.validation import ASTValidationContext
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema import validate_document
 
@@ -257,8 +258,39 @@ class CachedValidation(SchemaExtension):
         if pending is not None:
             document, rules = pending
             schema = self.execution_context.schema._schema
-            self._validated(document, rules, validate_document(schema, document, rules))
+            self._validated(document, rules, validate_freeing(schema, document, rules))
         yield
+
+
+def validate_freeing(
+    schema: GraphQLSchema, document: DocumentNode, rules: Rules
+) -> list[GraphQLError]:
+    """Strawberry's ``validate_document``, the rules' reference cycles broken after it.
+
+    Each rule instance caches its bound handlers per node kind (graphql-core's
+    ``Visitor.enter_leave_map``): a cycle per rule, and ~840 objects of cyclic
+    garbage per validation in all, which only the collector frees. Under a
+    stream of new documents that was 48,000 objects per young collection and
+    80 ms pauses of the event loop. The rules are single-use, so once the
+    errors are out their state (and their context's) is dropped, and reference
+    counting frees them at once.
+    """
+    made: list[Any] = []
+
+    def recording(rule: type[ASTValidationRule]) -> Any:
+        def make(context: ASTValidationContext) -> ASTValidationRule:
+            instance = rule(context)
+            made.append(instance)
+            return instance
+
+        return make
+
+    try:
+        return validate_document(schema, document, tuple(recording(rule) for rule in rules))
+    finally:
+        contexts = {id(r.context): r.context for r in made if hasattr(r, "context")}
+        for instance in (*made, *contexts.values()):
+            vars(instance).clear()
 
 
 OFF_LOOP_CHARS = 2048
@@ -289,10 +321,10 @@ class ThreadedValidation(CachedValidation):
             if len(query) > OFF_LOOP_CHARS:
                 loop = asyncio.get_running_loop()
                 errors = await loop.run_in_executor(
-                    _VALIDATING, validate_document, schema, document, rules
+                    _VALIDATING, validate_freeing, schema, document, rules
                 )
             else:
-                errors = validate_document(schema, document, rules)
+                errors = validate_freeing(schema, document, rules)
             self._validated(document, rules, errors)
         yield
 
