@@ -154,7 +154,12 @@ async def _clients(
                 at = time.time()
                 frame = json.loads(text)
                 if frame.get("type") != "next":
-                    stops[f"{frame.get('type')} frame"] += 1
+                    said = ""
+                    if frame.get("type") == "error" and isinstance(frame.get("payload"), list):
+                        first = frame["payload"][0] if frame["payload"] else {}
+                        code = (first.get("extensions") or {}).get("code", "")
+                        said = f" ({code}: {str(first.get('message', ''))[:80]})"
+                    stops[f"{frame.get('type')} frame{said}"] += 1
                     continue
                 event = frame["payload"]["data"]["playlistEvents"]
                 if event["__typename"] != "PlaylistChanged":
@@ -400,6 +405,17 @@ def run_chorus(n: int, procs: int, commits: int, base: Path) -> tuple[Row, dict[
         server.terminate()
         server.wait(30)
         log.close()
+        _show_log_problems(data / "serve.log")
+
+
+def _show_log_problems(path: Path, shown: int = 5) -> None:
+    """The server's first warnings and errors, to stderr (the log goes with the temp folder)."""
+    lines = path.read_text(errors="replace").splitlines()
+    problems = [line for line in lines if "WARNING" in line or "ERROR" in line]
+    for line in problems[:shown]:
+        print(f"  serve.log: {line[:300]}", file=sys.stderr)
+    if len(problems) > shown:
+        print(f"  serve.log: … {len(problems) - shown} more", file=sys.stderr)
 
 
 def run_chorus_full(

@@ -11,6 +11,7 @@ and the others of this process look themselves up in that answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -44,6 +45,50 @@ class SharedAccess:
         self.reads = 0
         """SQL reads made (for tests)."""
         self._heads: dict[str, tuple[float, asyncio.Future[int | None]]] = {}
+        self._waiting: dict[str, asyncio.Future[Readers]] = {}
+        """Per playlist: the read that has not started yet, which arriving callers share."""
+        self._reading: dict[str, asyncio.Future[Readers]] = {}
+        """Per playlist: the read under way."""
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def since_now(self, playlist_id: str) -> Readers:
+        """The playlist's header and members' roles, as read after this call began.
+
+        What a new subscriber needs: its stream joined the hub first, so a
+        read that starts later misses nothing the stream will not hear. The
+        callers arriving while such a read is under way share the next one,
+        which starts when it ends (at most one read under way and one waiting
+        per playlist): 10,000 subscribes at once made 10,000 reads, and the
+        last ones waited a minute for a pooled connection and failed.
+        """
+        waiting = self._waiting.get(playlist_id)
+        if waiting is None:
+            waiting = self._waiting[playlist_id] = asyncio.get_running_loop().create_future()
+            # Retrieved here too, so that no caller left means no "never retrieved".
+            waiting.add_done_callback(lambda f: f.cancelled() or f.exception())
+            task = asyncio.ensure_future(self._read_in_turn(playlist_id, waiting))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(waiting)
+
+    async def _read_in_turn(self, playlist_id: str, waiting: asyncio.Future[Readers]) -> None:
+        reading = self._reading.get(playlist_id)
+        if reading is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(reading)
+        # From here on, arriving callers wait for the next read: this one may
+        # already be too old for them.
+        if self._waiting.get(playlist_id) is waiting:
+            del self._waiting[playlist_id]
+        read = asyncio.ensure_future(self._read(playlist_id))
+        self._reading[playlist_id] = read
+        try:
+            waiting.set_result(await read)
+        except Exception as error:
+            waiting.set_exception(error)
+        finally:
+            if self._reading.get(playlist_id) is read:
+                del self._reading[playlist_id]
 
     async def can_read(self, playlist_id: str, version: int, viewer: str) -> bool:
         """Whether ``viewer`` may read ``playlist_id`` now, checked after ``version`` was sent.

@@ -27,12 +27,10 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Hashable
 from dataclasses import dataclass
 
-from chorus.db import repository
 from chorus.db.engine import Database
 from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
-from chorus.domain.model import role_can_read
 from chorus.subscriptions.catchup import read_since
 from chorus.subscriptions.groups import DirectSink
 from chorus.subscriptions.hub import Hub, Membership, changes_access
@@ -82,11 +80,14 @@ class _Stream:
         self.member.sent = version
 
     async def visible(self) -> int:
-        """The current version if the viewer may see the playlist, else ``-1``."""
-        async with self.db.read() as conn:
-            header = await repository.get_playlist(conn, self.playlist_id)
-            role = await repository.get_role(conn, self.playlist_id, self.viewer)
-        return header.version if header and role_can_read(role, header) else -1
+        """The current version if the viewer may see the playlist, else ``-1``.
+
+        Read after the stream joined the hub, in one read that the streams
+        subscribing at the same moment share (:meth:`SharedAccess.since_now`).
+        """
+        readers = await self.hub.access(self.db).since_now(self.playlist_id)
+        header = readers.header
+        return header.version if header is not None and readers.can_read(self.viewer) else -1
 
     async def missed(self) -> bool:
         """Whether the head is past what was sent (one read for all quiet streams of a playlist)."""
