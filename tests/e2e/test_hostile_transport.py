@@ -437,12 +437,13 @@ def test_slow_bodies_holding_every_connection_are_closed_and_the_server_serves_a
 ) -> None:
     server = _server(tmp_path, CHORUS_MAX_CONNECTIONS="3", CHORUS_BODY_TIMEOUT_S="2")
     server.start()
+    slow: list[socket.socket] = []
     try:
-        slow = [_connect(server, timeout_s=0.3) for _ in range(3)]
+        slow += [_connect(server, timeout_s=0.3) for _ in range(3)]
         for sock in slow:
             sock.sendall(_post_head(100_000) + b"{")
-        with _connect(server) as sock:  # every connection is taken
-            sock.sendall(_request())
+        with _connect(server) as sock:  # every connection is taken (/healthz is still answered)
+            sock.sendall(_request("/readyz"))
             status, _, _ = _read_response(sock)
         assert status == 503
         for sock in slow:
@@ -450,12 +451,14 @@ def test_slow_bodies_holding_every_connection_are_closed_and_the_server_serves_a
             assert reply.startswith(b"HTTP/1.1 408 "), reply
             sock.close()
         for _ in range(50):  # the server hears the closes at once; allow it a moment
-            if httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200:
+            if httpx.get(f"{server.base_url}/readyz", timeout=10).status_code == 200:
                 break
             time.sleep(0.1)
         else:
             raise AssertionError("still refused after the slow bodies were closed")
     finally:
+        for sock in slow:
+            sock.close()  # also when an assertion failed: no socket left to the collector
         server.stop()
 
 
