@@ -216,21 +216,27 @@ async def _init(ws: ClientConnection) -> dict[str, object]:
     return ack
 
 
+async def _close_after(server: ChorusServer, frame: str) -> websockets.frames.Close:
+    """The close the server answers ``frame`` with, on an acknowledged socket."""
+    async with websockets.connect(_ws_url(server), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws)
+        await ws.send(frame)
+        with pytest.raises(websockets.ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd
+
+
 @pytest.mark.parametrize(
     "frame", ["[" * 5000, '{"type": "ping", "payload": ' + "[" * 5000 + "]" * 5000 + "}"]
 )
 async def test_a_deeply_nested_websocket_frame_closes_with_4400(
     chorus: ChorusServer, frame: str
 ) -> None:
-    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await _init(ws)
-        await ws.send(frame)
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == 4400
-    assert closed.value.rcvd.reason == (
-        f"WebSocket message nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+    close = await _close_after(chorus, frame)
+    assert (close.code, close.reason) == (
+        4400,
+        f"WebSocket message nests arrays and objects deeper than {MAX_JSON_DEPTH}",
     )
     _healthy(chorus)
 
@@ -283,14 +289,11 @@ def test_long_numbers_that_convert_are_answered(chorus: ChorusServer) -> None:
 async def test_a_websocket_frame_with_a_number_too_long_closes_with_4400(
     chorus: ChorusServer,
 ) -> None:
-    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await _init(ws)
-        await ws.send('{"type": "ping", "x": 1' + "0" * 5000 + "}")
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == 4400
-    assert closed.value.rcvd.reason == "WebSocket message has a number of more than 4300 digits"
+    close = await _close_after(chorus, '{"type": "ping", "x": 1' + "0" * 5000 + "}")
+    assert (close.code, close.reason) == (
+        4400,
+        "WebSocket message has a number of more than 4300 digits",
+    )
     assert "Traceback" not in chorus.log.read_text(errors="replace")
     _healthy(chorus)
 
@@ -307,14 +310,9 @@ async def test_a_websocket_frame_with_a_number_too_long_closes_with_4400(
 async def test_a_websocket_frame_that_is_not_standard_json_closes_4400_saying_why(
     chorus: ChorusServer, frame: str, reason: str
 ) -> None:
-    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await _init(ws)
-        await ws.send(frame)
-        with pytest.raises(websockets.ConnectionClosed) as closed:
-            await asyncio.wait_for(ws.recv(), 10)
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == 4400
-    assert closed.value.rcvd.reason.startswith(f"WebSocket message is not standard JSON: {reason}")
+    close = await _close_after(chorus, frame)
+    assert close.code == 4400
+    assert close.reason.startswith(f"WebSocket message is not standard JSON: {reason}")
 
 
 # 2. HTTP transport limits.
