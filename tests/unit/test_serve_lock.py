@@ -20,6 +20,16 @@ def _lock(url: str, **settings: str) -> IO[bytes] | None:
     return lock_embedded_database(Settings(database_url=url, **settings))  # type: ignore[arg-type]
 
 
+def _refusal(capsys: pytest.CaptureFixture[str], url: str) -> str:
+    """The one line ``serve`` exits 2 with when it cannot lock ``url``'s file."""
+    with pytest.raises(SystemExit) as refused:
+        _lock(url)
+    assert refused.value.code == 2
+    line = capsys.readouterr().err
+    assert line.count("\n") == 1
+    return line
+
+
 @pytest.mark.parametrize(
     "spelling",
     [
@@ -38,11 +48,7 @@ def test_every_spelling_of_one_file_meets_the_same_lock(
     (tmp_path / "link.db").symlink_to(tmp_path / "chorus.db")
     held = _lock(f"sqlite+aiosqlite:///{tmp_path}/chorus.db")
     assert held is not None
-    with pytest.raises(SystemExit) as refused:
-        _lock(spelling.format(d=tmp_path))
-    assert refused.value.code == 2
-    line = capsys.readouterr().err
-    assert line.count("\n") == 1
+    line = _refusal(capsys, spelling.format(d=tmp_path))
     assert f"another chorus serve is running on {tmp_path / 'chorus.db'}" in line
     assert "full profile" in line
     assert held is not None
@@ -84,11 +90,7 @@ def test_a_folder_that_cannot_hold_the_database_exits_2_in_one_line(
 ) -> None:
     (tmp_path / "a-file").touch()
     where = folder.format(d=tmp_path)
-    with pytest.raises(SystemExit) as refused:
-        _lock(f"sqlite+aiosqlite:///{where}/x.db")
-    assert refused.value.code == 2
-    line = capsys.readouterr().err
-    assert line.count("\n") == 1
+    line = _refusal(capsys, f"sqlite+aiosqlite:///{where}/x.db")
     assert f"the database file's folder {where} cannot be written ({reason})" in line
 
 
@@ -100,11 +102,7 @@ def test_a_missing_folder_is_made_but_not_its_parents(
     assert (tmp_path / "new" / "x.db.serve-lock").exists()
     held.close()
     # A mistyped path would start a new, empty database: refused in one line.
-    with pytest.raises(SystemExit) as refused:
-        _lock(f"sqlite+aiosqlite:///{tmp_path}/typo/deeper/x.db")
-    assert refused.value.code == 2
-    line = capsys.readouterr().err
-    assert line.count("\n") == 1
+    line = _refusal(capsys, f"sqlite+aiosqlite:///{tmp_path}/typo/deeper/x.db")
     assert f"folder {tmp_path}/typo/deeper is missing and so is its parent" in line
     assert not (tmp_path / "typo").exists()
 
@@ -127,9 +125,5 @@ def test_a_read_only_folder_exits_2_in_one_line(
             return real_open(self, *args, **kwargs)  # type: ignore[call-overload]
 
         monkeypatch.setattr(Path, "open", denied)
-    with pytest.raises(SystemExit) as refused:
-        _lock(f"sqlite+aiosqlite:///{read_only}/chorus.db")
-    assert refused.value.code == 2
-    line = capsys.readouterr().err
-    assert line.count("\n") == 1
+    line = _refusal(capsys, f"sqlite+aiosqlite:///{read_only}/chorus.db")
     assert f"folder {read_only} cannot be written (Permission denied)" in line

@@ -278,12 +278,9 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if data.operation_name is not None and not isinstance(data.operation_name, str):
                 # graphql-core would look for an operation named "5".
                 raise HTTPException(400, "operationName must be a string")
-            # Only a caller with a valid token registers a document (APQ):
-            # anyone else could fill the store with text of their own.
-            identity, _ = await self.identify(request.headers.get("authorization"))
-            query, _ = self.persisted.resolve(
-                data.query, data.extensions, register=identity is not None
-            )
+            # Registering (a caller with a valid token only) was done by
+            # read_operation, where the request's identity is known already.
+            query, _ = self.persisted.resolve(data.query, data.extensions)
             if query is not data.query and isinstance(query, str):
                 data = dataclasses.replace(data, query=query)
         return data
