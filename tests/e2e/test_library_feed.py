@@ -249,6 +249,37 @@ async def test_a_running_feed_follows_follows_made_after_it_started(
         assert (item["playlist"]["id"], item["version"]) == (second, 1)
 
 
+def test_a_page_of_entries_shows_each_viewer_their_own_likes(api: Api) -> None:
+    # A page fetches its media's likes in one query: each viewer still gets
+    # their own, and the answer cached for one is not served to the other.
+    playlist = create_playlist(api, "lia", title="Likes in a page", visibility="PUBLIC")
+    add(api, playlist, [track(11), track(12), track(13), track(11)], 0, user="lia")
+    like(api, "lia", track(12))
+    like(api, "noa", track(13))
+    page = """query($id: ID!) { playlist(id: $id) { entries(first: 10) {
+      edges { node { mediaId media { id viewerHasLiked } } } } } }"""
+
+    def likes(user: str) -> list[tuple[str, bool]]:
+        edges = api.data(page, user, id=playlist)["playlist"]["entries"]["edges"]
+        return [(e["node"]["mediaId"], e["node"]["media"]["viewerHasLiked"]) for e in edges]
+
+    for _ in range(2):  # the second read may come from the response cache
+        assert likes("lia") == [
+            (track(11), False),
+            (track(12), True),
+            (track(13), False),
+            (track(11), False),
+        ]
+        assert likes("noa") == [
+            (track(11), False),
+            (track(12), False),
+            (track(13), True),
+            (track(11), False),
+        ]
+    like(api, "lia", track(11))
+    assert [liked for _, liked in likes("lia")] == [True, True, False, True]
+
+
 def test_following_a_user_brings_their_new_public_playlists(api: Api) -> None:
     assert follow(api, "fan", "USER", "star")["target"] == {"__typename": "User"}
     own = follow(api, "fan", "USER", "fan")

@@ -46,6 +46,8 @@ from graphql.validation import ASTValidationContext
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema import validate_document
 
+from chorus.graphql import turns
+
 MAX_DOCUMENTS = 256
 """Validated documents kept, at most."""
 
@@ -324,6 +326,9 @@ class ThreadedValidation(CachedValidation):
                     _VALIDATING, validate_freeing, schema, document, rules
                 )
             else:
+                # Several new documents arriving together would be validated
+                # in one turn of the loop, one after the other.
+                await turns.share()
                 errors = validate_freeing(schema, document, rules)
             self._validated(document, rules, errors)
         yield

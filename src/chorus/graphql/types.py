@@ -87,14 +87,21 @@ class Media:
         description="Whether the media is in the viewer's Liked Songs (one query per request "
         "for every media asked)."
     )
-    async def viewer_has_liked(self, info: ChorusInfo) -> bool:
+    def viewer_has_liked(self, info: ChorusInfo) -> bool:
         info.context.viewer()
         # The viewer's own: an answer (or a live event) holding it is not shared.
         info.context.reads.depends_on_viewer()
-        return await info.context.loaders.liked.load(self.id)
+        if self.liked is not None:
+            return self.liked
+        # Awaited by graphql-core, as PlaylistEntry.media's load is.
+        return cast(bool, info.context.loaders.liked.load(self.id))
+
+    liked: strawberry.Private[bool | None] = None
+    """The viewer's ``viewerHasLiked``, when the page that made this fetched it (else ``None``)."""
 
     @classmethod
-    def from_record(cls, m: MediaRecord) -> Media:
+    def from_record(cls, m: MediaRecord, liked: bool | None = None) -> Media:
+        """``m`` as the API shows it; ``liked``: the viewer's like, when fetched with its page."""
         return cls(
             id=m.id,
             title=m.title,
@@ -102,6 +109,7 @@ class Media:
             album=m.album,
             duration_ms=m.duration_ms,
             available=m.available,
+            liked=liked,
         )
 
 
