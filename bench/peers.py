@@ -26,15 +26,17 @@ by default, the same for every row. Rows: PostGraphile; Chorus hot (response
 cache warm); Chorus cold (``CHORUS_RESPONSE_CACHE=false``); Chorus
 revalidation (``If-None-Match`` with each page's ``ETag`` → 304); Chorus full
 profile hot (Redis heads and snapshots, Kafka from a Tansu broker this script
-starts). Every server runs at once and the rows take turns, ``--rounds``
-slices each (after a 2 s warm-up each): load from anything else on the
-machine then falls on every row alike. Prints req/s over all slices, the
-median slice's p50 and p99, and the ratio of each row's req/s to
-PostGraphile's. A row whose server does not support a mode (no ETag) is
-printed as such.
+starts) and, on request (``--rows …,full-cold``), full profile cold; the
+full-profile rows run ``--workers`` processes (the embedded profile refuses
+``--workers``: its processes would not hear each other's commits). Every
+server runs at once and the rows take turns, ``--rounds`` slices each (after
+a 2 s warm-up each): load from anything else on the machine then falls on
+every row alike. Prints req/s over all slices, the median slice's p50 and
+p99, and the ratio of each row's req/s to PostGraphile's. A row whose server
+does not support a mode (no ETag) is printed as such.
 
     python bench/peers.py [--seconds 20] [--rounds 4] [--connections 16]
-        [--rows pg,hot,cold,304,full]
+        [--rows pg,hot,cold,304,full,full-cold] [--workers 1]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/0]
 """
@@ -373,6 +375,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rows", default="pg,hot,cold,304,full")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes of the full-profile rows (chorus serve --workers N, which the embedded "
+        "profile refuses: its processes would not hear each other's commits)",
+    )
     parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
@@ -410,8 +419,9 @@ def main() -> None:
             flush=True,
         )
 
-        def chorus(**extra: str) -> Any:
-            server = servers.ChorusServer(database_url, tmp, **env, **extra)
+        def chorus(workers: int = 1, **extra: str) -> Any:
+            command = ("serve",) if workers == 1 else ("serve", "--workers", str(workers))
+            server = servers.ChorusServer(database_url, tmp, command, **env, **extra)
             server.start()
             started.append(server)
             return server
@@ -438,16 +448,24 @@ def main() -> None:
             if "cold" in wanted:
                 cold = chorus(CHORUS_RESPONSE_CACHE="false")
                 targets.append(chorus_target("Chorus cold (cache off)", cold, gids, expected))
-            if "full" in wanted:
+            full_rows = [r for r in ("full", "full-cold") if r in wanted]
+            if full_rows:
                 tansu = servers.TansuServer(tmp / "tansu.log")
                 tansu.start()
+            for row in full_rows:
                 full = chorus(
+                    args.workers,
                     CHORUS_REDIS_URL=args.redis_url,
                     CHORUS_KAFKA_BOOTSTRAP_SERVERS=tansu.bootstrap_servers,
                     CHORUS_KAFKA_TOPIC=f"chorus-peers-{uuid.uuid4().hex[:8]}",
                     CHORUS_KAFKA_IDEMPOTENT_PRODUCER="false",
+                    **({"CHORUS_RESPONSE_CACHE": "false"} if row == "full-cold" else {}),
                 )
-                title = "Chorus full profile hot"
+                title = "Chorus full profile " + (
+                    "cold (cache off)" if row == "full-cold" else "hot"
+                )
+                if args.workers > 1:
+                    title += f", --workers {args.workers}"
                 targets.append(chorus_target(title, full, gids, expected))
             runnable = [t for t in targets if t.script is not None]
             for t in runnable:  # warm-up: connections, caches, JIT of the peer

@@ -77,6 +77,13 @@ def test_an_input_object_of_many_unknown_fields_is_refused_at_once(api: Api) -> 
         i={f"k{i}": 1 for i in range(19_000)},
     )
     assert "19000 fields; the limit is 64" in through_variables["errors"][0]["message"]
+    # A document kept once it passed (its shape is not walked again) still has
+    # each request's variables checked.
+    kept = "mutation Kept($i: FollowInput!) { follow(input: $i) { changed } }"
+    assert "data" in api.gql(kept, user="alice", i={"kind": "USER", "targetId": "bob"})
+    again = api.gql(kept, user="alice", i={f"k{i}": 1 for i in range(65)})
+    assert again["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert "65 fields; the limit is 64" in again["errors"][0]["message"]
 
 
 def test_a_variables_default_page_size_is_costed_as_the_default(api: Api) -> None:

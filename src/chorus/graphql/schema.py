@@ -171,7 +171,7 @@ def build_schema(
             # validate each once; only those that pass validation are kept.
             lambda: CachedParse(kept),
             # Before validation: a refused document is neither validated nor kept.
-            lambda: DocumentShapeLimit(limits),
+            lambda: DocumentShapeLimit(limits, kept),
             # Without a viewer only introspection can be answered: nothing else is validated.
             ViewerBeforeValidation,
             lambda: ThreadedValidation(kept) if threaded_validation else CachedValidation(kept),

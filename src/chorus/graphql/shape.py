@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from graphql import (
     DocumentNode,
@@ -37,6 +38,9 @@ from graphql import (
     visit,
 )
 from strawberry.extensions import SchemaExtension
+
+if TYPE_CHECKING:
+    from chorus.graphql.documents import DocumentCache
 
 from chorus.graphql.limits import (
     FragmentFolder,
@@ -141,6 +145,11 @@ def object_fields_error(document: DocumentNode, variables: object) -> str | None
             f"an input object of the document has {literals.largest} fields; "
             f"the limit is {MAX_OBJECT_FIELDS}"
         )
+    return variables_object_error(variables)
+
+
+def variables_object_error(variables: object) -> str | None:
+    """Why an object in ``variables`` (a request's, any JSON) is too large, or ``None``."""
     # The variables object holds one entry per variable, bounded by the document.
     pending = list(variables.values()) if isinstance(variables, dict) else [variables]
     largest = 0
@@ -227,15 +236,34 @@ class DocumentShapeLimit(SchemaExtension):
     extension (and strawberry) skip validation, and the document is not kept.
     """
 
-    def __init__(self, limits: RequestLimits) -> None:
+    def __init__(self, limits: RequestLimits, documents: DocumentCache | None = None) -> None:
         self.limits = limits
+        self.documents = documents
+
+    def _passed_before(self, document: DocumentNode) -> bool:
+        """Whether ``document`` is one its schema's cache kept: it passed these checks then.
+
+        A document is kept only once it passed validation, which runs only
+        after this check passed; the cache serves one schema, with these limits.
+        """
+        context = self.execution_context
+        return (
+            self.documents is not None
+            and context.query is not None
+            and self.documents.passed(
+                context.query, context.parse_options, document, context.validation_rules
+            )
+        )
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
-        reason = shape_error(document, self.limits) if document is not None else None
+        reason = None
+        if document is not None and not self._passed_before(document):
+            # Two walks of the document per request, for the same few documents.
+            reason = shape_error(document, self.limits) or object_fields_error(document, None)
         if reason is None and document is not None:
-            reason = object_fields_error(document, context.variables)
+            reason = variables_object_error(context.variables)
         if reason is not None:
             context.pre_execution_errors = [
                 GraphQLError(reason, extensions={"code": "GRAPHQL_VALIDATION_FAILED"})
@@ -249,4 +277,5 @@ __all__ = [
     "MergedSelections",
     "object_fields_error",
     "shape_error",
+    "variables_object_error",
 ]
