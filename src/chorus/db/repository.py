@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Row, func, select, tuple_
+from sqlalchemy import Integer, Row, Select, bindparam, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
@@ -73,11 +73,15 @@ async def get_playlist(
     conn: AsyncConnection, playlist_id: str, *, for_update: bool = False
 ) -> Playlist | None:
     """The header row, deleted or not; ``for_update`` locks it (PostgreSQL)."""
-    query = select(playlist).where(playlist.c.id == playlist_id)
-    if for_update and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = (await conn.execute(query)).first()
+    locks = for_update and conn.dialect.name == "postgresql"
+    query = _HEADER_FOR_UPDATE if locks else _HEADER
+    row = (await conn.execute(query, {"playlist_id": playlist_id})).first()
     return playlist_from_row(row) if row else None
+
+
+_HEADER = select(playlist).where(playlist.c.id == bindparam("playlist_id"))
+"""The header by id; built once: a statement object memoises its cache key and compiled form."""
+_HEADER_FOR_UPDATE = _HEADER.with_for_update()
 
 
 async def get_role(conn: AsyncConnection, playlist_id: str, user_id: str) -> Role | None:
@@ -118,20 +122,47 @@ async def entries_page(
         from_end: take the ``limit`` entries nearest ``before`` (``last``)
             rather than nearest ``after`` (``first``).
     """
-    query = select(*_entry_columns).where(*_live(playlist_id))
+    params: dict[str, Any] = {"playlist_id": playlist_id, "limit": limit}
     if after is not None:
-        query = query.where(_live_order > tuple_(*after))
+        params["after_key"], params["after_id"] = after
     if before is not None:
-        query = query.where(_live_order < tuple_(*before))
+        params["before_key"], params["before_id"] = before
+    query = _page_query(after is not None, before is not None, from_end)
+    # The columns are Entry's fields, in order.
+    entries = [Entry(*r) for r in (await conn.execute(query, params)).all()]
+    return entries[::-1] if from_end else entries
+
+
+_PAGE_QUERIES: dict[tuple[bool, bool, bool], Select[Any]] = {}
+
+
+def _page_query(after: bool, before: bool, from_end: bool) -> Select[Any]:
+    """The keyset page statement with these bounds, built once per shape (bound parameters).
+
+    Built per request it cost more than its rows: SQLAlchemy's operators and
+    cache key for every clause (a cold page read, docs/caching.md).
+    """
+    shape = (after, before, from_end)
+    found = _PAGE_QUERIES.get(shape)
+    if found is not None:
+        return found
+    query = select(*_entry_columns).where(
+        playlist_entry.c.playlist_id == bindparam("playlist_id"),
+        playlist_entry.c.removed_at.is_(None),
+    )
+    if after:
+        query = query.where(_live_order > tuple_(bindparam("after_key"), bindparam("after_id")))
+    if before:
+        query = query.where(_live_order < tuple_(bindparam("before_key"), bindparam("before_id")))
     if from_end:
         query = query.order_by(
             playlist_entry.c.position_key.desc(), playlist_entry.c.entry_id.desc()
         )
     else:
         query = query.order_by(playlist_entry.c.position_key, playlist_entry.c.entry_id)
-    rows = (await conn.execute(query.limit(limit))).all()
-    entries = [entry_from_row(r) for r in rows]
-    return entries[::-1] if from_end else entries
+    query = query.limit(bindparam("limit", type_=Integer))
+    _PAGE_QUERIES[shape] = query
+    return query
 
 
 async def any_live(
