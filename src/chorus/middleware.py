@@ -91,7 +91,11 @@ class BodySizeLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"request body over {self.max_bytes} bytes"
-        await error_response(413, message, "PAYLOAD_TOO_LARGE")(scope, receive, send)
+        response = error_response(413, message, "PAYLOAD_TOO_LARGE")
+        # The rest of the body is not read: the connection cannot carry another
+        # request, and keeping it open would only wait out the keep-alive.
+        response.headers["Connection"] = "close"
+        await response(scope, receive, send)
 
 
 class RequestId:

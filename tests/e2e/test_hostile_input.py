@@ -184,6 +184,20 @@ async def test_a_frame_of_too_many_values_closes_with_4400(chorus: ChorusServer)
     _healthy(chorus)
 
 
+async def test_an_over_long_document_is_refused_on_the_socket_as_over_http(
+    chorus: ChorusServer,
+) -> None:
+    query = "{ __typename }" + "#" * 100_000  # within the 1 MiB frame, over 100,000 characters
+    async with websockets.connect(_ws_url(chorus), subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        await _init(ws, f"Bearer {_token()}")
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
+        answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert (answer["id"], answer["type"]) == ("1", "error"), answer
+    assert answer["payload"][0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED"
+    assert "the limit is 100000" in answer["payload"][0]["message"]
+    _healthy(chorus)
+
+
 def test_standard_numbers_still_work(chorus: ChorusServer) -> None:
     response = httpx.post(
         chorus.url,

@@ -714,3 +714,16 @@ async def test_connection_ack_carries_the_request_id(chorus: ChorusServer) -> No
         payload = (await _init(ws))["payload"]
         assert isinstance(payload, dict)
         assert GENERATED_ID.fullmatch(payload["requestId"])
+
+
+def test_a_body_over_the_limit_is_refused_and_the_connection_closed(chorus: ChorusServer) -> None:
+    # Its body is never read: the connection cannot carry another request.
+    with contextlib.closing(_connect(chorus, timeout_s=3)) as sock:
+        sock.sendall(
+            b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 5000000\r\n\r\n{"
+        )
+        status, headers, body = _read_response(sock)
+        assert (status, headers.get("connection")) == (413, "close")
+        assert json.loads(body)["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert sock.recv(65536) == b""  # closed at once, not after the keep-alive

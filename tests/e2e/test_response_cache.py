@@ -10,6 +10,7 @@ PostgreSQL database) is the reference the cached answers must equal.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -23,6 +24,7 @@ import pytest
 
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import PLAYLIST, add, committed, create_playlist, mutate, track, version
+from tests.e2e.test_subscriptions import receive, socket
 from tests.servers import ChorusServer, create_database, drop_database, postgres_url
 
 PAGE = """query Page($id: ID!) { playlist(id: $id) { id version title visibility
@@ -394,9 +396,34 @@ def test_only_registered_documents_run_when_configured(tmp_path: Path) -> None:
             assert refused.json()["errors"][0]["extensions"]["code"] == (
                 "PERSISTED_QUERY_NOT_ALLOWED"
             )
+        # The socket is no way around it: a subscribe of an unregistered
+        # document (a mutation here) is refused, a registered one runs.
+        created = (
+            'mutation { createPlaylist(input: {operationId: "ws-pdo", title: "No"}) { version } }'
+        )
+        answers = asyncio.run(
+            _over_socket(server, client.token("alice"), [other, created, allowed])
+        )
+        assert [a["type"] for a in answers] == ["error", "error", "next"], answers
+        assert {a["payload"][0]["extensions"]["code"] for a in answers[:2]} == {
+            "PERSISTED_QUERY_NOT_ALLOWED"
+        }
+        assert answers[2]["payload"]["data"] == {"viewer": {"user": {"id": "alice"}}}
     finally:
         client.http.close()
         server.stop()
+
+
+async def _over_socket(server: ChorusServer, token: str, queries: list[str]) -> list[Any]:
+    """Each query subscribed on one socket in turn; the first answer to each."""
+    async with socket(server, token) as ws:
+        answers = []
+        for n, query in enumerate(queries):
+            await ws.send(
+                json.dumps({"id": f"q{n}", "type": "subscribe", "payload": {"query": query}})
+            )
+            answers.append(await receive(ws))
+        return answers
 
 
 def test_a_manifest_that_cannot_be_used_stops_start_up(tmp_path: Path) -> None:

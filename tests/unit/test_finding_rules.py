@@ -104,7 +104,13 @@ def cost(document: str) -> int:
 
 def test_the_new_connections_and_the_duration_are_costed() -> None:
     assert cost('{ searchPlaylists(query: "a", first: 10) { edges { node { id } } } }') == 21
-    assert cost('{ user(id: "u") { playlists(last: 10) { edges { node { id } } } } }') == 22
+    # A read of its own per user: 50 more than its selection (cost.OWN_READ_FIELDS).
+    assert cost('{ user(id: "u") { playlists(last: 10) { edges { node { id } } } } }') == 72
+    per_entry = (
+        '{ playlist(id: "p") { entries(first: 100) { edges { node {'
+        " addedBy { playlists(first: 0) { totalCount } } } } } } }"
+    )
+    assert cost(per_entry) > 100 * 50  # 24 aliases of it ran 4-8 s within the limit
     assert cost("{ viewer { playlists { edges { node { id } } } } }") == 2 + 50 * 2
     assert cost("{ viewer { playlists(first: 10) { edges { node { totalDurationMs } } } } }") == (
         2 + 10 * (2 + 50)

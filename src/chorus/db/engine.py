@@ -188,6 +188,26 @@ class Database:
                 async with conn.begin():
                     yield conn
 
+    @asynccontextmanager
+    async def read_statement(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads of one statement each (PostgreSQL: outside a transaction).
+
+        A single statement sees one snapshot on its own; on PostgreSQL the
+        ``BEGIN`` and ``COMMIT`` around it would be two more round trips. On
+        SQLite this is :meth:`read` (a transaction there costs no round trip).
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or lost the connection.
+        """
+        if not self.is_postgres:
+            async with self.read() as conn:
+                yield conn
+            return
+        with self._span("read"), _unavailable_as_error():
+            async with self.read_engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+
     def _span(self, kind: str) -> AbstractContextManager[Span | None]:
         """A client span per transaction (``db.read`` / ``db.write``) inside a recorded span.
 

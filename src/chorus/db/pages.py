@@ -169,6 +169,17 @@ async def playlist_and_first_page(
     Returns:
         ``None`` when there is no such playlist (deleted ones are returned).
     """
+    if db.is_postgres:
+        # One statement (header joined to its first entries), no transaction:
+        # one round trip where a transaction of two reads took four.
+        async with db.read_statement() as conn:
+            found = await repository.header_and_first_entries(conn, playlist_id, limit=size + 1)
+        if found is None:
+            return None
+        head, rows = found
+        more = len(rows) > size
+        entries = rows[:size] if more else rows
+        return head, EntriesPage(entries, more, False, head.entry_count, head.version)
     async with db.read() as conn:
         header = await repository.get_playlist(conn, playlist_id)
         if header is None:

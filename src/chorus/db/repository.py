@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, Row, Select, bindparam, func, select, tuple_
+from sqlalchemy import Integer, Row, Select, bindparam, func, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
@@ -132,6 +132,43 @@ async def entries_page(
     entries = [Entry(*r) for r in (await conn.execute(query, params)).all()]
     return entries[::-1] if from_end else entries
 
+
+async def header_and_first_entries(
+    conn: AsyncConnection, playlist_id: str, *, limit: int
+) -> tuple[Playlist, list[Entry]] | None:
+    """The header (deleted or not) and its first ``limit`` live entries, in one statement.
+
+    PostgreSQL only (a ``LATERAL`` join): one statement is one snapshot, so
+    the entries are at the header's version without a transaction.
+    """
+    rows = (
+        await conn.execute(_HEADER_AND_FIRST, {"playlist_id": playlist_id, "limit": limit})
+    ).all()
+    if not rows:
+        return None
+    split = len(playlist.c)
+    header = playlist_from_row(dict(zip(playlist.c.keys(), rows[0][:split], strict=True)))
+    # No live entry: one row, its entry columns null (the outer join).
+    entries = [Entry(*r[split:]) for r in rows if r[split] is not None]
+    return header, entries
+
+
+_FIRST_LIVE = (
+    select(*_entry_columns)
+    .where(
+        playlist_entry.c.playlist_id == playlist.c.id,
+        playlist_entry.c.removed_at.is_(None),
+    )
+    .order_by(playlist_entry.c.position_key, playlist_entry.c.entry_id)
+    .limit(bindparam("limit", type_=Integer))
+    .lateral("first_live")
+)
+_HEADER_AND_FIRST = (
+    select(playlist, *_FIRST_LIVE.c)
+    .select_from(playlist.outerjoin(_FIRST_LIVE, true()))
+    .where(playlist.c.id == bindparam("playlist_id"))
+    .order_by(_FIRST_LIVE.c.position_key, _FIRST_LIVE.c.entry_id)
+)
 
 _PAGE_QUERIES: dict[tuple[bool, bool, bool], Select[Any]] = {}
 

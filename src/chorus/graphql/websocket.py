@@ -40,7 +40,9 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 from chorus.auth import Identity, Unavailable
 from chorus.graphql.delivery import EncodedData, next_frame
 from chorus.graphql.direct import CURRENT_SINK, SocketSink
+from chorus.graphql.documents import MAX_QUERY_CHARS
 from chorus.graphql.nesting import JSONRefused
+from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
 
@@ -159,6 +161,12 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         if reason is not None:
             await self.handle_invalid_message(reason)
             return
+        refusal = self._document_refusal(payload)
+        if refusal is not None:
+            await self.send_message(
+                {"id": operation_id, "type": "error", "payload": [refusal.formatted]}
+            )
+            return
         limit = self.max_subscriptions_per_connection
         if (
             limit is not None
@@ -177,6 +185,27 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             )
             return
         await super().handle_subscribe(message)
+
+    def _document_refusal(self, payload: Any) -> GraphQLError | None:
+        """Why a subscribe's document may not run here, as HTTP refuses it; ``None``: it may.
+
+        Over-long documents (:data:`~chorus.graphql.documents.MAX_QUERY_CHARS`)
+        and, with ``CHORUS_PERSISTED_DOCUMENTS_ONLY``, documents that are not
+        registered: the socket is no way around what ``POST /graphql`` refuses.
+        """
+        query: str = payload["query"]
+        if len(query) > MAX_QUERY_CHARS:
+            return GraphQLError(
+                f"the document is {len(query)} characters; the limit is {MAX_QUERY_CHARS}",
+                extensions={"code": "GRAPHQL_PARSE_FAILED"},
+            )
+        persisted = getattr(self.view, "persisted", None)
+        if isinstance(persisted, PersistedDocuments):
+            try:
+                persisted.resolve(query, payload.get("extensions"))
+            except PersistedQueryError as error:
+                return GraphQLError(error.message, extensions={"code": error.code})
+        return None
 
     async def run_operation(self, operation: Operation[RequestContext, None]) -> None:
         # The operation's own task: its resolver finds the socket here
