@@ -124,6 +124,27 @@ def test_serve_workers_refuse_the_embedded_profile(capsys: pytest.CaptureFixture
     assert "--workers 2 needs the full profile" in err
 
 
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("sqlite+aiosqlite://", "must be a file"),
+        ("sqlite+aiosqlite:///:memory:", "must be a file"),
+        ("sqlite+aiosqlite:///file::memory:?uri=true", "must be a file"),
+        ("sqlite+aiosqlite:///file:mem?mode=memory&uri=true", "must be a file"),
+        ("sqlite+aiosqlite:////dev/null", "not a regular file"),
+    ],
+)
+def test_an_embedded_database_that_is_not_a_file_is_refused_before_anything_is_written(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], url: str, reason: str
+) -> None:
+    monkeypatch.setenv("CHORUS_DATABASE_URL", url)
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert err.startswith("chorus: bad settings: CHORUS_DATABASE_URL")
+    assert reason in err
+    assert err.count("\n") == 1
+
+
 @pytest.mark.parametrize("workers", ["0", "-1", "two"])
 def test_serve_workers_is_a_count(capsys: pytest.CaptureFixture[str], workers: str) -> None:
     code, err = _run(capsys, "serve", "--workers", workers)

@@ -5,6 +5,8 @@ Part of :class:`chorus.settings.Settings` (``CHORUS_*``; README, Settings).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -81,6 +83,9 @@ class StorageSettings(BaseModel):
             raise ValueError(f"not a database URL: {exc}") from None
         if backend not in ("sqlite", "postgresql"):
             raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        if backend == "sqlite":
+            url = make_url(value)
+            _check_sqlite_file(url.database, url.query.get("mode"))
         return value
 
     @field_validator("jwt_secret", "library_secret")
@@ -92,3 +97,18 @@ class StorageSettings(BaseModel):
             # Blanks around a secret are a copy-paste slip (32 spaces are not a key).
             raise ValueError("must not start or end with blanks or hold control characters")
         return value
+
+
+def _check_sqlite_file(database: str | None, mode: object = None) -> None:
+    """Refuses a SQLite URL whose database is not a file Chorus may create or open.
+
+    In memory, each process and connection would hold a database of its own
+    (the writer's and the readers' would differ); a device, a FIFO or a link
+    to one would get a ``-journal`` and a ``.serve-lock`` written beside it.
+    """
+    name = database or ""
+    if name in ("", ":memory:") or name.startswith("file::memory:") or mode == "memory":
+        raise ValueError("the embedded database must be a file (an in-memory one is not shared)")
+    path = Path(name)
+    if path.exists() and not path.resolve().is_file():
+        raise ValueError(f"{name[:200]!r} is not a regular file")
