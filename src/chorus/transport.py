@@ -115,6 +115,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: tuple[HTTPStatus, str, str] | None = None
         self._refused = False
         self._running: RequestResponseCycle | None = None
+        self._deferred: tuple[HTTPStatus, str, str] | None = None
+        """The refusal of bytes after whole pipelined requests: sent once they are answered."""
 
     # The head: its bytes, its header count, its deadline.
 
@@ -208,8 +210,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
-            self._await_head()
+        if pipelined or self.transport.is_closing():
+            return
+        if self._deferred is not None:
+            self._refuse(*self._deferred)
+            return
+        self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -279,6 +285,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return False
         except httptools.HttpParserError as error:
             cycle = self.cycle
+            refusal = self._refusal or (
+                HTTPStatus.BAD_REQUEST,
+                f"the request is not valid HTTP/1.1 ({error})",
+                "BAD_REQUEST",
+            )
+            running = self._running
+            if (
+                running is not None
+                and not running.response_complete
+                and (cycle is None or not cycle.more_body)
+            ):
+                # Whole requests came before the bad bytes (pipelined): each is
+                # answered in turn, then the refusal. Sent now it went out of
+                # turn, the answers after it hit a closed stream (a traceback
+                # each), and a committed mutation's answer was lost.
+                self._deferred = refusal
+                self._refused = True  # what still arrives is dropped
+                return False
             if cycle is not None and not cycle.response_complete and not cycle.response_started:
                 # A bad chunk of a body the app is waiting for: it reads
                 # http.disconnect, and the client gets its 400, not a bare close.

@@ -727,3 +727,23 @@ def test_a_body_over_the_limit_is_refused_and_the_connection_closed(chorus: Chor
         assert (status, headers.get("connection")) == (413, "close")
         assert json.loads(body)["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
         assert sock.recv(65536) == b""  # closed at once, not after the keep-alive
+
+
+def test_whole_pipelined_requests_are_answered_before_the_bad_bytes_after_them(
+    chorus: ChorusServer,
+) -> None:
+    body = b'{"query": "{ __typename }"}'
+    post = (
+        b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    burst = b"".join(_request(f"/healthz?n={n}") for n in range(3)) + post * 2 + b"GARBAGE\r\n\r\n"
+    with contextlib.closing(_connect(chorus)) as sock:
+        sock.sendall(burst)
+        answers = [_read_response(sock) for _ in range(6)]
+        assert sock.recv(65536) == b""  # then closed
+    assert [status for status, _, _ in answers] == [200, 200, 200, 200, 200, 400]
+    assert json.loads(answers[3][2])["data"] == {"__typename": "Query"}
+    assert json.loads(answers[5][2])["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+    assert "write_eof" not in chorus.log.read_text()
+    assert "Traceback" not in chorus.log.read_text()
