@@ -40,10 +40,11 @@ from datetime import timedelta
 
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -201,7 +202,7 @@ def _middleware(settings: Settings, app: ASGIApp) -> ASGIApp:
     """``app`` inside the body limit, CORS, the JSON access log and tracing ``settings`` ask for."""
     asgi: ASGIApp = BodySizeLimit(app, settings.max_body_bytes)
     if settings.cors_origin_list:
-        asgi = CORSMiddleware(
+        asgi = JSONRefusingCORS(
             asgi,
             allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST", "OPTIONS"],
@@ -220,6 +221,24 @@ def _middleware(settings: Settings, app: ASGIApp) -> ASGIApp:
         )
         asgi = HttpOnly(traced, asgi)
     return asgi
+
+
+class JSONRefusingCORS(CORSMiddleware):
+    """Starlette's CORS, with a refused preflight answered as every other refusal: JSON.
+
+    Starlette answers ``Disallowed CORS origin`` as plain text; a client reading
+    ``errors[0].extensions.code`` finds ``BAD_REQUEST`` and the same message.
+    """
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        refusal = error_response(400, bytes(response.body).decode(), "BAD_REQUEST")
+        for name, value in response.headers.items():
+            if name.lower().startswith("access-control-") or name.lower() == "vary":
+                refusal.headers[name] = value
+        return refusal
 
 
 UNTRACED_PATHS = r"/healthz$,/readyz$,/metrics$,/graphiql/,/web(/|$)"

@@ -604,6 +604,11 @@ def test_an_unlisted_origin_gets_no_cors(chorus: ChorusServer) -> None:
     response = _preflight(chorus, OTHER_ORIGIN)
     assert response.status_code == 400
     assert "access-control-allow-origin" not in response.headers
+    refusal = response.json()["errors"][0]  # JSON, as every other refusal
+    assert (refusal["message"], refusal["extensions"]["code"]) == (
+        "Disallowed CORS origin",
+        "BAD_REQUEST",
+    )
     query = httpx.post(
         chorus.url, json={"query": "{ __typename }"}, headers={"Origin": OTHER_ORIGIN}, timeout=10
     )

@@ -33,6 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConcurrencyError, ConnectionClosed
 from websockets.typing import Subprotocol
 
+from chorus.graphql.websocket import TWO_TOKENS
 from chorus.settings import Settings
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, all_entries, committed, create_playlist, mutate, track, version
@@ -354,6 +355,10 @@ async def test_a_bad_or_missing_token_closes_the_socket_with_4403(
         assert code == 4403, payload
         assert said in reason, (payload, reason)  # the reason HTTP gives the same token
         assert len(reason.encode()) <= 123
+    # Two spellings of the token, two users: neither is taken silently.
+    both = {"Authorization": f"Bearer {api.token('alice')}", "authorization": api.token("bob")}
+    code, reason = await refused_with(server, both)
+    assert (code, reason) == (4400, TWO_TOKENS)
     # gql does not get past connection_init either.
     with pytest.raises(TransportConnectionFailed) as failed:
         async with gql_session(server, "not-a-jwt"):

@@ -83,6 +83,9 @@ class ConnectionGate(Protocol):
     def release(self, context: RequestContext) -> None: ...
 
 
+TWO_TOKENS = "connection_init holds Authorization and authorization: send the token once"
+
+
 def authorization(params: dict[str, object]) -> object:
     """The token of a ``connection_init`` payload: its ``Authorization`` (or ``authorization``)."""
     return params.get("Authorization") or params.get("authorization")
@@ -128,6 +131,10 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         payload = message.get("payload")
         if isinstance(view, ConnectionGate) and not self.connection_acknowledged:
             params = payload if isinstance(payload, dict) else {}
+            if "Authorization" in params and "authorization" in params:
+                # Two tokens, one taken silently: HTTP refuses two headers (400).
+                await self.websocket.close(code=4400, reason=TWO_TOKENS)
+                return
             identity, error = await view.identify(authorization(params))
             if identity is None:
                 # Strawberry's own refusal says only "Forbidden"; over HTTP the
