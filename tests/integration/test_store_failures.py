@@ -90,7 +90,11 @@ async def test_crash_after_entry_insert_leaves_nothing(
 
 
 def crash_on_insert_into(monkeypatch: pytest.MonkeyPatch, table: Any) -> None:
-    """Make the writer's ``insert(table)`` raise: every write before it has run."""
+    """Make the writer's ``insert(table)`` raise: every write before it has run.
+
+    On PostgreSQL a commit's header, log rows and outbox events are one
+    statement (``writer._END_POSTGRES``); it crashes as its parameters are made.
+    """
     real_insert = writer.insert
 
     def insert_or_crash(target: Any, *args: Any, **kwargs: Any) -> Any:
@@ -98,7 +102,11 @@ def crash_on_insert_into(monkeypatch: pytest.MonkeyPatch, table: Any) -> None:
             raise RuntimeError(f"crash before the {table.name} insert")
         return real_insert(target, *args, **kwargs)
 
+    def crash(*_: Any) -> Any:
+        raise RuntimeError(f"crash before the {table.name} insert")
+
     monkeypatch.setattr(writer, "insert", insert_or_crash)
+    monkeypatch.setattr(writer, "_end_params", crash)
 
 
 async def test_crash_before_outbox_insert_leaves_nothing(

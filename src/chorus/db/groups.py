@@ -209,8 +209,7 @@ class GroupCommit:
                 answers.append(answer)
             if state.committed:
                 assert state.header is not None
-                await writer.write_header(conn, state.header)
-                await writer.write_records(conn, state.pending)
+                await writer.write_end(conn, state.header, state.pending)
         if state.committed:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import bindparam, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -65,22 +65,24 @@ async def stored_many(
     conn: AsyncConnection, keys: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], Stored]:
     """The record of each committed ``(actor id, operation id)`` of ``keys``, in one query."""
-    rows = await conn.execute(
-        select(
-            playlist_mutation.c.actor_id,
-            playlist_mutation.c.operation_id,
-            playlist_mutation.c.request_hash,
-            playlist_mutation.c.result,
-            playlist_mutation.c.payload,
-        ).where(
-            tuple_(playlist_mutation.c.actor_id, playlist_mutation.c.operation_id).in_(
-                list(dict.fromkeys(keys))
-            )
-        )
-    )
+    rows = await conn.execute(_STORED_MANY, {"keys": list(dict.fromkeys(keys))})
     return {
         (r.actor_id, r.operation_id): (r.request_hash, _result(r.result, r.payload)) for r in rows
     }
+
+
+_STORED_MANY = select(
+    playlist_mutation.c.actor_id,
+    playlist_mutation.c.operation_id,
+    playlist_mutation.c.request_hash,
+    playlist_mutation.c.result,
+    playlist_mutation.c.payload,
+).where(
+    tuple_(playlist_mutation.c.actor_id, playlist_mutation.c.operation_id).in_(
+        bindparam("keys", expanding=True)
+    )
+)
+"""Built once (its cache key and compiled form are memoised); the keys expand per call."""
 
 
 def _result(result: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:

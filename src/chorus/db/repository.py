@@ -85,12 +85,14 @@ _HEADER_FOR_UPDATE = _HEADER.with_for_update()
 
 
 async def get_role(conn: AsyncConnection, playlist_id: str, user_id: str) -> Role | None:
-    role = await conn.scalar(
-        select(playlist_member.c.role).where(
-            playlist_member.c.playlist_id == playlist_id, playlist_member.c.user_id == user_id
-        )
-    )
+    role = await conn.scalar(_ROLE, {"playlist_id": playlist_id, "user_id": user_id})
     return Role(role) if role else None
+
+
+_ROLE = select(playlist_member.c.role).where(
+    playlist_member.c.playlist_id == bindparam("playlist_id"),
+    playlist_member.c.user_id == bindparam("user_id"),
+)
 
 
 async def get_members(conn: AsyncConnection, playlist_id: str) -> list[Member]:
