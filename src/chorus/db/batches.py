@@ -116,8 +116,12 @@ async def _atomic(state: GroupState, queued: QueuedBatch) -> list[Committed | Do
             first = min(queued.refused)
             raise _Refused(first, _located(queued.refused[first], first, ops[first]))
         role = await state.role(actor)
-        async with state.conn.begin_nested():  # a refusal rolls back to here
-            decisions = await _decide_all(state, batch, actor, role)
+        await state.flush()  # its operations read and write the tables directly
+        try:
+            async with state.conn.begin_nested():  # a refusal rolls back to here
+                decisions = await _decide_all(state, batch, actor, role)
+        finally:
+            state.forget_reads()
     except _Refused as refused:
         return _all_refused(ops, refused)
     combined = _combined(decisions)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.tables import outbox
@@ -44,48 +44,63 @@ async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
     transaction won: playlists are tried oldest unpublished event first, those
     another relay holds are skipped, and at most ``limit`` are locked.
     """
-    query = (
-        select(
-            outbox.c.event_id,
-            outbox.c.playlist_id,
-            outbox.c.version,
-            outbox.c.payload,
-            outbox.c.trace_context,
-        )
-        .where(outbox.c.published_at.is_(None))
-        .order_by(outbox.c.event_id)
-        .limit(limit)
-    )
+    params: dict[str, object] = {"limit": limit}
+    query = _CLAIM
     if conn.dialect.name == "postgresql":
-        first = func.min(outbox.c.event_id).label("first")
-        heads = (
-            select(outbox.c.playlist_id, first)
-            .where(outbox.c.published_at.is_(None))
-            .group_by(outbox.c.playlist_id)
-            .order_by(first)
-            .offset(0)  # keeps the subquery: the lock below is tried row by row, in order
-            .subquery()
-        )
-        mine = func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(heads.c.playlist_id))
-        locked = (
-            await conn.execute(select(heads.c.playlist_id).where(mine).limit(limit))
-        ).scalars()
-        playlists = list(locked)
+        playlists = list((await conn.execute(_LOCK_PLAYLISTS, params)).scalars())
         if not playlists:
             return []
-        query = query.where(outbox.c.playlist_id.in_(playlists)).with_for_update(skip_locked=True)
-    rows = await conn.execute(query)
+        query, params["playlists"] = _CLAIM_LOCKED, playlists
+    rows = await conn.execute(query, params)
     return [
         OutboxRow(r.event_id, r.playlist_id, r.version, r.payload, r.trace_context) for r in rows
     ]
 
 
+# The relay's statements are built once: a statement object memoises its cache
+# key and compiled form, and the relay runs them after every commit.
+_CLAIM = (
+    select(
+        outbox.c.event_id,
+        outbox.c.playlist_id,
+        outbox.c.version,
+        outbox.c.payload,
+        outbox.c.trace_context,
+    )
+    .where(outbox.c.published_at.is_(None))
+    .order_by(outbox.c.event_id)
+    .limit(bindparam("limit"))
+)
+_FIRST = func.min(outbox.c.event_id).label("first")
+_HEADS = (
+    select(outbox.c.playlist_id, _FIRST)
+    .where(outbox.c.published_at.is_(None))
+    .group_by(outbox.c.playlist_id)
+    .order_by(_FIRST)
+    .offset(0)  # keeps the subquery: the lock below is tried row by row, in order
+    .subquery()
+)
+_LOCK_PLAYLISTS = (
+    select(_HEADS.c.playlist_id)
+    .where(func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(_HEADS.c.playlist_id)))
+    .limit(bindparam("limit"))
+)
+_CLAIM_LOCKED = _CLAIM.where(
+    outbox.c.playlist_id.in_(bindparam("playlists", expanding=True))
+).with_for_update(skip_locked=True)
+
+
 async def stamp(conn: AsyncConnection, event_ids: list[int], now: datetime) -> None:
     """Mark events published."""
     if event_ids:
-        await conn.execute(
-            update(outbox).where(outbox.c.event_id.in_(event_ids)).values(published_at=now)
-        )
+        await conn.execute(_STAMP, {"event_ids": event_ids, "now": now})
+
+
+_STAMP = (
+    update(outbox)
+    .where(outbox.c.event_id.in_(bindparam("event_ids", expanding=True)))
+    .values(published_at=bindparam("now", type_=outbox.c.published_at.type))
+)
 
 
 async def prune(conn: AsyncConnection, *, older_than: timedelta, now: datetime) -> int:

@@ -146,12 +146,17 @@ async def write_decision(
     actor_id: str,
     request_hash: str,
     group: list[Record] | None = None,
+    added: dict[str, Entry] | None = None,
     trace_context: str | None = None,
 ) -> None:
     """Apply ``decision`` and append its log row and outbox event.
 
     Args:
         trace_context: the committing request's ``traceparent`` (:func:`record`).
+        added: in a group commit, the entries added and not written yet (entry
+            id → entry); a decision that :func:`only_adds` puts its entries
+            there instead of writing them (the group writes them later with
+            :func:`write_added`).
         group: in a group commit, the group's records so far: the entry and
             member rows are written now (the next command reads them), the
             log row and outbox event are appended to ``group`` and the header
@@ -161,7 +166,12 @@ async def write_decision(
         sqlalchemy.exc.IntegrityError: the operation id was committed
             concurrently by the same actor (the caller replays it).
     """
-    await write_changes(conn, decision)
+    if added is not None and only_adds(decision):
+        for change in decision.changes:
+            assert isinstance(change, EntriesAdded)
+            added.update((e.entry_id, e) for e in change.entries)
+    else:
+        await write_changes(conn, decision)
     done = record(
         decision,
         operation_id=operation_id,
@@ -176,6 +186,17 @@ async def write_decision(
         await write_end(conn, decision.playlist, [done])
     else:
         await write_records(conn, [done])
+
+
+def only_adds(decision: Decision) -> bool:
+    """Whether every change of ``decision`` adds entries (rows to write later)."""
+    return bool(decision.changes) and all(isinstance(c, EntriesAdded) for c in decision.changes)
+
+
+async def write_added(conn: AsyncConnection, playlist_id: str, entries: Sequence[Entry]) -> None:
+    """The rows of entries added to ``playlist_id`` (a revert's re-added ids come back to life)."""
+    if entries:
+        await _upsert_entries(conn, playlist_id, tuple(entries))
 
 
 async def write_changes(conn: AsyncConnection, decision: Decision) -> None:
