@@ -30,10 +30,11 @@ latency in ms, and the ratio Chorus / raw SQL. Every answer is checked: a
 request error, a user error or a version that is not rebased counts as a
 failure and fails the run.
 
-``--sqlite`` adds the embedded profile's figures: Chorus on a SQLite file,
-against the same transaction run by Python's ``sqlite3`` in a loop on one
-connection (SQLite has one writer; WAL, ``synchronous=NORMAL`` as Chorus
-sets them) in another process.
+``--sqlite`` adds the embedded profile's figures: Chorus on a SQLite file
+(one per mode: the embedded profile serves a file from one process), against
+the same transaction run by Python's ``sqlite3`` in a loop on one connection
+(SQLite has one writer; WAL, ``synchronous=NORMAL`` as Chorus sets them) in
+another process, on the first mode's file.
 
     python bench/writes.py [--seconds 12] [--rounds 3] [--clients 16] [--processes 1] [--sqlite]
         [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
@@ -649,13 +650,16 @@ def main() -> None:
             drop_database(name)
         table("PostgreSQL: Chorus over HTTP against pgbench", figures, raw, targets=True)
         if args.sqlite:
-            path = Path(tmp) / "sqlite" / "chorus.db"
-            sqlite_url = f"sqlite+aiosqlite:///{path}"
+            # One file per mode: the embedded profile serves a file from one process.
+            files = {m: Path(tmp) / "sqlite" / m / "chorus.db" for m in modes}
+            path = files[modes[0]]  # the peer's tables are made by Chorus's migrations
             with contextlib.ExitStack() as lite:
                 chorus = {
                     m: prepared(
                         lite.enter_context(
-                            started(sqlite_url, Path(tmp) / "sqlite", args, m, **env)
+                            started(
+                                f"sqlite+aiosqlite:///{files[m]}", files[m].parent, args, m, **env
+                            )
                         ),
                         args,
                     )
