@@ -113,6 +113,12 @@ class DocumentCache:
             return kept.document
         return self._held.pop(key, None)
 
+    def kept(self, query: str, options: Mapping[str, Any]) -> DocumentNode | None:
+        """The document kept for ``query`` (it passed validation once), else ``None``; it
+        takes nothing (unlike :meth:`document`) and does not count as a use."""
+        kept = self._kept.get(_key(query, options))
+        return kept.document if kept is not None else None
+
     def hold(
         self, query: str, options: Mapping[str, Any], document: DocumentNode | GraphQLError
     ) -> None:

@@ -31,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
-from graphql import DocumentNode, GraphQLError
+from graphql import DocumentNode, GraphQLError, get_operation_ast
+from graphql.language.ast import OperationType as DocumentOperation
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -411,7 +412,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         # Learned names come from OperationMetrics, once an operation passed validation.
         label = self._operation_names.label(operation.operation_name)
         request.state.chorus_operation = operation.operation_name, identity
-        if identity is None or not responses.enabled(services):
+        if identity is None or not responses.enabled(services) or self._mutates(operation):
             return await self._execute(request, services, operation, None, label)
         asked = responses.AnswerRequest.of(
             operation.document_sha256 or responses.document_hash(operation.document),
@@ -434,6 +435,19 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         RESPONSE_CACHE.labels(label, "hit").inc()
         RESPONSE_CACHE_SERVED_BYTES.inc(len(cached.body))
         return Response(cached.body, media_type="application/json", headers=headers)
+
+    def _mutates(self, operation: HttpOperation) -> bool:
+        """Whether ``operation`` is a mutation of a document kept (validated once).
+
+        A mutation is never answered from the response cache: its keys
+        (two hashes of its variables) and single flight are skipped. A
+        document not kept yet goes the cache's way, which declines it.
+        """
+        document = self.documents.kept(operation.document, parse_options(self._max_tokens))
+        if document is None:
+            return False
+        chosen = get_operation_ast(document, operation.operation_name)
+        return chosen is not None and chosen.operation is DocumentOperation.MUTATION
 
     async def _execute(
         self,
