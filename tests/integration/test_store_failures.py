@@ -177,19 +177,21 @@ async def test_cancelled_command_blocks_no_one(
     ed = await new_playlist(store)
     await ed.add("m0")
     before = await tally(database, ed.playlist_id)
-    real_get_role = repository.get_role
+    real_get_playlist = repository.get_playlist
     inside = asyncio.Event()
 
-    async def slow_get_role(conn: AsyncConnection, playlist_id: str, user_id: str) -> Any:
+    async def slow_get_playlist(conn: AsyncConnection, playlist_id: str, **kw: Any) -> Any:
+        # After the header's lock, mid-transaction, on both dialects' commit paths.
+        header = await real_get_playlist(conn, playlist_id, **kw)
         inside.set()
         await slow_statement(conn)
-        return await real_get_role(conn, playlist_id, user_id)
+        return header
 
     command = ed.command(AddEntries, media_ids=("m1",))
     gc.disable()
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(repository, "get_role", slow_get_role)
+            patch.setattr(repository, "get_playlist", slow_get_playlist)
             task = asyncio.create_task(store.execute(command, ALICE))
             await inside.wait()
             await asyncio.sleep(0.1)  # the slow statement is running now

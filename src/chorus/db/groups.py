@@ -25,11 +25,13 @@ version, under a savepoint.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from opentelemetry.context import Context as TraceContext
+from sqlalchemy import Integer, String, Text, column, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +39,7 @@ from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cancelled
 from chorus.db.idempotency import Committed
 from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
+from chorus.db.tables import UTCDateTime
 from chorus.domain.changes import Change, MembersChanged
 from chorus.domain.commands import RevertPlaylist
 from chorus.domain.errors import DomainError
@@ -305,10 +308,16 @@ class GroupCommit:
     ) -> list[Answer | BaseException]:
         answers: list[Answer | BaseException] = []
         keys = [k for c in group for k in (c.keys if isinstance(c, QueuedBatch) else [c.key])]
+        actors = list(dict.fromkeys(c.actor_id for c in group))
         async with self._db.write() as conn:
             header = await repository.get_playlist(conn, playlist_id, for_update=True)
-            stored = await idempotency.stored_many(conn, keys)
-            state = GroupState(playlist_id, conn, header, stored, self._context)
+            if conn.dialect.name == "postgresql":
+                state = await _read_after_lock(
+                    conn, playlist_id, header, keys, actors, self._context
+                )
+            else:
+                stored = await idempotency.stored_many(conn, keys)
+                state = GroupState(playlist_id, conn, header, stored, self._context)
             for c in group:
                 answer: Answer | DomainError
                 if isinstance(c, QueuedBatch):
@@ -324,6 +333,73 @@ class GroupCommit:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
+
+
+async def _read_after_lock(
+    conn: AsyncConnection,
+    playlist_id: str,
+    header: Playlist | None,
+    keys: Sequence[tuple[str, str]],
+    actors: Sequence[str],
+    context: Callable[[str], Context],
+) -> GroupState:
+    """A group's state on PostgreSQL, from **one** read after the lock (:data:`_AFTER_LOCK`).
+
+    The idempotency records of its operation ids, its actors' roles and the
+    playlist's last live entry (what an append decides on) — three statements
+    before, each ~0.3 ms of the process's CPU through SQLAlchemy. After the
+    lock, not with it: a lock that waited would leave the reads at the
+    snapshot from before the wait.
+    """
+    unique = list(dict.fromkeys(keys))
+    rows = await conn.execute(
+        _AFTER_LOCK,
+        {
+            "playlist_id": playlist_id,
+            "actors": [a for a, _ in unique],
+            "operations": [o for _, o in unique],
+            "users": list(actors),
+        },
+    )
+    stored: dict[tuple[str, str], idempotency.Stored] = {}
+    roles: dict[str, Role | None] = dict.fromkeys(actors)
+    tail: list[Entry] = []
+    for kind, a, b, c, d, e, f, t in rows:
+        if kind == 1:
+            stored[a, b] = idempotency.record_of_row(c, json.loads(d), json.loads(e))
+        elif kind == 2:
+            roles[a] = Role(b)
+        else:
+            tail.append(Entry(a, f, b, c, t))
+    state = GroupState(playlist_id, conn, header, stored, context, roles=roles)
+    # What GroupView.live_before(None, 1) reads: an append's neighbour.
+    state.reads["before", None, 1] = tail
+    return state
+
+
+_AFTER_LOCK = text(
+    "SELECT 1 AS kind, actor_id AS a, operation_id AS b, request_hash AS c, "
+    "CAST(result AS text) AS d, CAST(payload AS text) AS e, NULL AS f, "
+    "CAST(NULL AS timestamptz) AS t FROM playlist_mutation "
+    "WHERE (actor_id, operation_id) IN "
+    "(SELECT * FROM unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[]))) "
+    "UNION ALL SELECT 2, user_id, role, NULL, NULL, NULL, NULL, NULL FROM playlist_member "
+    "WHERE playlist_id = :playlist_id AND user_id = ANY(CAST(:users AS varchar[])) "
+    "UNION ALL (SELECT 3, entry_id, media_id, added_by, NULL, NULL, position_key, added_at "
+    "FROM playlist_entry WHERE playlist_id = :playlist_id AND removed_at IS NULL "
+    "ORDER BY position_key DESC, entry_id DESC LIMIT 1)"
+).columns(
+    column("kind", Integer),
+    column("a", String),
+    column("b", String),
+    column("c", String),
+    column("d", Text),
+    column("e", Text),
+    column("f", String),
+    column("t", UTCDateTime),
+)
+"""The records of the group's operation ids (kind 1), its actors' roles (2) and the
+last live entry (3), in the order of :func:`chorus.db.repository.entries_page`."""
 
 
 def _versions(answers: Sequence[Answer | BaseException]) -> int:

@@ -67,8 +67,14 @@ async def stored_many(
     """The record of each committed ``(actor id, operation id)`` of ``keys``, in one query."""
     rows = await conn.execute(_STORED_MANY, {"keys": list(dict.fromkeys(keys))})
     return {
-        (r.actor_id, r.operation_id): (r.request_hash, _result(r.result, r.payload)) for r in rows
+        (r.actor_id, r.operation_id): record_of_row(r.request_hash, r.result, r.payload)
+        for r in rows
     }
+
+
+def record_of_row(request_hash: str, result: dict[str, Any], payload: dict[str, Any]) -> Stored:
+    """The idempotency record of a log row: its request hash and stored result."""
+    return request_hash, _result(result, payload)
 
 
 _STORED_MANY = select(
