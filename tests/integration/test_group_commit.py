@@ -32,7 +32,7 @@ from sqlalchemy import select
 from chorus.db.engine import Database
 from chorus.db.migrate import upgrade
 from chorus.db.store import Committed, PlaylistStore
-from chorus.db.tables import outbox, playlist_mutation
+from chorus.db.tables import outbox, playlist_entry, playlist_mutation
 from chorus.domain.commands import (
     AddEntries,
     CreatePlaylist,
@@ -206,14 +206,25 @@ async def _log(database: Database, playlist_id: str) -> list[tuple[Any, ...]]:
     return log
 
 
+async def _rows(database: Database, playlist_id: str) -> list[tuple[Any, ...]]:
+    """Every entry row of the playlist, tombstones too, by entry id."""
+    async with database.read() as conn:
+        rows = await conn.execute(
+            select(playlist_entry)
+            .where(playlist_entry.c.playlist_id == playlist_id)
+            .order_by(playlist_entry.c.entry_id)
+        )
+        return [tuple(r) for r in rows]
+
+
 async def _grouped(
     url: str, title: str, sent: Sequence[Sent], pauses: Sequence[bool], max_group: int
-) -> tuple[list[Answer], list[Sent], list[tuple[Any, ...]], list[int]]:
+) -> tuple[list[Answer], list[Sent], list[tuple[Any, ...]], list[int], list[tuple[Any, ...]]]:
     """Send every command concurrently through the owner queue.
 
     Returns:
         the answers and the commands in the order the owner committed them, the
-        log, and the size of each group.
+        log, the size of each group, and the entry rows at the end.
     """
     async with _store(url, title, max_group=max_group) as store:
         pid, seeded = await _seeded(store, title)
@@ -252,12 +263,13 @@ async def _grouped(
             committed_order,
             await _log(store.db, pid),
             sizes,
+            await _rows(store.db, pid),
         )
 
 
 async def _one_by_one(
     url: str, title: str, in_order: Sequence[Sent]
-) -> tuple[list[Answer], list[tuple[Any, ...]]]:
+) -> tuple[list[Answer], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     async with _store(url, title, group_commit=False) as store:
         pid, _ = await _seeded(store, title)
         # The same clock and ids: the twin's playlist has the grouped run's ids.
@@ -268,7 +280,7 @@ async def _one_by_one(
                 answers.append(_answer(await store.execute(s.command, s.actor)))
             except DomainError as error:
                 answers.append(_answer(error))
-        return answers, await _log(store.db, pid)
+        return answers, await _log(store.db, pid), await _rows(store.db, pid)
 
 
 EXAMPLES = itertools.count()
@@ -291,19 +303,26 @@ def test_any_interleaving_commits_as_one_by_one_in_the_committed_order(
     title = f"t{next(EXAMPLES)}"
 
     async def run() -> None:
-        answers, order, log, _ = await _grouped(database_url, title, sent, pauses, max_group)
-        await _same_as_one_by_one(twin_url, title, answers, order, log)
+        answers, order, log, _, rows = await _grouped(database_url, title, sent, pauses, max_group)
+        await _same_as_one_by_one(twin_url, title, answers, order, log, rows)
 
     asyncio.run(run())
 
 
 async def _same_as_one_by_one(
-    twin_url: str, title: str, answers: list[Answer], order: list[Sent], log: list[Any]
+    twin_url: str,
+    title: str,
+    answers: list[Answer],
+    order: list[Sent],
+    log: list[Any],
+    rows: list[Any],
 ) -> None:
     # The twin replays the committed order, command objects already on the playlist's ids.
-    plain_answers, plain_log = await _one_by_one(twin_url, title, order)
+    plain_answers, plain_log, plain_rows = await _one_by_one(twin_url, title, order)
     assert answers == plain_answers
     assert log == plain_log
+    # The entry rows too (a group writes a run of appends' rows later, at once).
+    assert rows == plain_rows
     # Versions are contiguous: one per committed, non-replayed command.
     fresh = sum(1 for kind, value in answers if kind == "committed" and not value[1])
     assert [row[0] for row in log] == list(range(3 + fresh))
@@ -333,7 +352,7 @@ def test_one_group_decides_each_command_on_what_the_previous_left(
     ]
 
     async def run() -> None:
-        answers, order, log, sizes = await _grouped(
+        answers, order, log, sizes, rows = await _grouped(
             database_url, "one-group", sent, [False] * len(sent), 64
         )
         assert sizes == [len(sent)]
@@ -359,6 +378,6 @@ def test_one_group_decides_each_command_on_what_the_previous_left(
             ErrorCode.ANCHOR_NOT_FOUND,
             "replayed",
         ]
-        await _same_as_one_by_one(twin_url, "one-group", answers, order, log)
+        await _same_as_one_by_one(twin_url, "one-group", answers, order, log, rows)
 
     asyncio.run(run())
