@@ -76,6 +76,16 @@ def test_a_retry_of_a_committed_edit_is_answered_when_the_budget_is_spent(limite
     new = mutate(limited, "addEntries", user, **{**add_input, "mediaIds": [track(4)]})
     assert "more than 2 mutations a minute" in refused(new, "RATE_LIMITED")["message"]
     assert version(limited, playlist_id, user) == before
+    # The refusal says when the bucket holds a token again (2 a minute: within 30 s).
+    hinted = limited.data(
+        "mutation Add($input: AddEntriesInput!) { addEntries(input: $input) "
+        "{ userErrors { code message retryAfterMs } } }",
+        user,
+        input={**add_input, "operationId": limited.op(), "mediaIds": [track(5)]},
+    )["addEntries"]["userErrors"]
+    assert [e["code"] for e in hinted] == ["RATE_LIMITED"]
+    assert 0 < hinted[0]["retryAfterMs"] <= 30_000
+    assert f"retry in about {hinted[0]['retryAfterMs']} ms" in hinted[0]["message"]
 
 
 def test_duplicates_racing_for_the_last_token_commit_once(limited: Api) -> None:

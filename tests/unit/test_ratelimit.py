@@ -44,3 +44,20 @@ def test_more_than_a_minute_s_tokens_is_taken_from_a_full_bucket_into_debt() -> 
     assert limiter.allow("alice", 50)
     assert limiter.allow("bob", 21)
     assert limiter.available("bob") == -1
+
+
+def test_the_retry_hint_is_when_the_bucket_holds_the_cost_again() -> None:
+    now = [0.0]
+    limiter = RateLimiter(6, clock=lambda: now[0])  # a token every 10 s
+    for _ in range(6):
+        assert limiter.allow("alice")
+    wait = limiter.retry_after_ms("alice")
+    assert wait == 10_000
+    now[0] += (wait - 1) / 1000
+    assert not limiter.allow("alice")
+    now[0] += 0.001
+    assert limiter.allow("alice")
+    # A batch of 3 waits for 3 tokens; more than a minute's waits for a full bucket.
+    assert limiter.retry_after_ms("alice", 3) == 30_000
+    assert limiter.retry_after_ms("alice", 60) == 60_000
+    assert limiter.retry_after_ms("bob") == 1  # a full bucket: at once

@@ -62,9 +62,16 @@ def check_operation_id(operation_id: str, limits: Limits = DEFAULT_LIMITS) -> No
         )
 
 
-def _has_control(text: str, allowed: str = "") -> bool:
-    # Cs: a lone surrogate, which no UTF-8 column can store.
-    return any(unicodedata.category(ch) in ("Cc", "Cs") and ch not in allowed for ch in text)
+def _unstorable(text: str, allowed: str = "") -> str | None:
+    """What of ``text`` may not be kept: control characters, or a lone surrogate (which
+    no UTF-8 column can store); ``None`` when nothing."""
+    for ch in text:
+        category = unicodedata.category(ch)
+        if category == "Cs":
+            return "a lone surrogate (not valid Unicode)"
+        if category == "Cc" and ch not in allowed:
+            return "control characters"
+    return None
 
 
 def _visible(ch: str) -> bool:
@@ -76,14 +83,14 @@ def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
     """The title trimmed of surrounding white space.
 
     Raises:
-        InvalidInput: empty, or holds a control character (NUL, …).
+        InvalidInput: empty, or holds a control character (NUL, …) or a lone surrogate.
         LimitExceeded: longer than ``limits.max_title_length`` code points.
     """
     title = title.strip()
     if not any(_visible(ch) for ch in title):
         raise InvalidInput("title must not be empty", field=("title",))
-    if _has_control(title):
-        raise InvalidInput("title must not contain control characters", field=("title",))
+    if (unstorable := _unstorable(title)) is not None:
+        raise InvalidInput(f"title must not contain {unstorable}", field=("title",))
     if len(title) > limits.max_title_length:
         raise LimitExceeded(
             f"title is longer than {limits.max_title_length} characters", field=("title",)
@@ -95,16 +102,14 @@ def clean_description(description: str | None, limits: Limits = DEFAULT_LIMITS) 
     """The description trimmed; empty means none. Newlines and tabs are kept.
 
     Raises:
-        InvalidInput: holds another control character.
+        InvalidInput: holds another control character, or a lone surrogate.
         LimitExceeded: longer than ``limits.max_description_length`` code points.
     """
     if description is None or not description.strip():
         return None
     description = description.strip()
-    if _has_control(description, allowed="\n\t"):
-        raise InvalidInput(
-            "description must not contain control characters", field=("description",)
-        )
+    if (unstorable := _unstorable(description, allowed="\n\t")) is not None:
+        raise InvalidInput(f"description must not contain {unstorable}", field=("description",))
     if len(description) > limits.max_description_length:
         raise LimitExceeded(
             f"description is longer than {limits.max_description_length} characters",

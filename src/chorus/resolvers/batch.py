@@ -99,10 +99,12 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchResult:
         committed = await _committed(ctx, batch, actor)
         cost -= committed
         if cost > 0 and not limiter.allow(actor, cost):
+            wait = limiter.retry_after_ms(actor, cost)
             refusal = RateLimited(
                 f"more than {limiter.per_minute} mutations a minute (a batch counts each of "
-                f"its {cost} operations not yet committed); retry later with the same "
-                "operationIds"
+                f"its {cost} operations not yet committed); retry in about {wait} ms with "
+                "the same operationIds",
+                retry_after_ms=wait,
             )
             return BatchResult(batch.playlist_id, error=refusal)
     else:

@@ -53,7 +53,11 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
     if limiter is not None and not limiter.allow(viewer):
         # A follow is a mutation like any other (CHORUS_RATE_LIMIT_PER_MINUTE);
         # it has no operation id, so there is no stored result to replay.
-        refused = RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+        wait = limiter.retry_after_ms(viewer)
+        refused = RateLimited(
+            f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms",
+            retry_after_ms=wait,
+        )
         return FollowOutcome(target, following=not on, error=refused)
     try:
         if on:

@@ -115,7 +115,12 @@ async def _charge(
         return error
     if stored is not None:
         return stored
-    return RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+    wait = limiter.retry_after_ms(actor)
+    return RateLimited(
+        f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms "
+        "with the same operationId",
+        retry_after_ms=wait,
+    )
 
 
 def _refund_if_free(ctx: RequestContext, actor: str, answer: Committed | DomainError) -> None:

@@ -78,7 +78,11 @@ async def set_presence(
     presence = _presence(ctx)
     limiter = ctx.services.rate_limiter
     if limiter is not None and not limiter.allow(viewer):
-        limited = RateLimited(f"more than {limiter.per_minute} mutations a minute; retry later")
+        wait = limiter.retry_after_ms(viewer)
+        limited = RateLimited(
+            f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms",
+            retry_after_ms=wait,
+        )
         return PresenceOutcome(None, 0, limited)
     header = await ctx.loaders.playlist.load(playlist_id)
     role = await ctx.loaders.role.load(playlist_id)

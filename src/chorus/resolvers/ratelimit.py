@@ -13,6 +13,7 @@ one is the top-level ``RATE_LIMITED`` error and runs nothing.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -62,6 +63,12 @@ class RateLimiter:
         tokens = min(float(self.per_minute), self.available(user_id) + cost)
         self._buckets.pop(user_id, None)
         self._buckets[user_id] = (tokens, self._clock())
+
+    def retry_after_ms(self, user_id: str, cost: float = 1) -> int:
+        """Milliseconds until the user's bucket holds what :meth:`allow` asks for ``cost``
+        (at least 1): the ``retryAfterMs`` of a refusal."""
+        short = min(cost, float(self.per_minute)) - self.available(user_id)
+        return max(1, math.ceil(short * 60_000 / self.per_minute))
 
     def available(self, user_id: str) -> float:
         """Tokens in the user's bucket now (a user not seen yet has a full one)."""
