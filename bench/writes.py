@@ -20,6 +20,15 @@ are inserted already published (``published_at`` set): the Chorus servers
 beside it would otherwise relay them during the peer's turn, spending the
 machine's CPU on the peer's events (which lowered the peer's figure).
 
+The bare peer, same run (``bench/bare_writes.py``; ``--no-bare`` leaves it
+out): the same transaction behind a raw ASGI app on uvicorn and an asyncpg
+pool, as many processes as Chorus's, driven by the same load process, on
+playlists of its own. It has no GraphQL, authentication, validation,
+idempotency or SQLAlchemy, so it is the most a Python HTTP server reaches on
+this machine for this commit: ``/bare`` says how close Chorus comes to it,
+and ``bare`` / raw SQL what bounds any Python server's ratio here (the load
+process, the server and PostgreSQL share the cores).
+
 Chorus runs twice, side by side on the same database: with the owner queue
 and group commit (``group``) and with one transaction per command
 (``plain``, ``CHORUS_GROUP_COMMIT=false``, the path it shortcuts). The
@@ -40,6 +49,7 @@ the same transaction run by Python's ``sqlite3`` in a loop on one connection
 another process, on the first mode's file.
 
     python bench/writes.py [--seconds 12] [--rounds 3] [--clients 16] [--processes 1] [--sqlite]
+        [--no-bare]
         [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -53,6 +63,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import statistics
 import subprocess
@@ -337,27 +348,28 @@ def prepared(servers: Servers, args: argparse.Namespace) -> Chorus:
 
 def interleaved(
     chorus: dict[str, Chorus],
-    peer: dict[str, Any],
+    peers: dict[str, dict[str, Any]],
     args: argparse.Namespace,
-) -> tuple[dict[str, dict[str, Figure]], dict[str, Figure]]:
-    """``--rounds`` rounds of short slices: each mode and the peer in turn, per workload.
+) -> tuple[dict[str, dict[str, Figure]], dict[str, dict[str, Figure]]]:
+    """``--rounds`` rounds of short slices: each mode and each peer in turn, per workload.
 
+    ``peers`` maps a peer's name to its workloads' runners (``seconds → Sample``).
     The machine's load drifts (other processes); taking turns gives every
     contender the same share of it, so the ratios hold even when the rates move.
     """
     seconds = args.seconds / args.rounds
     samples: dict[str, dict[str, list[Sample]]] = {
-        m: {"spread": [], "hot": []} for m in [*chorus, "raw"]
+        m: {"spread": [], "hot": []} for m in [*chorus, *peers]
     }
     for _ in range(args.rounds):
         for workload in ("spread", "hot"):
             for mode, c in chorus.items():
                 sample = load(c.routes[workload], c.authorization, args.clients, seconds)
                 samples[mode][workload].append(sample)
-            samples["raw"][workload].append(peer[workload](seconds))
+            for name, runners in peers.items():
+                samples[name][workload].append(runners[workload](seconds))
     figures = {m: {w: Figure.of(x) for w, x in by.items()} for m, by in samples.items()}
-    raw = figures.pop("raw")
-    return figures, raw
+    return {m: figures[m] for m in chorus}, {p: figures[p] for p in peers}
 
 
 # --- the raw SQL peers --------------------------------------------------------
@@ -475,6 +487,45 @@ def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: P
     return run
 
 
+class BarePeer:
+    """``bench/bare_writes.py`` servers (as many as Chorus's, routed the same way) on
+    playlists of their own; a function ``seconds → Sample`` driving them with :func:`load`."""
+
+    def __init__(self, dsn: str, playlists: int, processes: int, clients: int, tmp: Path):
+        from tests.servers import free_port
+
+        self.clients = clients
+        rows = tmp / "bare-rows.json"
+        rows.write_text(json.dumps(list(asyncio.run(committed_rows(dsn)))))
+        ids = [f"bare-{playlists}-{n}" for n in range(playlists)]
+        asyncio.run(_pgbench_playlists(dsn, f"bare-{playlists}-", playlists))
+        ports = [free_port() for _ in range(max(1, processes))]
+        self.routes = {p: ports[zlib.crc32(p.encode()) % len(ports)] for p in ids}
+        script = str(ROOT / "bench" / "bare_writes.py")
+        self.processes = [
+            subprocess.Popen([sys.executable, script, str(port), dsn, str(rows)]) for port in ports
+        ]
+        for port in ports:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        self.close()
+                        raise RuntimeError(f"the bare peer on port {port} did not start") from None
+                    time.sleep(0.1)
+
+    def __call__(self, seconds: float) -> Sample:
+        return load(self.routes, "Bearer -", self.clients, seconds)
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.terminate()
+            process.wait(timeout=15)
+
+
 def asyncpg_dsn_parts(dsn: str) -> list[str]:
     from sqlalchemy.engine import make_url
 
@@ -585,12 +636,20 @@ or the one-transaction-per-command path it shortcuts."""
 
 
 def table(
-    title: str, chorus: dict[str, dict[str, Figure]], peer: dict[str, Figure], targets: bool
+    title: str,
+    chorus: dict[str, dict[str, Figure]],
+    peers: dict[str, dict[str, Figure]],
+    targets: bool,
 ) -> None:
+    """One line per workload and mode; ``ratio`` is against ``raw`` (the SQL peer), ``/bare``
+    against the bare HTTP peer when it ran, ``/plain`` against one transaction per command."""
+    peer, bare = peers["raw"], peers.get("bare")
     print(f"\n{title}")
     print(
         f"{'workload':16}{'Chorus req/s':>13}{'p50 ms':>8}{'p99 ms':>8}"
-        f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}{'/plain':>8}"
+        f"{'raw tx/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'ratio':>7}"
+        + (f"{'bare req/s':>11}{'/bare':>7}" if bare else "")
+        + f"{'/plain':>8}"
     )
     goals = {"spread": 0.35, "hot": 0.75}
     for name, p in peer.items():
@@ -599,12 +658,21 @@ def table(
             ratio = c.rate / p.rate
             plain = chorus.get("plain", {}).get(name)
             versus = f"{c.rate / plain.rate:>8.2f}" if plain and mode != "plain" else " " * 8
+            ceiling = f"{bare[name].rate:>11.0f}{c.rate / bare[name].rate:>7.2f}" if bare else ""
             verdict = ""
             if targets and mode == "group":
                 verdict = "  ok" if ratio >= goals[name] else f"  below target {goals[name]}"
             print(
                 f"{name + ' ' + mode:16}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
-                f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}{versus}{verdict}"
+                f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}"
+                f"{ceiling}{versus}{verdict}"
+            )
+    if bare:
+        for name, b in bare.items():
+            print(
+                f"{name + ' bare':16}{b.rate:>13.0f}{b.p50_ms:>8.1f}{b.p99_ms:>8.1f}"
+                f"{peer[name].rate:>10.0f}{'':>16}{b.rate / peer[name].rate:>7.3f}"
+                "  (the bare HTTP peer against raw SQL)"
             )
 
 
@@ -618,6 +686,9 @@ def main() -> None:
     parser.add_argument("--sqlite", action="store_true", help="also the embedded profile")
     parser.add_argument(
         "--postgres-url", default="postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+    )
+    parser.add_argument(
+        "--no-bare", action="store_true", help="leave out the bare HTTP peer (bare_writes.py)"
     )
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for serve")
     parser.add_argument(
@@ -643,15 +714,26 @@ def main() -> None:
                 for m in modes
             }
             dsn = postgres_url(name, "postgresql")
-            peer = {
-                "spread": pgbench_runner(dsn, name, args.playlists, args.clients, Path(tmp)),
-                "hot": pgbench_runner(dsn, name, 1, args.clients, Path(tmp)),
+            peers: dict[str, dict[str, Any]] = {
+                "raw": {
+                    "spread": pgbench_runner(dsn, name, args.playlists, args.clients, Path(tmp)),
+                    "hot": pgbench_runner(dsn, name, 1, args.clients, Path(tmp)),
+                }
             }
-            figures, raw = interleaved(chorus, peer, args)
+            if not args.no_bare:
+                peers["bare"] = {
+                    w: stack.enter_context(
+                        contextlib.closing(
+                            BarePeer(dsn, count, args.processes, args.clients, Path(tmp))
+                        )
+                    )
+                    for w, count in (("spread", args.playlists), ("hot", 1))
+                }
+            figures, measured = interleaved(chorus, peers, args)
         finally:
             stack.close()
             drop_database(name)
-        table("PostgreSQL: Chorus over HTTP against pgbench", figures, raw, targets=True)
+        table("PostgreSQL: Chorus over HTTP against pgbench", figures, measured, targets=True)
         if args.sqlite:
             # One file per mode: the embedded profile serves a file from one process.
             files = {m: Path(tmp) / "sqlite" / m / "chorus.db" for m in modes}
@@ -672,8 +754,8 @@ def main() -> None:
                     "spread": lambda seconds: sqlite_peer(path, args.playlists, seconds),
                     "hot": lambda seconds: sqlite_peer(path, 1, seconds),
                 }
-                figures, raw = interleaved(chorus, sqlite_peers, args)
-            table("SQLite: Chorus over HTTP against sqlite3 in a loop", figures, raw, False)
+                figures, measured = interleaved(chorus, {"raw": sqlite_peers}, args)
+            table("SQLite: Chorus over HTTP against sqlite3 in a loop", figures, measured, False)
 
 
 if __name__ == "__main__":
