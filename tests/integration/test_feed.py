@@ -122,6 +122,40 @@ async def test_the_sink_writes_each_row_once(database: Database, store: Playlist
         assert await conn.scalar(select(func.count()).select_from(feed_item)) == 2
 
 
+async def test_a_batch_nobody_follows_opens_no_write_transaction(
+    database: Database, store: PlaylistStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    followed, alone = await create(store), await create(store)
+    await FollowStore(database, PUSH).follow(BOB, Target(PLAYLIST, followed.playlist_id))
+    await followed.add("m1")
+    await alone.add("m1")
+
+    async def events_of(editor: Editor) -> list[PlaylistEvent]:
+        async with database.read() as conn:
+            rows = await conn.execute(
+                select(outbox.c.payload).where(
+                    outbox.c.playlist_id == editor.playlist_id, outbox.c.version > 0
+                )
+            )
+            return [r.payload for r in rows]
+
+    sink = FeedSink(database, PUSH)
+    writes = 0
+    write = Database.write
+
+    def counted(self: Database) -> object:
+        nonlocal writes
+        writes += 1
+        return write(self)
+
+    monkeypatch.setattr(Database, "write", counted)
+
+    assert await sink.write(await events_of(alone)) == 0
+    assert writes == 0  # one read of the follow counts, no transaction
+    assert await sink.write(await events_of(followed)) == 1  # bob's row
+    assert writes == 1
+
+
 async def test_crossing_the_threshold_both_ways_loses_and_repeats_nothing(
     database: Database, store: PlaylistStore
 ) -> None:

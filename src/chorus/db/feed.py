@@ -81,6 +81,16 @@ def _targets(c: Committed) -> list[Target]:
     return targets
 
 
+async def anyone_to_push(
+    conn: AsyncConnection, versions: Sequence[Committed], limits: FeedLimits
+) -> bool:
+    """Whether :func:`push` may write a row for ``versions``: a target of theirs has
+    followers, fewer than the push threshold (one ``SELECT`` of the follow counts)."""
+    targets = {t for c in versions for t in _targets(c)}
+    counts = await follower_counts(conn, targets)
+    return any(limits.pushed(count) for count in counts.values())
+
+
 async def push(conn: AsyncConnection, versions: Sequence[Committed], limits: FeedLimits) -> int:
     """Write the feed rows of ``versions`` for the followers of their pushed targets.
 
