@@ -1,8 +1,10 @@
 """Write throughput over HTTP against the same transaction as raw SQL, in one run.
 
 Chorus is run as a user runs it: ``chorus serve`` processes (``--processes``,
-each on its own port; a command goes to the process that owns its playlist,
-``crc32(playlist id) % processes``, as a routing proxy would send it), on a
+each on its own port; with ``--routing playlist``, the default, a command goes
+to the process that owns its playlist, ``crc32(playlist id) % processes``, as
+a routing proxy would send it; with ``--routing any`` each client keeps to one
+process, the clients spread evenly, as a round-robin balancer would), on a
 temporary PostgreSQL database (migrated by ``serve``, dropped at the end),
 embedded events (the in-process relay stamps the outbox). A load process
 (its own interpreter, so the server's CPU is not shared with the client's
@@ -49,7 +51,7 @@ the same transaction run by Python's ``sqlite3`` in a loop on one connection
 another process, on the first mode's file.
 
     python bench/writes.py [--seconds 12] [--rounds 3] [--clients 16] [--processes 1] [--sqlite]
-        [--no-bare]
+        [--routing playlist|any] [--no-bare]
         [--postgres-url postgresql+asyncpg://postgres@127.0.0.1:5432/postgres]
 """
 
@@ -144,14 +146,21 @@ class Figure:
 
 
 async def _client(
-    routes: dict[str, int],
+    index: int,
+    routes: dict[str, tuple[int, ...]],
     authorization: str,
     stop_at: float,
     window_start: float,
     latencies: list[float],
     failures: list[str],
 ) -> None:
-    """One client: a keep-alive connection per server port, one request after another."""
+    """Client ``index``: a keep-alive connection per server port, one request after another.
+
+    A playlist's request goes to its ports' ``index % len(ports)``-th: with one
+    port per playlist (``--routing playlist``) its owner, with all of them
+    (``--routing any``) the same process for every request of this client, the
+    clients spread evenly, as a round-robin balancer spreads keep-alive connections.
+    """
     import random
 
     rng = random.Random()
@@ -159,7 +168,8 @@ async def _client(
     streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
     while time.monotonic() < stop_at:
         playlist_id = rng.choice(playlists)
-        port = routes[playlist_id]
+        ports = routes[playlist_id]
+        port = ports[index % len(ports)]
         if port not in streams:
             streams[port] = await asyncio.open_connection("127.0.0.1", port)
         reader, writer = streams[port]
@@ -203,7 +213,7 @@ async def _client(
 
 
 def _load(
-    routes: dict[str, int],
+    routes: dict[str, tuple[int, ...]],
     authorization: str,
     clients: int,
     seconds: float,
@@ -217,8 +227,8 @@ def _load(
         stop_at = window_start + seconds
         await asyncio.gather(
             *(
-                _client(routes, authorization, stop_at, window_start, latencies, failures)
-                for _ in range(clients)
+                _client(n, routes, authorization, stop_at, window_start, latencies, failures)
+                for n in range(clients)
             )
         )
         # Requests started inside the window; the last ones end a little after it.
@@ -227,8 +237,10 @@ def _load(
     out.put(asyncio.run(run()))
 
 
-def load(routes: dict[str, int], authorization: str, clients: int, seconds: float) -> Sample:
-    """Run the load process against ``routes`` (playlist id → port) and measure."""
+def load(
+    routes: dict[str, tuple[int, ...]], authorization: str, clients: int, seconds: float
+) -> Sample:
+    """Run the load process against ``routes`` (playlist id → its ports) and measure."""
     ctx = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[Any] = ctx.Queue()
     process = ctx.Process(target=_load, args=(routes, authorization, clients, seconds, queue))
@@ -287,7 +299,7 @@ def create_playlists(server: ChorusServer, authorization: str, count: int) -> li
 
 
 class Servers:
-    """``processes`` ``chorus serve`` on one database, routed by playlist id."""
+    """``processes`` ``chorus serve`` on one database, routed by playlist id or not at all."""
 
     def __init__(self, database_url: str, data_dir: Path, processes: int, **env: str) -> None:
         from tests.servers import TEST_SECRET, ChorusServer
@@ -310,10 +322,17 @@ class Servers:
         for server in self.servers:
             server.stop()
 
-    def routes(self, playlist_ids: list[str]) -> dict[str, int]:
-        """Each playlist's owner process: ``crc32(id) % processes``."""
-        n = len(self.servers)
-        return {p: self.servers[zlib.crc32(p.encode()) % n].port for p in playlist_ids}
+    def routes(self, playlist_ids: list[str], routing: str) -> dict[str, tuple[int, ...]]:
+        """Where each playlist's requests go: its owner process, ``crc32(id) % processes``
+        (``routing`` ``playlist``), or any process (``any``)."""
+        return routed(playlist_ids, [s.port for s in self.servers], routing)
+
+
+def routed(playlist_ids: list[str], ports: list[int], routing: str) -> dict[str, tuple[int, ...]]:
+    """Each playlist's ports: one, ``ports[crc32(id) % len(ports)]`` (``playlist``), or all."""
+    if routing == "any":
+        return dict.fromkeys(playlist_ids, tuple(ports))
+    return {p: (ports[zlib.crc32(p.encode()) % len(ports)],) for p in playlist_ids}
 
 
 @dataclass
@@ -322,7 +341,7 @@ class Chorus:
 
     servers: Servers
     authorization: str
-    routes: dict[str, dict[str, int]]
+    routes: dict[str, dict[str, tuple[int, ...]]]
     """Workload → its playlists' routes."""
 
 
@@ -342,7 +361,7 @@ def prepared(servers: Servers, args: argparse.Namespace) -> Chorus:
     return Chorus(
         servers,
         authorization,
-        {"spread": servers.routes(spread), "hot": servers.routes(hot)},
+        {"spread": servers.routes(spread, args.routing), "hot": servers.routes(hot, args.routing)},
     )
 
 
@@ -491,7 +510,9 @@ class BarePeer:
     """``bench/bare_writes.py`` servers (as many as Chorus's, routed the same way) on
     playlists of their own; a function ``seconds → Sample`` driving them with :func:`load`."""
 
-    def __init__(self, dsn: str, playlists: int, processes: int, clients: int, tmp: Path):
+    def __init__(
+        self, dsn: str, playlists: int, processes: int, routing: str, clients: int, tmp: Path
+    ) -> None:
         from tests.servers import free_port
 
         self.clients = clients
@@ -500,7 +521,7 @@ class BarePeer:
         ids = [f"bare-{playlists}-{n}" for n in range(playlists)]
         asyncio.run(_pgbench_playlists(dsn, f"bare-{playlists}-", playlists))
         ports = [free_port() for _ in range(max(1, processes))]
-        self.routes = {p: ports[zlib.crc32(p.encode()) % len(ports)] for p in ids}
+        self.routes = routed(ids, ports, routing)
         script = str(ROOT / "bench" / "bare_writes.py")
         self.processes = [
             subprocess.Popen([sys.executable, script, str(port), dsn, str(rows)]) for port in ports
@@ -682,6 +703,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="slices each figure is taken in")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--processes", type=int, default=1, help="chorus serve processes")
+    parser.add_argument(
+        "--routing",
+        choices=["playlist", "any"],
+        default="playlist",
+        help="playlist: each to its owner process, crc32(id) %% processes; any: round robin",
+    )
     parser.add_argument("--playlists", type=int, default=18, help="playlists of 'spread'")
     parser.add_argument("--sqlite", action="store_true", help="also the embedded profile")
     parser.add_argument(
@@ -703,7 +730,8 @@ def main() -> None:
     print(
         f"{args.clients} clients, {args.seconds:.0f} s measured per figure in {args.rounds} "
         f"slices taken in turn (each after a {WARMUP_S:.0f} s warm-up), "
-        f"{args.processes} chorus serve process(es) per mode, {os.cpu_count()} cores"
+        f"{args.processes} chorus serve process(es) per mode routed by {args.routing}, "
+        f"{os.cpu_count()} cores"
     )
     name = create_database()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -724,7 +752,9 @@ def main() -> None:
                 peers["bare"] = {
                     w: stack.enter_context(
                         contextlib.closing(
-                            BarePeer(dsn, count, args.processes, args.clients, Path(tmp))
+                            BarePeer(
+                                dsn, count, args.processes, args.routing, args.clients, Path(tmp)
+                            )
                         )
                     )
                     for w, count in (("spread", args.playlists), ("hot", 1))
