@@ -160,3 +160,50 @@ def test_a_query_over_the_cost_limit_is_refused_naming_both() -> None:
         "the query costs 102; the limit is 100 (ask for smaller pages or fewer fields)"
     ]
     assert result.extensions == {"cost": {"requestedQueryCost": 102, "maximum": 100}}
+
+
+KEPT = """
+query Page($n: Int = 7, $m: Int, $id: ID!) {
+  playlist(id: $id) {
+    entries(first: $n) { edges { node { id media { title } } } }
+    more: entries(first: $m) { edges { node { id } } }
+    ...F
+  }
+}
+fragment F on Playlist { changes(sinceVersion: 0, first: $n) { versions { version } } }
+"""
+
+
+def test_a_kept_documents_cost_is_remembered_by_the_variables_it_reads() -> None:
+    kept = parse(KEPT)  # one document, as the document cache hands it out again and again
+    sent: list[dict[str, Any]] = [
+        {"id": "a", "n": 5, "m": 3},
+        {"id": "b", "n": 5, "m": 3},  # another id: not a page size, the same cost
+        {"id": "a", "n": 9, "m": 3},
+        {"id": "a", "m": 3},  # n's default
+        {"id": "a", "n": None, "m": 100},  # null: the default too
+        {"id": "a", "n": 5, "m": 3},
+        {"id": "a", "n": [1], "m": 3},  # unhashable: counted, not remembered
+        {"id": "a", "n": 2_000, "m": 0},  # over the maximum: counted at it
+    ]
+    for variables in sent:
+        remembered = operation_cost(schema._schema, kept, "Page", variables, LIMITS)
+        fresh = operation_cost(schema._schema, parse(KEPT), "Page", variables, LIMITS)
+        assert remembered == fresh, variables
+    costs = {
+        c.cost
+        for v in sent
+        if (c := operation_cost(schema._schema, kept, "Page", v, LIMITS)) is not None
+    }
+    assert len(costs) == 6  # the sizes matter: nothing was answered from the wrong entry
+
+
+def test_a_documents_remembered_costs_go_with_it() -> None:
+    from chorus.graphql import cost as cost_module
+
+    before = len(cost_module._MEMOS)
+    for n in range(200):
+        operation_cost(
+            schema._schema, parse(f"{{ viewer {{ user {{ id n{n}: id }} }} }}"), None, {}, LIMITS
+        )
+    assert len(cost_module._MEMOS) <= before + 1  # each freed with its document

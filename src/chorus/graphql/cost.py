@@ -52,6 +52,7 @@ changes(…) } }`` would otherwise read without a limit).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,6 +244,11 @@ def operation_cost(
     Args:
         variables: the request's variables, as sent (an unusable page size
             counts as the default; the field refuses it when it runs).
+
+    A kept document comes again and again with other variables: its cost is
+    remembered under the values of the variables the count read (the page
+    sizes; the walk reads the same ones whatever their values), for as long
+    as the document lives (:class:`_Memo`).
     """
     operation = get_operation_ast(document, operation_name)
     if operation is None:
@@ -257,16 +263,90 @@ def operation_cost(
         for d in operation.variable_definitions or ()
         if isinstance(d.default_value, IntValueNode) and sent.get(d.variable.name.value) is None
     }
+    values = _Reads({**sent, **defaults})
+    memo = _Memo.of(
+        document, (schema, operation_name, limits.page_size_default, limits.page_size_max)
+    )
+    key = memo.key(values)
+    if key is not None and (known := memo.costs.get(key)) is not None:
+        return known
     counter = CostCounter(
         schema,
         {d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)},
-        {**sent, **defaults},
+        values,
         limits.page_size_default,
         limits.page_size_max,
     )
     part = counter.selection(operation.selection_set, root)
     introspection = all(name.startswith("__") for name in root_fields(document, operation))
-    return OperationCost(part.once + part.per_item, introspection, counter.visits)
+    found = OperationCost(part.once + part.per_item, introspection, counter.visits)
+    memo.keep(values, found)
+    return found
+
+
+class _Reads(dict[str, Any]):
+    """Variables that note which of them were read (``read``)."""
+
+    __slots__ = ("read",)
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        super().__init__(values)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+@dataclass(slots=True)
+class _Memo:
+    """One document's costs (per schema, operation name and page sizes), by the values
+    of the variables the count read; it goes when the document does."""
+
+    reads: tuple[str, ...] | None = None
+    """The variables the count reads (``None``: not counted yet)."""
+    costs: dict[tuple[Any, ...], OperationCost] = field(default_factory=dict)
+
+    KEPT_COSTS = 64
+    """Costs kept per document and operation: a client paging with many sizes churns them."""
+
+    @classmethod
+    def of(cls, document: DocumentNode, key: tuple[Any, ...]) -> _Memo:
+        # By identity: a node's hash and equality walk the whole tree. The
+        # weak reference's callback drops the entry before the id can be reused.
+        entry = _MEMOS.get(id(document))
+        if entry is None or entry[0]() is not document:
+            ident = id(document)
+            entry = (weakref.ref(document, lambda _: _MEMOS.pop(ident, None)), {})
+            _MEMOS[ident] = entry
+        memo = entry[1].get(key)
+        if memo is None:
+            memo = entry[1][key] = cls()
+        return memo
+
+    def key(self, values: _Reads) -> tuple[Any, ...] | None:
+        """The key of ``values`` (``None``: not counted yet, or a value that is not hashable)."""
+        if self.reads is None:
+            return None
+        key = tuple(dict.get(values, name) for name in self.reads)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def keep(self, values: _Reads, found: OperationCost) -> None:
+        self.reads = tuple(sorted(values.read))
+        key = self.key(values)
+        if key is None:
+            return
+        if len(self.costs) >= self.KEPT_COSTS:
+            self.costs.clear()
+        self.costs[key] = found
+
+
+_MEMOS: dict[int, tuple[weakref.ref[DocumentNode], dict[tuple[Any, ...], _Memo]]] = {}
+"""``id(document)`` → (the document, its memos by schema, operation name and page sizes)."""
 
 
 def root_fields(document: DocumentNode, operation: OperationDefinitionNode) -> Iterator[str]:
