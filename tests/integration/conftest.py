@@ -33,6 +33,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def postgres(postgres_template: str) -> Iterator[str]:
+    """A database on the machine's PostgreSQL, migrated to head (so with the outbox
+    trigger); its URL."""
+    name = create_database(template=postgres_template)
+    yield postgres_url(name)
+    drop_database(name)
+
+
+@pytest.fixture
 async def database(database_url: str) -> AsyncIterator[Database]:
     db = Database(database_url)
     yield db

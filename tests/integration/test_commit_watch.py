@@ -8,7 +8,6 @@ server has); every wait is bounded.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from chorus.db.store import PlaylistStore
 from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.commands import CreatePlaylist
 from chorus.resilience.tasks import cancel_and_wait
-from tests.servers import create_database, drop_database, postgres_url
 
 WAIT_S = 10.0
 
@@ -52,14 +50,6 @@ async def test_postgresql_has_no_data_version(tmp_path: Path) -> None:
 
 
 # --- PostgreSQL: LISTEN/NOTIFY from the outbox trigger ---------------------------------
-
-
-@pytest.fixture
-def postgres(postgres_template: str) -> Iterator[str]:
-    """A database migrated to head (so with the outbox trigger); its URL."""
-    name = create_database(template=postgres_template)
-    yield postgres_url(name)
-    drop_database(name)
 
 
 async def test_postgresql_commits_of_another_process_are_heard(postgres: str) -> None:

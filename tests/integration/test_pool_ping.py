@@ -10,21 +10,13 @@ trip; if the server closed it meanwhile, that transaction fails as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
 
 from chorus.db import engine as engine_module
 from chorus.db.engine import PING_AFTER_IDLE_S, Database, DatabaseUnavailable
-from tests.servers import create_database, drop_database, postgres_url
-
-
-@pytest.fixture
-def postgres(postgres_template: str) -> Iterator[str]:
-    name = create_database(template=postgres_template)
-    yield postgres_url(name)
-    drop_database(name)
 
 
 @pytest.fixture
