@@ -285,7 +285,8 @@ def operation_cost(
 
 
 class _Reads(dict[str, Any]):
-    """Variables that note which of them were read (``read``)."""
+    """Variables that note which of them were read (``read``), by ``get``, ``[]`` or ``in``:
+    a remembered cost holds only for the values of what the count read."""
 
     __slots__ = ("read",)
 
@@ -296,6 +297,15 @@ class _Reads(dict[str, Any]):
     def get(self, key: str, default: Any = None) -> Any:
         self.read.add(key)
         return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.read.add(key)
+        return super().__contains__(key)
 
 
 @dataclass(slots=True)
