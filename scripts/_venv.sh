@@ -1,7 +1,16 @@
-# Sourced by the scripts: make sure .venv exists and holds this checkout.
-# Reinstalls when pyproject.toml changed since the last install. Scripts
+# Sourced by the scripts: make sure .venv holds exactly what uv.lock says.
+#
+# uv.lock is the truth (docs/development.md): every package, with its version
+# and hashes, for the runtime, the test, lint and type tools and the build
+# backend. Nothing is resolved here: `uv sync --locked` installs the lock and
+# refuses to run when pyproject.toml and the lock disagree. uv itself comes
+# from PyPI, pinned by hash in scripts/uv-requirements.txt, into a venv of its
+# own (.venv-uv), so that syncing .venv never removes the tool doing it.
+#
+# A changed uv.lock, pyproject.toml or extras set installs again; scripts
 # started together (several ./scripts/chorus at once) install one at a time.
 VENV="${CHORUS_VENV:-$root/.venv}"
+UV_VENV="${CHORUS_UV_VENV:-$root/.venv-uv}"
 extras="${CHORUS_EXTRAS:-}"
 stamp="$VENV/.chorus-installed${extras:+-$extras}"
 
@@ -9,24 +18,49 @@ _chorus_installed() {
   # The test install holds everything the plain one does.
   local s
   for s in "$stamp" "$VENV/.chorus-installed-test"; do
-    if [ -f "$s" ] && [ ! "$root/pyproject.toml" -nt "$s" ] && [ -x "$VENV/bin/python" ]; then
+    if [ -f "$s" ] && [ -x "$VENV/bin/python" ] \
+      && [ ! "$root/pyproject.toml" -nt "$s" ] && [ ! "$root/uv.lock" -nt "$s" ] \
+      && cmp -s "$s" "$root/uv.lock"; then
       return 0
     fi
   done
   return 1
 }
 
+_chorus_uv() {
+  local want
+  want="$(sed -n 's/^uv==\([^ ]*\).*/\1/p' "$root/scripts/uv-requirements.txt")"
+  if [ -x "$UV_VENV/bin/uv" ] && [ "$("$UV_VENV/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" = "$want" ]; then
+    return 0
+  fi
+  rm -rf "$UV_VENV"
+  python3 -m venv "$UV_VENV"
+  "$UV_VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    --require-hashes -r "$root/scripts/uv-requirements.txt"
+}
+
 if ! _chorus_installed; then
-  mkdir -p "$VENV"
+  mkdir -p "$(dirname "$VENV")"
   if command -v flock >/dev/null 2>&1; then
-    exec 9>"$VENV/.install-lock"
+    exec 9>"$root/.venv-install-lock"
     flock 9
   fi
   if ! _chorus_installed; then  # another script may have installed meanwhile
-    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root${extras:+[$extras]}"
-    touch "$stamp"
+    started=$SECONDS
+    echo "== setting up $VENV from uv.lock (first run or changed lock: about a minute)" >&2
+    _chorus_uv
+    # Never download a Python (no network but the package registries) and
+    # use the machine's python3 as the README says.
+    UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT="$VENV" \
+      "$UV_VENV/bin/uv" sync --project "$root" --locked --no-install-project --quiet \
+      --python "$(command -v python3)" ${extras:+--extra "$extras"}
+    # chorus itself last, built by the locked setuptools just installed.
+    UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT="$VENV" \
+      "$UV_VENV/bin/uv" sync --project "$root" --locked --quiet \
+      --python "$(command -v python3)" ${extras:+--extra "$extras"}
+    rm -f "$VENV"/.chorus-installed*
+    cp "$root/uv.lock" "$stamp"
+    echo "== $VENV ready in $((SECONDS - started)) s" >&2
   fi
   if command -v flock >/dev/null 2>&1; then
     exec 9>&-

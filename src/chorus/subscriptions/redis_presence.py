@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as redis
 from redis.asyncio.client import PubSub
@@ -40,6 +40,15 @@ from chorus.domain.presence import PresenceState, Session
 from chorus.resilience.backoff import Backoff
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.presence import Changed, Held
+
+
+class _Closable(Protocol):
+    """``PubSub.aclose`` as called here: redis-py types it from 8.2 on, not
+    before, so a ``type: ignore`` would be right on one version and wrong on
+    the next; the protocol is right on both."""
+
+    async def aclose(self) -> None: ...
+
 
 log = logging.getLogger("chorus.redis_presence")
 
@@ -230,7 +239,8 @@ class RedisPresenceStore:
             await cancel_and_wait(self._reader)
             self._reader = None
         if self._pubsub is not None:
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py
+            closable: _Closable = self._pubsub
+            await closable.aclose()
             self._pubsub = None
 
     async def _run(self) -> None:
