@@ -24,6 +24,7 @@ import httpx
 from sqlalchemy.engine import make_url
 
 from tests.conftest import POSTGRES_ADMIN_URL
+from tests.deadlines import patience
 
 
 def postgres_url(database: str, driver: str = "postgresql+asyncpg") -> str:
@@ -127,7 +128,7 @@ class ChorusServer:
             stderr=subprocess.STDOUT,
         )
         name = f"chorus {self.command[0]}"
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patience(timeout_s)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{name} exited: {self.log.read_text()[-2000:]}")
@@ -170,7 +171,7 @@ class ChorusServer:
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server on port {port} exited with {process.returncode}")
@@ -183,7 +184,7 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout_s: float
 
 
 def _wait_closed(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
@@ -325,7 +326,7 @@ class PostgresCluster(_Process):
 
     def start(self, timeout_s: float = 20.0) -> None:
         super().start(timeout_s)
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patience(timeout_s)
         while time.monotonic() < deadline:  # the port opens before it accepts logins
             try:
                 asyncio.run(_ping_postgres(self.url))

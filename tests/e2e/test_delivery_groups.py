@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import ClientConnection
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.e2e.test_subscriptions import (
@@ -68,7 +69,7 @@ def metrics(server: ChorusServer) -> dict[str, float]:
 
 async def until(server: ChorusServer, check: Any) -> dict[str, float]:
     """Poll ``/metrics`` until ``check(metrics)`` holds."""
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + patience(TIMEOUT_S)
     while True:
         found = await asyncio.to_thread(metrics, server)
         if check(found):

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from graphql import get_introspection_query
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, error_codes, mutation_document, track
 from tests.servers import ChorusServer
@@ -325,7 +326,7 @@ def followed_heavy_feed(api: Api, user: str, pid: str, count: int, document: str
     follow = "mutation($input: FollowInput!) { follow(input: $input) { changed } }"
     api.data(follow, user, input={"kind": "PLAYLIST", "targetId": pid})
     heavy_versions(api, pid, count)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(10)
     while True:
         body = api.gql(document, user=user)
         edges = (body.get("data") or {}).get("viewer", {}).get("feed", {}).get("edges", [])

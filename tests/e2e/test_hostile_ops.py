@@ -30,6 +30,7 @@ from websockets.typing import Subprotocol
 
 from chorus.auth import mint_token
 from chorus.graphql.metrics import MAX_OPERATION_NAMES_PER_USER
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add
 from tests.servers import TEST_SECRET, ChorusServer
@@ -38,9 +39,9 @@ METRICS_TOKEN = "scrape-" + "s" * 24
 CONFIGURED = "PublicStatus"
 LABEL = re.compile(r"^chorus_graphql_request_seconds_count\{([^}]*)\}", re.MULTILINE)
 PROTOCOL = Subprotocol("graphql-transport-ws")
-WAIT_S = 20.0
+WAIT_S = patience(20.0)
 """A generous bound on any one wait for the server."""
-DELIVERY_WAIT_S = 5.0
+DELIVERY_WAIT_S = patience(5.0)
 """How long a subscriber waits for an edit another process committed: generous for a
 prompt delivery, yet shorter than the streams' 15 s idle check, which would find it too."""
 
@@ -347,7 +348,7 @@ def test_serve_on_port_0_prints_the_port_it_listens_on(tmp_path: Path) -> None:
             assert found, banner
             port = int(found.group(1))
             assert port != 0, banner
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + patience(30)
             while True:
                 try:
                     alive = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)

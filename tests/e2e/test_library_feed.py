@@ -19,6 +19,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import add, committed, create_playlist, mutate, refused, track
 from tests.e2e.test_subscriptions import receive, socket, subscribe
@@ -86,7 +87,7 @@ async def listen(server: ChorusServer, ws: ClientConnection, joins: int) -> None
     before = await asyncio.to_thread(live_streams, server)
     message = {"id": "feed", "type": "subscribe", "payload": {"query": FEED_EVENTS}}
     await ws.send(json.dumps(message))
-    deadline = time.monotonic() + 20  # tells 'joined' from 'hung', not a speed
+    deadline = time.monotonic() + patience(20)  # tells 'joined' from 'hung', not a speed
     while await asyncio.to_thread(live_streams, server) < before + joins:
         assert time.monotonic() < deadline, "feedEvents never joined its playlists"
         await asyncio.sleep(0.05)
@@ -228,7 +229,7 @@ async def test_a_running_feed_follows_follows_made_after_it_started(
         before = await asyncio.to_thread(live_streams, server)
 
         async def joined(count: int) -> None:
-            deadline = time.monotonic() + 20  # 'joined' or 'hung', not a speed
+            deadline = time.monotonic() + patience(20)  # 'joined' or 'hung', not a speed
             while await asyncio.to_thread(live_streams, server) != before + count:
                 assert time.monotonic() < deadline, "the feed never followed the change"
                 await asyncio.sleep(0.05)
@@ -286,7 +287,8 @@ def test_following_a_user_brings_their_new_public_playlists(api: Api) -> None:
     assert [e["code"] for e in own["userErrors"]] == ["INVALID_INPUT"]
     public = create_playlist(api, "star", "Out now", visibility="PUBLIC")
     create_playlist(api, "star", "Drafts")  # PRIVATE: not for the fan
-    deadline = time.monotonic() + 20  # the relay pushes after the commit; 'hung' bound only
+    # the relay pushes after the commit; 'hung' bound only
+    deadline = time.monotonic() + patience(20)
     while feed(api, "fan") != [(public, 0, "PLAYLIST_CREATED")]:
         assert time.monotonic() < deadline, feed(api, "fan")
         time.sleep(0.05)

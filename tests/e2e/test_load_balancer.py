@@ -31,6 +31,7 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from chorus.auth import mint_token
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import create_playlist
 from tests.servers import TEST_SECRET, ChorusServer
@@ -38,7 +39,7 @@ from tests.servers import TEST_SECRET, ChorusServer
 PROTOCOL = Subprotocol("graphql-transport-ws")
 UNTRUSTED_PEER = "127.0.0.2"
 CLIENT = "203.0.113.7"
-WAIT_S = 10.0
+WAIT_S = patience(10.0)
 
 
 def _server(data_dir: Path, **env: str) -> ChorusServer:
@@ -78,7 +79,7 @@ def _get(server: ChorusServer, path: str, peer: str = "127.0.0.1", **headers: st
 
 def _log_line(server: ChorusServer, request_id: str, marker: str = "uvicorn.access") -> str:
     """The log line of request ``request_id`` holding ``marker`` (the log is written as it goes)."""
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + patience(WAIT_S)
     while time.monotonic() < deadline:
         for line in server.log.read_text().splitlines():
             if f"[{request_id}]" in line and marker in line:
@@ -166,7 +167,7 @@ def _running(data_dir: Path, **env: str) -> ChorusServer:
 
 async def _until_draining(http: httpx.AsyncClient, server: ChorusServer) -> httpx.Response:
     """``/readyz`` once it answers 503 (bounded: it flips on the signal, not later)."""
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + patience(WAIT_S)
     while True:
         response = await http.get(f"{server.base_url}/readyz")
         if response.status_code == 503 or time.monotonic() > deadline:
@@ -257,7 +258,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     try:
         assert server.process is not None
         server.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + patience(WAIT_S)
         while httpx.get(f"{server.base_url}/readyz", timeout=WAIT_S).status_code != 503:
             assert time.monotonic() < deadline, "never drained"
             time.sleep(0.02)

@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from chorus.auth import mint_token
+from tests.deadlines import patience
 from tests.servers import TEST_SECRET, ChorusServer
 
 CREATE = """mutation Create($input: CreatePlaylistInput!) {
@@ -112,7 +113,7 @@ def test_chorus_serve_exports_its_spans_over_otlp_http(
         created = _graphql(server, CREATE, "alice", input={"operationId": "o1", "title": "Mix"})
         playlist_id = created["createPlaylist"]["playlist"]["id"]
         assert _graphql(server, READ, "alice", id=playlist_id) == {"playlist": {"title": "Mix"}}
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + patience(15)
         names: set[str] = set()
         while time.monotonic() < deadline and not {"query ReadTitle", "outbox publish"} <= names:
             time.sleep(0.1)

@@ -22,6 +22,7 @@ import pytest
 
 from chorus.auth import mint_token
 from chorus.graphql import ids
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import committed, create_playlist, mutate, track
 from tests.servers import (
@@ -32,7 +33,7 @@ from tests.servers import (
     postgres_url,
 )
 
-WAIT_S = 30.0
+WAIT_S = patience(30.0)
 """How long a state the test waits for may take before the test fails (never reached)."""
 ADD = (
     "mutation Add($input: AddEntriesInput!) { addEntries(input: $input) { version replayed "
@@ -95,7 +96,7 @@ PLAYLIST: list[str] = []
 
 
 async def until(what: str, check: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + patience(WAIT_S)
     while not await check():
         if time.monotonic() > deadline:
             raise AssertionError(f"still not {what} after {WAIT_S:.0f} s")

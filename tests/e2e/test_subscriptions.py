@@ -35,12 +35,13 @@ from websockets.typing import Subprotocol
 
 from chorus.graphql.websocket import TWO_TOKENS
 from chorus.settings import Settings
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, all_entries, committed, create_playlist, mutate, track, version
 from tests.servers import TEST_SECRET, ChorusServer
 
 JS_DIR = Path(__file__).parent / "js"
-TIMEOUT_S = 20.0
+TIMEOUT_S = patience(20.0)
 PROTOCOL = Subprotocol("graphql-transport-ws")
 
 SUBSCRIPTION = """
@@ -320,7 +321,7 @@ def health(server: ChorusServer) -> dict[str, int]:
 
 async def settled(server: ChorusServer, within_s: float = 5.0) -> None:
     """``/healthz`` counts go back to 0 within ``within_s`` seconds."""
-    deadline = time.monotonic() + within_s
+    deadline = time.monotonic() + patience(within_s)
     while True:
         counts = await asyncio.to_thread(health, server)
         if not any(counts.values()):
@@ -687,7 +688,7 @@ async def test_each_user_may_hold_a_bounded_number_of_connections(tmp_path: Path
                 first = await js.line()
                 assert first == {"retrying": {"code": 1013, "reason": "too many connections"}}
                 await alice.pop().close()
-                deadline = time.monotonic() + TIMEOUT_S  # graphql-ws waits 1.3–4 s first
+                deadline = time.monotonic() + patience(TIMEOUT_S)  # graphql-ws waits 1.3–4 s first
                 while health(chorus)["websocket_connections"] < 4:  # her retry got in
                     assert time.monotonic() < deadline, "graphql-ws did not reconnect"
                     await asyncio.sleep(0.1)
@@ -757,7 +758,7 @@ async def test_a_subscriber_too_far_behind_gets_resync_and_one_users_catch_ups_t
 
 async def _open_when_allowed(server: ChorusServer, token: str) -> ClientConnection:
     """A connection, retried while the server has not yet released a closed one."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + patience(5)
     while True:
         try:
             return await open_socket(server, token)

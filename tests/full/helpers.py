@@ -16,6 +16,7 @@ from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig
 from chorus.events.wire import decode_event
+from tests.deadlines import patience
 
 ALICE = "alice"
 
@@ -75,7 +76,7 @@ async def eventually(
     check: Callable[[], Awaitable[bool]], *, timeout_s: float = 20.0, what: str = "condition"
 ) -> None:
     """Poll ``check`` until it holds; fail with ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while time.monotonic() < deadline:
         if await check():
             return
@@ -102,7 +103,7 @@ async def read_topic(
     await consumer.start()
     seen: dict[str, list[int]] = defaultdict(list)
     count = 0
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     try:
         while count < expected and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=200)

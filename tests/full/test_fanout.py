@@ -31,6 +31,7 @@ from chorus.events.wire import (
     events_channel,
     fanout_version_key,
 )
+from tests.deadlines import patience
 from tests.full.helpers import event
 from tests.servers import RedisServer, TansuServer
 
@@ -51,7 +52,7 @@ def fanout(config: KafkaConfig, client: aioredis.Redis, group_id: str, name: str
 
 
 async def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
@@ -131,7 +132,7 @@ class Listener:
             self.marker_channel = channel
         self.received: list[tuple[str, int]] = []
         self._marker_seen = False
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + patience(5)
         while True:  # the subscription is active once Redis confirmed it
             message = self.pubsub.get_message(timeout=0.1)
             if message is not None and message["type"] in ("subscribe", "psubscribe"):
@@ -159,7 +160,7 @@ class Listener:
     async def receive_until(
         self, condition: Callable[[], bool], what: str, timeout_s: float = 20.0
     ) -> None:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + patience(timeout_s)
         while not condition():
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; received {self.received}")
@@ -214,7 +215,7 @@ async def test_a_third_consumer_joining_mid_stream_loses_and_repeats_nothing(
     first, second, third = (fanout(config, redis_client, group, name) for name in "abc")
     playlists = [new_id("pl") for _ in range(20)]
     rounds = 0
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + patience(60)
 
     async def produce_while(producer: Producer, condition: Callable[[], bool]) -> None:
         nonlocal rounds

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions_convergence import converge
@@ -135,7 +136,7 @@ def test_each_worker_answers_its_probes_and_counts_its_work(cluster: Cluster) ->
         assert ready.status_code == 200, ready.text
         assert set(ready.json()["checks"]) == WORKER_CHECKS[name]
         counter, least = WORKER_COUNTERS[name]
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + patience(20)
         while _sample(worker, counter) < before[name] + least:
             assert time.monotonic() < deadline, f"{name}: {counter} did not grow by {least}"
             time.sleep(0.1)

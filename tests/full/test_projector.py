@@ -33,13 +33,14 @@ from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
+from tests.deadlines import patience
 from tests.servers import RedisServer, TansuServer
 
 
 async def eventually(
     check: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 30
 ) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + patience(timeout_s)
     while not await check():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         await asyncio.sleep(0.05)

@@ -33,11 +33,12 @@ from chorus.subscriptions.bus import BusPublisher
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
+from tests.deadlines import patience
 from tests.full.helpers import event
 from tests.servers import RedisServer
 
 ALICE = "alice"
-TIMEOUT_S = 20.0
+TIMEOUT_S = patience(20.0)
 QUIET_S = 0.4
 """How long nothing must arrive to count as nothing more arriving."""
 NO_IDLE_CHECK_S = 600.0
@@ -45,7 +46,7 @@ NO_IDLE_CHECK_S = 600.0
 
 async def eventually(predicate: Callable[[], bool], what: str) -> None:
     """Poll ``predicate`` until it holds; fail after :data:`TIMEOUT_S`."""
-    deadline = asyncio.get_running_loop().time() + TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + patience(TIMEOUT_S)
     while not predicate():
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")

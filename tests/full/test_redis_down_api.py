@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions import receive, socket, subscribe
@@ -78,7 +79,7 @@ async def test_redis_down_reads_and_mutations_work_and_streams_repair_after(
             assert (await receive(ws))["payload"]["data"]["playlistEvents"]["version"] == 7
             with pytest.raises(TimeoutError):  # and no duplicate follows
                 await asyncio.wait_for(ws.recv(), 1.0)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         while _readyz(node).status_code != 200:
             assert time.monotonic() < deadline, "/readyz did not recover"
             await asyncio.sleep(0.1)

@@ -20,6 +20,7 @@ import redis
 
 from chorus.caches.keys import head_key, snapshot_key
 from chorus.graphql import ids
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.e2e.test_response_cache import PAGE, cache_counts, post
@@ -27,7 +28,7 @@ from tests.full.conftest import REDIS_URL
 from tests.full.helpers import full_profile_env
 from tests.servers import ChorusServer, TansuServer
 
-WAIT_S = 30.0
+WAIT_S = patience(30.0)
 """The longest wait for a background write (a head raise, a snapshot fill) to reach Redis."""
 
 
@@ -47,7 +48,7 @@ class Pair:
         return None if value is None else int(value)
 
     def wait_for_head(self, playlist_id: str, version: int) -> None:
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + patience(WAIT_S)
         while (self.head(playlist_id) or -1) < version:
             assert time.monotonic() < deadline, f"head of {playlist_id} never reached {version}"
             time.sleep(0.05)
@@ -100,7 +101,7 @@ def test_a_snapshot_written_by_a_read_on_one_process_is_served_by_the_other(pair
     assert stored_version(pair, raw) < 1
     first = page(two, pid)  # a miss: read from SQL, the snapshot is filled behind it
     assert first["version"] == 1
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + patience(WAIT_S)
     while stored_version(pair, raw) < 1:
         assert time.monotonic() < deadline, "the read never filled the snapshot"
         time.sleep(0.05)
@@ -174,7 +175,7 @@ def test_serve_workers_share_the_port_and_each_sees_the_others_commits(
         pid = create_playlist(api, visibility="PUBLIC")
         done = add(api, pid, [track(1)], 0)
         pair_redis = redis.Redis.from_url(REDIS_URL)
-        deadline = time.monotonic() + WAIT_S
+        deadline = time.monotonic() + patience(WAIT_S)
         while int(pair_redis.get(head_key(ids.playlist_id(pid))) or -1) < done["version"]:
             assert time.monotonic() < deadline
             time.sleep(0.05)

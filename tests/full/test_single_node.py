@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions import receive, socket, subscribe
@@ -56,7 +57,7 @@ async def test_one_process_relays_fans_out_and_projects(node: ChorusServer) -> N
 
         # The projector catches up; then a PUBLIC read is a snapshot hit.
         before = _snapshot_hits(node)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + patience(20)
         while _snapshot_hits(node) == before:
             assert time.monotonic() < deadline, "no read was served from the snapshot"
             data = api.data(READ, "bob", id=playlist_id)

@@ -36,6 +36,7 @@ from chorus.graphql import ids
 from chorus.graphql.schema import build_schema
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resolvers.context import RequestContext, Services
+from tests.deadlines import patience
 from tests.servers import RedisServer
 
 schema = build_schema()
@@ -344,7 +345,7 @@ async def test_with_redis_down_reads_use_sql_behind_an_open_breaker_then_snapsho
         await project(pg_database, client, pid)
         from_sql = await execute(pg_database, None, FULL, "bob", id=gid)
         assert from_sql["playlist"]["version"] == 2
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         while True:
             hits = reads("hit")
             assert await execute(pg_database, cache, FULL, "bob", id=gid) == from_sql
@@ -384,7 +385,7 @@ async def test_a_head_raise_refused_by_redis_is_retried_without_another_commit(
         finally:
             os.kill(private_redis.process.pid, signal.SIGCONT)
 
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + patience(10)
         while committing.pending_heads:
             assert time.monotonic() < deadline, "the refused head raise was never sent"
             await asyncio.sleep(0.05)

@@ -12,13 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import create_playlist
 from tests.servers import ChorusServer, PostgresCluster
 
 
 def _start_when_waited_for(server: ChorusServer, cluster: PostgresCluster) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(30)
     while not (server.log.exists() and "database not reachable" in server.log.read_text()):
         assert time.monotonic() < deadline, "the server never said it was waiting"
         time.sleep(0.05)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions import open_socket, receive, subscribe
@@ -115,7 +116,7 @@ def test_a_process_waiting_for_its_database_exits_0_on_a_stop_signal(
             stderr=stderr,
         )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + patience(30)
         while "database not reachable" not in log.read_text():
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "it never said it was waiting"

@@ -30,6 +30,7 @@ from chorus.catalog import (
     MediaPage,
     create_catalog_app,
 )
+from tests.deadlines import patience
 
 SECRET = "psycopg.OperationalError: password authentication failed for user admin"
 
@@ -50,7 +51,7 @@ def serve(app: ASGIApp) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + patience(10)
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("the test server did not start")

@@ -18,8 +18,9 @@ from chorus.db.store import PlaylistStore
 from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.commands import CreatePlaylist
 from chorus.resilience.tasks import cancel_and_wait
+from tests.deadlines import patience
 
-WAIT_S = 10.0
+WAIT_S = patience(10.0)
 
 
 async def test_a_commit_of_another_process_is_noticed(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from chorus.events.relay import OutboxRelay
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.feed import feed_stream
 from chorus.subscriptions.hub import Hub
+from tests.deadlines import patience
 from tests.integration.store_helpers import ALICE, BOB, Editor, new_op
 
 CAROL = "carol"
@@ -266,7 +267,7 @@ async def test_a_live_feed_hears_a_follow_made_elsewhere_at_its_next_refresh(
     try:
         await asyncio.sleep(0.1)  # the stream is running and follows nothing
         await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))  # no follows_changed
-        deadline = asyncio.get_running_loop().time() + 20  # 'joined' or 'hung'
+        deadline = asyncio.get_running_loop().time() + patience(20)  # 'joined' or 'hung'
         while bus.subscription_count == 0:
             assert asyncio.get_running_loop().time() < deadline, "never re-read its follows"
             await asyncio.sleep(0.02)

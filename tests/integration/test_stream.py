@@ -55,9 +55,10 @@ from chorus.resolvers.context import RequestContext, Services
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
+from tests.deadlines import patience
 
 ALICE, BOB, CAROL, DAVE = "alice", "bob", "carol", "dave"
-TIMEOUT_S = 15.0
+TIMEOUT_S = patience(15.0)
 QUIET_S = 0.4
 """How long a stream must stay silent to count as having sent nothing more."""
 
