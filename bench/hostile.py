@@ -217,7 +217,8 @@ class Attacks:
             " ... on EntriesAdded { entries { id media { title } } } } } }"
             for i in range(6)
         )
-        query = f"subscription {{ feedEvents {{ version playlist {{ {fields} }} }} }}"
+        item = f"... on FeedItem {{ version playlist {{ {fields} }} }}"
+        query = f"subscription {{ feedEvents {{ {item} }} }}"
         url = f"ws://127.0.0.1:{self.port}/graphql"
         try:
             async with websockets.connect(url, subprotocols=[WS_PROTOCOL]) as ws:

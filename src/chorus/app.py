@@ -70,6 +70,7 @@ from chorus.middleware import (
 )
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
+from chorus.subscriptions.feed import feeds_of
 
 
 async def healthz(request: Request) -> JSONResponse:
@@ -82,6 +83,8 @@ async def healthz(request: Request) -> JSONResponse:
             "status": "ok",
             "live_streams": hub.stream_count if hub else 0,
             "bus_subscriptions": hub.playlist_count if hub else 0,
+            "feed_sources": feeds_of(hub).source_count if hub else 0,
+            "feed_subscriptions": feeds_of(hub).subscription_count if hub else 0,
             "websocket_connections": sum(graphql.connections.values()),
             "draining": request.app.state.drain.draining,
         }

@@ -52,7 +52,8 @@ async def test_a_subscription_over_the_cost_limit_is_refused(
     server: ChorusServer, api: Api
 ) -> None:
     fields = " ".join(f"a{i}: {CHANGES}" for i in range(6))  # 6 x 10,101 > 10,000
-    query = f"subscription {{ feedEvents {{ version playlist {{ {fields} }} }} }}"
+    item = f"... on FeedItem {{ version playlist {{ {fields} }} }}"
+    query = f"subscription {{ feedEvents {{ {item} }} }}"
     async with socket(server, api.token("alice")) as ws:
         await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
         message = await receive(ws)

@@ -39,7 +39,10 @@ FEED = """query($first: Int, $after: String) { viewer { feed(first: $first, afte
   pageInfo { hasNextPage endCursor }
   edges { cursor node { version kind actor { id } happenedAt playlist { id title }
     changes { __typename } } } } } }"""
-FEED_EVENTS = "subscription { feedEvents { version kind playlist { id title } actor { id } } }"
+FEED_EVENTS = (
+    "subscription { feedEvents { __typename ... on FeedItem { version kind playlist { id title }"
+    " actor { id } } ... on FeedResyncRequired { reason } } }"
+)
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

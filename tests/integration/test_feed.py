@@ -30,7 +30,7 @@ from chorus.domain.model import Role, Visibility
 from chorus.events.feed import FeedingPublisher, FeedSink
 from chorus.events.relay import OutboxRelay
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
-from chorus.subscriptions.feed import feed_stream
+from chorus.subscriptions.feed import feed_stream, feeds_of
 from chorus.subscriptions.hub import Hub
 from tests.deadlines import patience
 from tests.integration.store_helpers import ALICE, BOB, Editor, new_op
@@ -251,10 +251,10 @@ async def test_retention_hides_then_prunes_old_items(database: Database) -> None
     assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 0
 
 
-async def test_a_live_feed_hears_a_follow_made_elsewhere_at_its_next_refresh(
+async def test_a_live_feed_joins_a_follow_it_is_told_of_and_leaves_nothing_behind(
     database: Database, store: PlaylistStore
 ) -> None:
-    """A follow another process made (nobody told this one) is joined at the next re-read."""
+    """A follow is heard when announced (no polling); the last subscription out stops it all."""
     bus = InProcessBus()
     hub = Hub(bus)
     follows = FollowStore(database, PUSH)
@@ -262,12 +262,15 @@ async def test_a_live_feed_hears_a_follow_made_elsewhere_at_its_next_refresh(
     pipeline = OutboxRelay(database, BusPublisher(bus))
     while await pipeline.drain_once():  # version 0 is published before anyone listens
         pass
-    stream = feed_stream(database, hub, BOB, refresh_s=0.05)
+    stream = feed_stream(database, hub, BOB, PUSH)
     first = asyncio.ensure_future(anext(stream))
     try:
-        await asyncio.sleep(0.1)  # the stream is running and follows nothing
-        await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))  # no follows_changed
-        deadline = asyncio.get_running_loop().time() + patience(20)  # 'joined' or 'hung'
+        deadline = asyncio.get_running_loop().time() + patience(20)  # 'started' or 'hung'
+        while feeds_of(hub).subscription_count == 0:
+            assert asyncio.get_running_loop().time() < deadline, "never started"
+            await asyncio.sleep(0.02)
+        await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))
+        feeds_of(hub).follows_changed(BOB)  # what the follow resolver tells
         while bus.subscription_count == 0:
             assert asyncio.get_running_loop().time() < deadline, "never re-read its follows"
             await asyncio.sleep(0.02)
@@ -275,8 +278,10 @@ async def test_a_live_feed_hears_a_follow_made_elsewhere_at_its_next_refresh(
         while await pipeline.drain_once():
             pass
         item = await asyncio.wait_for(first, 20)
+        assert isinstance(item, FeedItem)
         assert (item.playlist_id, item.version) == (p1.playlist_id, 1)
     finally:
         first.cancel()
         await stream.aclose()
     assert bus.subscription_count == 0  # closing left the hub
+    assert (feeds_of(hub).source_count, hub.stream_count) == (0, 0)

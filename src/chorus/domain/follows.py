@@ -85,6 +85,9 @@ class FeedLimits:
     page_size_max: int = 50
     retention_days: int = 30
     """Pushed rows are deleted after this; pulled targets are read back this far."""
+    live_weight_max: int = 20_000
+    """What one user's ``feedEvents`` subscriptions may weigh in one process: each weighs
+    the playlists the user follows (at least 1)."""
 
     def pushed(self, follower_count: int) -> bool:
         """Whether a target with ``follower_count`` followers is pushed (else pulled)."""

@@ -60,6 +60,11 @@ def events_channel(playlist_id: str) -> str:
     return playlist_key(playlist_id, "events")
 
 
+def follows_channel(user_id: str) -> str:
+    """The Redis pub/sub channel on which a user's follows changing is announced (no payload)."""
+    return f"{KEY_PREFIX}:user:{user_id}:follows"
+
+
 def channel_playlist(channel: str | bytes) -> str:
     """The playlist id of an :func:`events_channel` name."""
     name = channel.decode() if isinstance(channel, bytes) else channel

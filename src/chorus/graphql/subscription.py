@@ -17,6 +17,7 @@ from chorus.graphql.history import PlaylistChanged
 from chorus.graphql.presence import PresenceEvent, presence_event
 from chorus.graphql.types import ChorusInfo
 from chorus.resolvers import follows, presence, subscriptions
+from chorus.subscriptions.feed import FeedResync
 from chorus.subscriptions.stream import Resync
 
 
@@ -34,6 +35,19 @@ class ResyncRequired:
 
 
 PlaylistEvent = Annotated[PlaylistChanged | ResyncRequired, strawberry.union("PlaylistEvent")]
+
+
+@strawberry.type(
+    description="Feed items may be missing since the last one: read viewer.feed again, then "
+    "go on with the items that follow. reason: 'events lost' (live events were lost on the "
+    "way, e.g. the event bus was away) or 'slow consumer' (the subscription fell more than "
+    "the subscriber lag limit behind)."
+)
+class FeedResyncRequired:
+    reason: str
+
+
+FeedEvent = Annotated[FeedItem | FeedResyncRequired, strawberry.union("FeedEvent")]
 
 
 @strawberry.type
@@ -99,11 +113,16 @@ class Subscription:
 
     @strawberry.subscription(
         description="The viewer's feed, live: each new version of a playlist the viewer "
-        "follows and may read, once; a follow made meanwhile counts within 5 s. A notification: "
-        "what it missed, and playlists created by followed users, are in viewer.feed."
+        "follows and may read, once, or a FeedResyncRequired where some may be missing; a "
+        "follow or unfollow counts from when it is made. Playlists created by followed users "
+        "are in viewer.feed only. One user's subscriptions in a process weigh the playlists "
+        "they follow each; past CHORUS_FEED_LIVE_WEIGHT_MAX: LIMIT_EXCEEDED."
     )
-    async def feed_events(self, info: ChorusInfo) -> AsyncGenerator[FeedItem, None]:
+    async def feed_events(self, info: ChorusInfo) -> AsyncGenerator[FeedEvent, None]:
         items = follows.feed_events(info.context)
         async with contextlib.aclosing(items):
             async for item in items:
-                yield FeedItem.from_record(item)
+                if isinstance(item, FeedResync):
+                    yield FeedResyncRequired(reason=item.reason)
+                else:
+                    yield FeedItem.from_record(item)

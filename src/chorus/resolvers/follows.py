@@ -18,11 +18,11 @@ from chorus.db.follows import FollowStore
 from chorus.db.pages import Page
 from chorus.domain.changes import Change, entries_in
 from chorus.domain.errors import DomainError, RateLimited
-from chorus.domain.follows import FeedItem, FeedKey, Follow, Target, TargetKind
+from chorus.domain.follows import FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable, TooMuchHistory
 from chorus.resolvers.queries import charge_history
-from chorus.subscriptions.feed import feed_stream, follows_changed
+from chorus.subscriptions.feed import FeedEvent, feed_stream, feeds_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +68,10 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
         return FollowOutcome(target, following=not on, error=error)
     with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
         ctx.loaders.follower_count.clear(target)
-    if done.changed:
-        follows_changed(viewer)  # this viewer's live feeds here follow the change at once
+    hub = ctx.services.hub
+    if done.changed and hub is not None:
+        feeds_of(hub).follows_changed(viewer)  # this viewer's live feed here, at once
+        await hub.bus.announce_follows(viewer)  # and in the other API processes
     return FollowOutcome(target, following=on, changed=done.changed)
 
 
@@ -114,17 +116,18 @@ async def feed_item_changes(
     return found
 
 
-async def feed_events(ctx: RequestContext) -> AsyncGenerator[FeedItem, None]:
+async def feed_events(ctx: RequestContext) -> AsyncGenerator[FeedEvent, None]:
     """The viewer's feed, live (:func:`chorus.subscriptions.feed.feed_stream`).
 
     Raises:
         Unauthenticated: no valid token.
         ServiceUnavailable: a process without live updates.
+        LimitExceeded: the viewer's live feeds in this process weigh too much.
     """
     viewer = ctx.viewer()
     if ctx.services.hub is None:
         raise ServiceUnavailable("live updates are not enabled in this process")
-    stream = feed_stream(ctx.services.db, ctx.services.hub, viewer)
+    stream = feed_stream(ctx.services.db, ctx.services.hub, viewer, ctx.services.feed_limits)
     async with contextlib.aclosing(stream):
         async for item in stream:
             ctx.renew_loaders()

@@ -138,6 +138,13 @@ class ApiSettings(BaseModel):
     max_follows_per_user: int = Field(
         1_000, ge=1, description="Playlists and users one user may follow."
     )
+    feed_live_weight_max: int = Field(
+        20_000,
+        ge=1,
+        description="What one user's feedEvents subscriptions may weigh in one process, each "
+        "weighing the playlists the user follows (at least 1): 20 subscriptions at the "
+        "default follow limit; past it a new one is refused with LIMIT_EXCEEDED.",
+    )
     feed_page_size_default: int = Field(20, ge=1, description="Feed items when `first` is unset.")
     feed_page_size_max: int = Field(50, ge=1, description="Largest `first` of viewer.feed.")
     feed_retention_days: int = Field(
@@ -156,6 +163,7 @@ class ApiSettings(BaseModel):
             page_size_default=self.feed_page_size_default,
             page_size_max=self.feed_page_size_max,
             retention_days=self.feed_retention_days,
+            live_weight_max=self.feed_live_weight_max,
         )
 
     @property

@@ -18,6 +18,9 @@ Deliver = Callable[[PlaylistEvent], None]
 GapHandler = Callable[[], None]
 """Called when events may have been lost (a reconnect); must not block."""
 
+Notice = Callable[[], None]
+"""Called when a user's follows changed (in another process too); must not block."""
+
 
 class Bus(Protocol):
     async def publish(self, event: PlaylistEvent) -> None:
@@ -37,6 +40,22 @@ class Bus(Protocol):
 
         Subscribers then read what they missed from SQL.
         """
+        ...
+
+    async def announce_follows(self, user_id: str) -> None:
+        """Tell the other API processes that ``user_id`` followed or unfollowed something.
+
+        Best effort: a notice lost with the connection is covered by the gap
+        report that connection's loss brings (:meth:`on_gap`).
+        """
+        ...
+
+    async def watch_follows(self, user_id: str, notice: Notice) -> None:
+        """Call ``notice`` whenever another process announces ``user_id``'s follows changed."""
+        ...
+
+    async def unwatch_follows(self, user_id: str, notice: Notice) -> None:
+        """Stop calling ``notice`` for ``user_id``."""
         ...
 
     async def aclose(self) -> None: ...
@@ -64,6 +83,15 @@ class InProcessBus:
 
     def on_gap(self, handler: GapHandler) -> None:
         """Never called: an in-process call loses nothing."""
+
+    async def announce_follows(self, user_id: str) -> None:
+        """Nothing to do: there is no other process, and this one was told directly."""
+
+    async def watch_follows(self, user_id: str, notice: Notice) -> None:
+        """Nothing to watch: no other process announces follows."""
+
+    async def unwatch_follows(self, user_id: str, notice: Notice) -> None:
+        """Nothing was watched."""
 
     @property
     def subscription_count(self) -> int:

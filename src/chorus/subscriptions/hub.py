@@ -158,6 +158,16 @@ class Hub:
         """Versions written to a socket without waking its stream (:meth:`release`)."""
         bus.on_gap(self.poke_all)
 
+    @property
+    def bus(self) -> Bus:
+        """Where this hub's events come from."""
+        return self._bus
+
+    @property
+    def queue_size(self) -> int:
+        """Versions buffered per stream before it counts as overflowed."""
+        return self._queue_size
+
     def access(self, db: Database) -> SharedAccess:
         """The readers of a playlist after a version that changed access, read once per version."""
         shared = self._access.get(id(db))

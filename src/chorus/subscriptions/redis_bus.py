@@ -36,10 +36,16 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from chorus.domain.changes import PlaylistEvent
-from chorus.events.wire import channel_playlist, decode_event, encode_event, events_channel
+from chorus.events.wire import (
+    channel_playlist,
+    decode_event,
+    encode_event,
+    events_channel,
+    follows_channel,
+)
 from chorus.resilience.backoff import Backoff
 from chorus.resilience.tasks import cancel_and_wait
-from chorus.subscriptions.bus import Deliver, GapHandler
+from chorus.subscriptions.bus import Deliver, GapHandler, Notice
 
 log = logging.getLogger("chorus.redis_bus")
 
@@ -113,6 +119,8 @@ class RedisBus:
             retry=Retry(NoBackoff(), 1),
         )
         self._delivers: dict[str, list[Deliver]] = {}
+        self._notices: dict[str, list[Notice]] = {}
+        """Channel → who hears a user's follows changing (:meth:`watch_follows`)."""
         self._gap_handlers: list[GapHandler] = []
         self._live: AbstractConnection | None = None
         self._server_channels: set[str] = set()
@@ -149,11 +157,14 @@ class RedisBus:
         returns anyway: the channel is subscribed on reconnect, and the gap
         handlers then report the loss. Never raises for Redis failures.
         """
-        await self.start()
-        channel = events_channel(playlist_id)
         delivers = self._delivers.setdefault(playlist_id, [])
         delivers.append(deliver)
-        if len(delivers) == 1 and self._live is not None:
+        await self._want(events_channel(playlist_id), first=len(delivers) == 1)
+
+    async def _want(self, channel: str, *, first: bool) -> None:
+        """Subscribe ``channel`` if ``first`` (its first listener); wait for Redis to confirm."""
+        await self.start()
+        if first and self._live is not None:
             self._confirmations[channel] = asyncio.get_running_loop().create_future()
             if not await self._send(self._live, "SUBSCRIBE", channel):
                 self._resolve(channel)
@@ -176,6 +187,35 @@ class RedisBus:
         if self._live is not None:
             await self._send(self._live, "UNSUBSCRIBE", events_channel(playlist_id))
 
+    async def announce_follows(self, user_id: str) -> None:
+        """``PUBLISH`` that ``user_id``'s follows changed; a failure is only logged.
+
+        A process that misses it lost its connection, and reports a gap on reconnect.
+        """
+        try:
+            await self._publisher.publish(follows_channel(user_id), b"")
+        except (RedisError, OSError) as error:
+            log.warning("redis: could not announce a follow change: %s", error)
+
+    async def watch_follows(self, user_id: str, notice: Notice) -> None:
+        """Call ``notice`` for each announcement of ``user_id``'s follows changing."""
+        channel = follows_channel(user_id)
+        notices = self._notices.setdefault(channel, [])
+        notices.append(notice)
+        await self._want(channel, first=len(notices) == 1)
+
+    async def unwatch_follows(self, user_id: str, notice: Notice) -> None:
+        """Stop calling ``notice``; the last one out unsubscribes the channel."""
+        channel = follows_channel(user_id)
+        notices = self._notices.get(channel)
+        if notices is None or notice not in notices:
+            return
+        notices.remove(notice)
+        if not notices:
+            del self._notices[channel]
+            if self._live is not None:
+                await self._send(self._live, "UNSUBSCRIBE", channel)
+
     def on_gap(self, handler: GapHandler) -> None:
         """Call ``handler`` whenever events may have been lost.
 
@@ -191,6 +231,7 @@ class RedisBus:
             await cancel_and_wait(self._reader)
             self._reader = None
         self._delivers.clear()
+        self._notices.clear()
         await self._publisher.aclose()
 
     @property
@@ -259,7 +300,7 @@ class RedisBus:
         confirmed: set[str] = set()
         # Subscribers may arrive while we wait for confirmations; loop until
         # none is missing, with no await between the last check and going live.
-        while missing := {events_channel(p) for p in self._delivers} - confirmed:
+        while missing := self._wanted() - confirmed:
             await conn.send_command("SUBSCRIBE", *sorted(missing), check_health=False)
             async with asyncio.timeout(self._timeout_s):
                 while not missing <= self._server_channels:
@@ -268,9 +309,12 @@ class RedisBus:
 
     async def _sync_unwanted(self, conn: AbstractConnection) -> None:
         """Unsubscribe channels whose last subscriber left while we reconnected."""
-        wanted = {events_channel(p) for p in self._delivers}
-        if unwanted := self._server_channels - wanted:
+        if unwanted := self._server_channels - self._wanted():
             await conn.send_command("UNSUBSCRIBE", *sorted(unwanted), check_health=False)
+
+    def _wanted(self) -> set[str]:
+        """Every channel some local listener wants."""
+        return {events_channel(p) for p in self._delivers} | set(self._notices)
 
     async def _read(self, conn: AbstractConnection) -> None:
         """Handle replies until the connection fails.
@@ -308,6 +352,14 @@ class RedisBus:
             log.warning("unexpected redis pub/sub reply %r", reply[:2])
 
     def _dispatch(self, channel: bytes, data: bytes) -> None:
+        notices = self._notices.get(channel.decode())
+        if notices is not None:
+            for notice in list(notices):
+                try:
+                    notice()
+                except Exception:
+                    log.exception("a follows listener failed")
+            return
         playlist_id = channel_playlist(channel)
         delivers = self._delivers.get(playlist_id)
         if not delivers:
