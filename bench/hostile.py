@@ -11,7 +11,10 @@ answered the attacker. Class 9 also counts the labels the made-up names got
 and tries ``/metrics`` without ``CHORUS_METRICS_TOKEN``; class 10 starts a
 second ``serve`` on the same file (refused: exit 2, one line), then runs
 ``chorus import`` beside the server and notes how soon after each commit
-a WebSocket subscriber received it.
+a WebSocket subscriber received it. Class 12 (``bench/_hostile_feed.py``, on
+a server of its own; ``--classes feed`` runs it alone) has one user open the
+most ``feedEvents`` subscriptions over 1,000 follows while another user's
+uncached query and ``/healthz`` are timed, quiet and under attack.
 
     python bench/hostile.py [--seconds 3] [--concurrency 8] [--port 8795] [--attacker-nice 10]
 
@@ -620,7 +623,20 @@ def main() -> None:
         default=10,
         help="the attackers' nice increment once the server and prober run (0: none)",
     )
+    parser.add_argument(
+        "--classes",
+        choices=("all", "feed"),
+        default="all",
+        help="feed: only class 12 (one user's feedEvents), on its own server",
+    )
+    parser.add_argument("--feed-follows", type=int, default=1_000)
+    parser.add_argument("--feed-edits", type=int, default=20)
     args = parser.parse_args()
+    if args.classes == "feed":
+        from _hostile_feed import feed_class
+
+        feed_class(args.feed_follows, args.feed_edits, quiet_s=args.seconds)
+        return
     port = args.port or free_port()
     folder = Path(tempfile.mkdtemp(prefix="chorus-hostile-"))
     env = dict(
@@ -677,6 +693,9 @@ def main() -> None:
             f"| {name} | {q:.1f} | {p99(samples, *window):.1f} | {a:.1f} | {a / q:.1f} "
             f"| {sent} | {answered} |"
         )
+    from _hostile_feed import feed_class  # class 12 runs on a server of its own
+
+    feed_class(args.feed_follows, args.feed_edits, quiet_s=args.seconds)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,7 @@ _BELOW_UNVERSIONED = frozenset(
         "FeedConnection",
         "FeedEdge",
         "FeedItem",
+        "FeedResyncRequired",
         "FollowConnection",
         "FollowEdge",
     ]
