@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.deadlines import patience
 from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_library_feed import FEED_EVENTS, follow
@@ -42,7 +43,7 @@ def health(server: ChorusServer) -> dict[str, Any]:
 
 
 async def until(server: ChorusServer, done: Any, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 30  # tells 'done' from 'hung', not a speed
+    deadline = time.monotonic() + patience(30)  # tells 'done' from 'hung', not a speed
     while not done(body := await asyncio.to_thread(health, server)):
         assert time.monotonic() < deadline, f"{what}: {body}"
         await asyncio.sleep(0.05)
