@@ -40,7 +40,8 @@ from chorus.resilience.breaker import CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.settings import Settings
 from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
-from chorus.subscriptions.presence import LocalPresenceStore, Presence
+from chorus.subscriptions.local_presence import LocalPresenceStore
+from chorus.subscriptions.presence import Presence
 from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.redis_presence import RedisPresenceStore
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from chorus.domain.presence import PresenceState, Session, UserPresence, by_user, listing
-from chorus.subscriptions.presence import LocalPresenceStore, Presence
+from chorus.subscriptions.local_presence import LocalPresenceStore
+from chorus.subscriptions.presence import Presence
 
 VIEWING, EDITING = PresenceState.VIEWING, PresenceState.EDITING
 
@@ -57,6 +59,7 @@ async def test_a_session_lives_while_held_and_a_declaration_until_its_ttl() -> N
         clock.now = 3.5  # the declaration was never repeated; the held session was refreshed
         assert set(await presence.current("p")) == {"ann"}
     assert await presence.current("p") == {}
+    await presence.aclose()
 
 
 async def test_a_watch_is_told_which_users_changed() -> None:
@@ -77,3 +80,48 @@ async def test_a_watch_is_told_which_users_changed() -> None:
         await presence.declare("p", "ann", None)
         assert watch.of("ann") is None
     await presence.aclose()
+
+
+async def until(condition: Callable[[], bool], bound_s: float = 30.0) -> None:
+    """Wait for ``condition`` (checked every 20 ms), failing after ``bound_s`` seconds."""
+    deadline = asyncio.get_running_loop().time() + bound_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_expired_declarations_are_forgotten_without_a_read() -> None:
+    # Issue 30, finding 6: they stayed until their playlist's presence was read.
+    store = LocalPresenceStore()
+    presence = Presence(store, ttl_s=1.0)
+    await presence.start()  # the heartbeat keeps the held session; nothing here reads
+    async with presence.watch("p0") as watch, presence.hold("p1", "kept"):
+        for n in range(10_000):
+            await presence.declare(f"p{n % 100}", f"user{n}", EDITING)
+        assert store.session_count == 10_001
+        await until(lambda: store.session_count == 1)
+        assert store.expiry_count == 1  # the held session's, and no other
+        assert set(await presence.current("p1")) == {"kept"}
+        # The watcher of p0 was told of each expiry as it happened (no sweep read).
+        assert watch.present() == {}
+        assert len(watch.take()[0]) == 100
+    await presence.aclose()
+    assert (store.session_count, store.expiry_count) == (0, 0)
+
+
+async def test_a_session_put_again_moves_its_expiry_and_one_removed_is_dropped() -> None:
+    store = LocalPresenceStore()
+    told: list[tuple[str, str, Session | None]] = []
+    store.on_change(lambda p, s, session: told.append((p, s, session)))
+    ann = Session("ann", VIEWING, 1.0)
+    await store.put("p", "a", ann, 0.5)
+    await store.put("p", "b", Session("bob", VIEWING, 1.0), 0.5)
+    await store.remove("p", "b")
+    for _ in range(3):  # put again while it lives: one heap entry, moved on each time
+        await asyncio.sleep(0.2)
+        await store.put("p", "a", ann, 0.5)
+        assert store.expiry_count <= 2
+    await until(lambda: store.session_count == 0 and store.expiry_count == 0)
+    assert told[-1] == ("p", "a", None)
+    assert [t for t in told if t[1] == "b"] == [("p", "b", told[1][2]), ("p", "b", None)]
+    await store.aclose()

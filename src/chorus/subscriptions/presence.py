@@ -3,7 +3,8 @@
 Presence is short-lived state, never a version (:mod:`chorus.domain.presence`):
 
 * a **store** keeps every session of every process with an expiry —
-  :class:`LocalPresenceStore` in this process (embedded profile), or
+  :class:`~chorus.subscriptions.local_presence.LocalPresenceStore` in this
+  process (embedded profile: a heap of expiries forgets what expired), or
   :class:`~chorus.subscriptions.redis_presence.RedisPresenceStore` (full
   profile: a sorted set per playlist scored by expiry, and a pub/sub channel
   of changes);
@@ -78,63 +79,6 @@ class PresenceStore(Protocol):
         ...
 
     async def aclose(self) -> None: ...
-
-
-class LocalPresenceStore:
-    """The embedded profile's store: a dictionary; a change is a call."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._sessions: dict[str, dict[str, tuple[Session, float]]] = {}
-        self._handlers: list[Changed] = []
-
-    async def put(self, playlist_id: str, session_id: str, session: Session, ttl_s: float) -> None:
-        now = self._clock()
-        sessions = self._sessions.setdefault(playlist_id, {})
-        old = sessions.get(session_id)
-        if old is not None and old[1] > now:
-            kept = old[0]
-            if kept.user_id == session.user_id and kept.state is session.state:
-                session = kept
-        sessions[session_id] = (session, now + ttl_s)
-        if old is None or old[1] <= now or old[0] != session:
-            self._tell(playlist_id, session_id, session)
-
-    async def refresh(self, held: Sequence[Held], ttl_s: float) -> None:
-        for playlist_id, session_id, session in held:
-            await self.put(playlist_id, session_id, session, ttl_s)
-
-    async def remove(self, playlist_id: str, session_id: str) -> None:
-        sessions = self._sessions.get(playlist_id, {})
-        if sessions.pop(session_id, None) is not None:
-            self._tell(playlist_id, session_id, None)
-        if not sessions:
-            self._sessions.pop(playlist_id, None)
-
-    async def read(self, playlist_id: str) -> dict[str, Session]:
-        now = self._clock()
-        sessions = self._sessions.get(playlist_id, {})
-        for session_id in [s for s, (_, expires) in sessions.items() if expires <= now]:
-            del sessions[session_id]
-        return {s: session for s, (session, _) in sessions.items()}
-
-    async def listen(self, playlist_id: str) -> None:
-        """Every change is told at once: nothing to subscribe."""
-
-    async def unlisten(self, playlist_id: str) -> None: ...
-
-    def on_change(self, handler: Changed) -> None:
-        self._handlers.append(handler)
-
-    def on_gap(self, handler: Callable[[], None]) -> None:
-        """Never called: an in-process call loses nothing."""
-
-    def _tell(self, playlist_id: str, session_id: str, session: Session | None) -> None:
-        for handler in list(self._handlers):
-            handler(playlist_id, session_id, session)
-
-    async def aclose(self) -> None:
-        self._sessions.clear()
 
 
 @dataclass(eq=False)
@@ -382,4 +326,4 @@ class Presence:
             log.warning("presence store: %s", error)
 
 
-__all__ = ["Changed", "Held", "LocalPresenceStore", "Presence", "PresenceStore", "Watch"]
+__all__ = ["Changed", "Held", "Presence", "PresenceStore", "Watch"]
