@@ -297,6 +297,62 @@ def test_a_document_sent_without_a_token_runs_but_is_not_registered(api: Api) ->
     assert unknown.json()["errors"][0]["extensions"]["code"] == "PERSISTED_QUERY_NOT_FOUND"
 
 
+def test_without_a_token_a_hash_is_never_looked_up(api: Api) -> None:
+    # Issue 30, finding 7: PERSISTED_QUERY_NOT_FOUND until someone registered
+    # the hash, then UNAUTHENTICATED, told a client without a token which
+    # documents others use. Now the refusal comes before the lookup.
+    query = "query Oracle { viewer { user { id } } }"
+    params = {"extensions": apq(sha(query))}
+    body = {"extensions": {"persistedQuery": {"version": 1, "sha256Hash": sha(query)}}}
+    graphql_response = "application/graphql-response+json"
+
+    def anonymous() -> list[httpx.Response]:
+        return [
+            api.http.get(api.server.url, params=params),
+            api.http.get(api.server.url, params=params, headers={"Accept": graphql_response}),
+            api.http.post(api.server.url, json=body),
+            api.http.get(api.server.url, params=params, headers={"Authorization": "Bearer x"}),
+        ]
+
+    unknown = anonymous()
+    assert get(api, {**params, "query": query}).json()["data"] == {
+        "viewer": {"user": {"id": "alice"}}
+    }
+    assert get(api, params).json()["data"] == {"viewer": {"user": {"id": "alice"}}}
+    known = anonymous()
+    for before, after in zip(unknown, known, strict=True):
+        assert (before.status_code, before.content) == (after.status_code, after.content)
+        shown = ("content-type", "cache-control", "www-authenticate")
+        assert {h: before.headers.get(h) for h in shown} == {h: after.headers.get(h) for h in shown}
+    # The very refusal the document's text gets without a token.
+    as_text = api.http.get(api.server.url, params={"query": query})
+    assert (known[0].status_code, known[0].content) == (200, as_text.content)
+    assert known[0].json() == {
+        "data": None,
+        "errors": [
+            {
+                "message": "send 'Authorization: Bearer <token>'",
+                "extensions": {"code": "UNAUTHENTICATED"},
+            }
+        ],
+    }
+    assert known[1].status_code == 401
+    assert known[1].headers["www-authenticate"] == "Bearer"
+    assert known[2].content == known[0].content
+    assert known[3].json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    assert "malformed" in known[3].json()["errors"][0]["message"]
+
+
+def test_without_a_token_introspection_goes_by_text_not_by_hash(api: Api) -> None:
+    query = "query ByHash { __schema { mutationType { name } } }"
+    params = {"query": query, "extensions": apq(sha(query))}
+    schema = {"__schema": {"mutationType": {"name": "Mutation"}}}
+    assert get(api, params).json()["data"] == schema  # registered, with a token
+    by_hash = api.http.get(api.server.url, params={"extensions": apq(sha(query))})
+    assert by_hash.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    assert api.http.get(api.server.url, params=params).json()["data"] == schema
+
+
 def test_a_persisted_hash_must_be_the_documents(api: Api) -> None:
     response = get(api, {"query": "{ viewer { user { id } } }", "extensions": apq("0" * 64)})
     assert response.status_code == 400

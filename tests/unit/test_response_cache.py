@@ -30,6 +30,7 @@ from chorus.graphql.persisted import (
     MAX_DOCUMENT_BYTES,
     PersistedDocuments,
     PersistedQueryError,
+    ViewerNeeded,
     load_manifest,
 )
 from chorus.resolvers.reads import ReadSet
@@ -172,13 +173,15 @@ def test_persisted_documents_follow_apollos_protocol() -> None:
     sha = hashlib.sha256(query.encode()).hexdigest()
     ext = {"persistedQuery": {"version": 1, "sha256Hash": sha}}
     with pytest.raises(PersistedQueryError) as missing:
-        docs.resolve(None, ext)
+        docs.resolve(None, ext, viewer=True)
     assert (missing.value.status, missing.value.code) == (200, "PERSISTED_QUERY_NOT_FOUND")
     assert docs.resolve(query, ext) == (query, sha)  # runs, but not kept: no token
     with pytest.raises(PersistedQueryError):
+        docs.resolve(None, ext, viewer=True)
+    assert docs.resolve(query, ext, viewer=True, register=True) == (query, sha)
+    assert docs.resolve(None, ext, viewer=True) == (query, sha)
+    with pytest.raises(ViewerNeeded):  # known now, and still not looked up without a token
         docs.resolve(None, ext)
-    assert docs.resolve(query, ext, register=True) == (query, sha)
-    assert docs.resolve(None, ext) == (query, sha)
     with pytest.raises(PersistedQueryError) as wrong:
         docs.resolve("{ other }", ext)
     assert wrong.value.code == "BAD_REQUEST"
@@ -198,9 +201,10 @@ def test_what_clients_register_is_bounded_in_bytes_least_recently_used_first() -
     kept = MAX_AUTOMATIC_BYTES // len(texts[0].encode())
     assert docs.automatic_bytes == kept * len(texts[0].encode())
     newest = {"persistedQuery": {"version": 1, "sha256Hash": digests[-1]}}
-    assert docs.resolve(None, newest)[0] == texts[-1]
+    assert docs.resolve(None, newest, viewer=True)[0] == texts[-1]
+    oldest = {"persistedQuery": {"version": 1, "sha256Hash": digests[0]}}
     with pytest.raises(PersistedQueryError):  # the oldest were forgotten
-        docs.resolve(None, {"persistedQuery": {"version": 1, "sha256Hash": digests[0]}})
+        docs.resolve(None, oldest, viewer=True)
 
 
 def test_only_registered_documents_run(tmp_path: Path) -> None:
@@ -210,7 +214,10 @@ def test_only_registered_documents_run(tmp_path: Path) -> None:
     manifest.write_text(json.dumps({"operations": [{"id": sha, "body": query}]}))
     docs = PersistedDocuments(load_manifest(str(manifest)), only_registered=True)
     assert docs.resolve(query, None) == (query, sha)
-    assert docs.resolve(None, {"persistedQuery": {"version": 1, "sha256Hash": sha}})[0] == query
+    by_hash = {"persistedQuery": {"version": 1, "sha256Hash": sha}}
+    assert docs.resolve(None, by_hash, viewer=True)[0] == query
+    with pytest.raises(ViewerNeeded):
+        docs.resolve(None, by_hash)
     for asked in (
         ("{ b }", None),
         ("{ b }", {"persistedQuery": {"sha256Hash": document_hash("{ b }")}}),

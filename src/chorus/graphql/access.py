@@ -14,6 +14,10 @@ The answer is what the first field needing a viewer would have said:
 document's own mistakes, if any, are not reported until a token comes with
 it; introspection alone is validated as before, so tools read the schema
 without one.
+
+A persisted document asked for by hash alone is refused the same way,
+before the hash is looked up (:func:`refusal_without_viewer`): whether it is
+registered makes no difference to a request without a token.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from graphql import GraphQLError, get_operation_ast
+from starlette.responses import Response
 from strawberry.extensions import SchemaExtension
 
+from chorus.auth import Unavailable
+from chorus.graphql.caching import NO_STORE
 from chorus.graphql.cost import root_fields
+from chorus.graphql.nesting import encode_json
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import RequestError
+from chorus.resolvers.errors import RequestError, no_viewer
 
 
 class ViewerBeforeValidation(SchemaExtension):
@@ -60,4 +68,18 @@ class ViewerBeforeValidation(SchemaExtension):
         yield
 
 
-__all__ = ["ViewerBeforeValidation"]
+def refusal_without_viewer(reason: str | None) -> Response:
+    """The answer to a request needing a viewer that has none, outside execution.
+
+    Byte for byte what :class:`ViewerBeforeValidation` makes strawberry answer:
+    HTTP 200, ``{"data": null, "errors": [{"message", "extensions": {"code"}}]}``
+    (``UNAUTHENTICATED`` with the token's reason, ``SERVICE_UNAVAILABLE``
+    when ``reason`` is an :class:`~chorus.auth.Unavailable`), never cached.
+    """
+    refused = no_viewer(reason, unavailable=isinstance(reason, Unavailable))
+    error = {"message": refused.message, "extensions": {"code": refused.code}}
+    body = encode_json({"data": None, "errors": [error]})
+    return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
+
+
+__all__ = ["ViewerBeforeValidation", "refusal_without_viewer"]

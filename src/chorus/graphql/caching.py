@@ -59,7 +59,7 @@ async def read_operation(
     decode: Callable[[bytes], object],
     persisted: PersistedDocuments,
     *,
-    register: bool = False,
+    viewer: bool = False,
 ) -> HttpOperation | None:
     """The single operation of a GraphQL request, or ``None`` for strawberry to handle.
 
@@ -70,9 +70,12 @@ async def read_operation(
 
     Args:
         decode: the view's bounded JSON decoder of bodies.
+        viewer: the request carries a valid token: a document may be looked
+            up by its hash, and one sent with its hash is registered.
 
     Raises:
         PersistedQueryError: a persisted document that cannot run.
+        ViewerNeeded: a document asked for by hash without a ``viewer``.
     """
     if request.method == "GET":
         params = request.query_params
@@ -101,7 +104,9 @@ async def read_operation(
         return None
     if not isinstance(data.get("extensions"), dict | None):
         return None  # strawberry refuses it (400): never answered from the cache
-    document, sha = persisted.resolve(data.get("query"), data.get("extensions"), register=register)
+    document, sha = persisted.resolve(
+        data.get("query"), data.get("extensions"), viewer=viewer, register=viewer
+    )
     if not isinstance(document, str):
         return None
     return HttpOperation(document, sha, name, variables)

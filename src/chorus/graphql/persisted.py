@@ -5,6 +5,12 @@ A client may send, instead of a document's text, its SHA-256 in
 POST or as GET query parameters — a short GET URL a CDN can cache. The
 protocol (Apollo's):
 
+* hash only, without a valid token → refused as any operation needing a
+  viewer is (``UNAUTHENTICATED``), **before** the hash is looked up
+  (:class:`ViewerNeeded`): the answer is the same whether the hash is known
+  or not, so a client without a token cannot learn which documents others
+  registered (issue 30). An introspection document by hash is refused too:
+  tools introspect without a token by sending the text;
 * hash only, known → the document it names runs;
 * hash only, unknown → HTTP 200 with the error ``PersistedQueryNotFound``
   (``extensions.code = PERSISTED_QUERY_NOT_FOUND``); the client sends the
@@ -48,6 +54,14 @@ app's documents are a few KB each, so 8 MiB keeps thousands."""
 
 NOT_FOUND_MESSAGE = "PersistedQueryNotFound"
 """The message Apollo clients look for to send the document's text."""
+
+
+class ViewerNeeded(Exception):
+    """A document asked for by hash alone from a request without a valid token.
+
+    Raised before any lookup; the caller answers it as the operation's own
+    refusal would be (:func:`chorus.resolvers.errors.no_viewer`).
+    """
 
 
 class PersistedQueryError(Exception):
@@ -124,17 +138,20 @@ class PersistedDocuments:
         return self._automatic_bytes
 
     def resolve(
-        self, query: object, extensions: object, *, register: bool = False
+        self, query: object, extensions: object, *, viewer: bool = False, register: bool = False
     ) -> tuple[object, str | None]:
         """The document to run and its SHA-256 (``None`` when not computed).
 
         Args:
             query: the request's ``query`` (text or absent).
             extensions: the request's ``extensions``.
+            viewer: the request carries a valid token; without one a hash
+                alone is never looked up.
             register: keep a document sent with its hash (the request carries
                 a valid token); otherwise it runs but is not kept.
 
         Raises:
+            ViewerNeeded: a hash without the text, and no ``viewer``.
             PersistedQueryError: unknown hash (200, ``PERSISTED_QUERY_NOT_FOUND``),
                 a hash that is not the text's (400, ``BAD_REQUEST``), or a
                 document that is not registered while only registered ones
@@ -151,6 +168,8 @@ class PersistedDocuments:
                 return query, digest
             return query, None
         if query is None:
+            if not viewer:
+                raise ViewerNeeded
             known = self._registered.get(sha) or self._automatic.get(sha)
             if known is None:
                 if self._only:
@@ -221,5 +240,6 @@ __all__ = [
     "NOT_FOUND_MESSAGE",
     "PersistedDocuments",
     "PersistedQueryError",
+    "ViewerNeeded",
     "load_manifest",
 ]

@@ -28,6 +28,7 @@ import dataclasses
 import json
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
@@ -49,6 +50,7 @@ from strawberry.types.unset import UnsetType
 from chorus import auth
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
 from chorus.graphql import ide, negotiation, nesting
+from chorus.graphql.access import refusal_without_viewer
 from chorus.graphql.caching import (
     NO_STORE,
     HttpOperation,
@@ -60,7 +62,7 @@ from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
 from chorus.graphql.limits import RequestLimits
 from chorus.graphql.metrics import OperationNames, describe_operation
 from chorus.graphql.nesting import MAX_JSON_DEPTH, decode_json
-from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError
+from chorus.graphql.persisted import PersistedDocuments, PersistedQueryError, ViewerNeeded
 from chorus.graphql.schema import build_schema
 from chorus.graphql.websocket import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
 from chorus.jwks import JWKSVerifier
@@ -69,6 +71,7 @@ from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.middleware import error_response
 from chorus.resolvers import responses
 from chorus.resolvers.context import RequestContext, Services
+from chorus.resolvers.errors import NO_TOKEN
 from chorus.tracing import tracer
 
 OFF_LOOP_BYTES = 2048
@@ -83,6 +86,12 @@ Each part of such an answer still names its own version (``entries.version``).""
 
 _DECODED_KEPT = 16
 """Large bodies whose decoding is kept for the request that sent them (oldest dropped)."""
+
+_NO_VIEWER: ContextVar[str | None] = ContextVar("chorus_no_viewer", default=NO_TOKEN)
+"""Why this HTTP request has no viewer (``None``: it has one; not checked yet: none).
+
+Set by :meth:`ChorusGraphQL._answer` once the token is checked; read where a
+persisted document could be looked up by hash, which needs a viewer."""
 
 _PREPARING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chorus-prepare")
 """One thread: several would each take the GIL in turn, and the loop would wait behind all."""
@@ -281,7 +290,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 raise HTTPException(400, "operationName must be a string")
             # Registering (a caller with a valid token only) was done by
             # read_operation, where the request's identity is known already.
-            query, _ = self.persisted.resolve(data.query, data.extensions)
+            viewer = _NO_VIEWER.get() is None
+            query, _ = self.persisted.resolve(data.query, data.extensions, viewer=viewer)
             if query is not data.query and isinstance(query, str):
                 data = dataclasses.replace(data, query=query)
         return data
@@ -366,6 +376,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 response = _http_refusal(request, error)
             except PersistedQueryError as error:
                 response = error_response(error.status, error.message, error.code)
+            except ViewerNeeded:
+                response = refusal_without_viewer(_NO_VIEWER.get())
             describe_operation(span, request, response)
         if media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
             response = negotiation.as_graphql_response(response)
@@ -395,10 +407,13 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             if document is not None and isinstance(decoded, dict):
                 query = decoded["query"]
                 self.documents.hold(query, parse_options(self._max_tokens), document)
-        identity, _ = await self.identify(request.headers.get("authorization"))
-        # Only a caller with a valid token registers a persisted document (APQ).
+        identity, reason = await self.identify(request.headers.get("authorization"))
+        _NO_VIEWER.set(None if identity is not None else reason or NO_TOKEN)
+        # Only a caller with a valid token looks a persisted document up by
+        # hash (else any client could learn which ones are registered) or
+        # registers one (else anyone could fill the store).
         operation = await read_operation(
-            request, self.decode_json, self.persisted, register=identity is not None
+            request, self.decode_json, self.persisted, viewer=identity is not None
         )
         if operation is None:
             return await self.run(request)

@@ -30,7 +30,7 @@ from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits, Target
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist, Role
 from chorus.resolvers.durations import Durations
-from chorus.resolvers.errors import ServiceUnavailable, Unauthenticated
+from chorus.resolvers.errors import Unauthenticated, no_viewer
 from chorus.resolvers.ratelimit import RateLimiter
 from chorus.resolvers.reads import ReadSet
 from chorus.subscriptions.hub import Hub
@@ -247,10 +247,8 @@ class RequestContext:
             Unauthenticated: no token, or an invalid one.
             ServiceUnavailable: the identity provider's keys cannot be fetched.
         """
-        if self.viewer_id is None and self.auth_unavailable:
-            raise ServiceUnavailable(self.auth_error or "the identity provider cannot be reached")
         if self.viewer_id is None:
-            raise Unauthenticated(self.auth_error or "send 'Authorization: Bearer <token>'")
+            raise no_viewer(self.auth_error, unavailable=self.auth_unavailable)
         if self.expires_at is not None and datetime.now(UTC) >= self.expires_at:
             raise Unauthenticated("the token has expired")
         return self.viewer_id

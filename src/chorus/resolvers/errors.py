@@ -102,3 +102,20 @@ class HistoryCompacted(RequestError):
     def __init__(self, message: str, *, oldest_version: int, current_version: int) -> None:
         super().__init__(message)
         self.extensions = {"oldestVersion": oldest_version, "currentVersion": current_version}
+
+
+NO_TOKEN = "send 'Authorization: Bearer <token>'"
+"""The reason given when a request needing a viewer carries no token."""
+
+
+def no_viewer(reason: str | None, *, unavailable: bool = False) -> RequestError:
+    """The refusal of a request that needs a viewer and has none.
+
+    Args:
+        reason: why the token check found none (``None``: no token was sent).
+        unavailable: the identity provider's keys could not be fetched: the
+            token may be fine, so ``SERVICE_UNAVAILABLE``, not ``UNAUTHENTICATED``.
+    """
+    if unavailable:
+        return ServiceUnavailable(reason or "the identity provider cannot be reached")
+    return Unauthenticated(reason or NO_TOKEN)
