@@ -197,7 +197,13 @@ def _routes(graphql_app: ChorusGraphQL) -> list[BaseRoute]:
         Route("/readyz", health.readyz),
         Route("/metrics", health.metrics),
         Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
-        Mount(ide.WEB_URL, StaticFiles(directory=ide.WEB_PATH, html=True), name="web"),
+        Mount(
+            ide.WEB_URL,
+            ide.ProtectedFiles(
+                directory=ide.WEB_PATH, html=True, policy=ide.WEB_CONTENT_SECURITY_POLICY
+            ),
+            name="web",
+        ),
     ]
 
 

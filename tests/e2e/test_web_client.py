@@ -40,6 +40,24 @@ def test_the_client_is_served_and_is_the_examples_folder(server: ChorusServer) -
     assert "MIT" in (EXAMPLES / "vendor" / "graphql-ws.LICENSE").read_text()
 
 
+def test_the_client_may_not_be_framed_and_loads_only_its_own_origin(
+    server: ChorusServer,
+) -> None:
+    # Issue 30, finding 8: /web/ had no policy, so another site could frame it.
+    graphiql = httpx.get(server.url, headers={"Accept": "text/html"})
+    for path in ("/web/", "/web/index.html", "/web/app.js", "/web/vendor/graphql-ws.min.js"):
+        served = httpx.get(f"{server.base_url}{path}")
+        assert served.status_code == 200, path
+        policy = served.headers.get("content-security-policy", "")
+        directives = dict(d.strip().partition(" ")[::2] for d in policy.split(";"))
+        assert directives.get("frame-ancestors") == "'none'", path
+        assert directives.get("default-src") == "'self'", path
+        assert directives.get("script-src") == "'self'", path  # no inline script at all
+        assert served.headers.get("x-frame-options") == "DENY", path
+    assert graphiql.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in graphiql.headers["content-security-policy"]
+
+
 def shared_playlist(api: Api) -> str:
     created = api.data(
         'mutation { createPlaylist(input: {operationId: "web", title: "Web", '
@@ -114,5 +132,9 @@ def test_two_pages_editing_at_once_converge_to_the_servers_order(
     # The pages took their tokens from the URL's fragment: no request carried one
     # (a query string would have put it in the server's access log).
     assert steps["settled"]["leaked"] == []
+    # Under its policy the pages ran with nothing refused (scripts, styles, sockets),
+    # and a page that frames /web/ gets no client in the frame.
+    assert steps["settled"]["violations"] == [[], []]
+    assert steps["framed"] == {"client": False}
     # Each page sees both users present; both edited, so both said EDITING.
     assert [s["presence"] for s in states] == [{"alice": "EDITING", "bob": "EDITING"}] * 2

@@ -14,13 +14,22 @@ headers, and as the ``connection_init`` payload of each subscription's socket
 (so ``{"Authorization": "Bearer <token>"}`` works for both). The headers are
 kept in the browser's local storage for this origin.
 
-The same app serves the reference web client at ``/web/`` (:data:`WEB_PATH`).
+The same app serves the reference web client at ``/web/`` (:data:`WEB_PATH`),
+with the same protections (:func:`protect`): a policy of its own origin
+only, and no framing by any page (``frame-ancestors 'none'``,
+``X-Frame-Options: DENY``), so another site cannot lay the editing client
+under its own buttons (clickjacking; issue 30).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from starlette.datastructures import MutableHeaders
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 ASSETS_URL = "/graphiql"
 """Where the app mounts :data:`ASSETS_PATH`."""
@@ -35,14 +44,48 @@ WEB_PATH = ASSETS_PATH.parent / "web"
 """The reference web client: ``index.html``, ``chorus.js`` (its sync logic), ``app.js``
 and ``vendor/`` (the graphql-ws browser client, with its licence)."""
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; "
-    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
-    "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'"
-)
-"""The page's policy: its own origin only (GraphiQL's inline styles and the
+
+def _policy(script_src: str) -> str:
+    return (
+        f"default-src 'self'; script-src {script_src}; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+        "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; "
+        "form-action 'self'"
+    )
+
+
+CONTENT_SECURITY_POLICY = _policy("'self' 'unsafe-inline'")
+"""GraphiQL's policy: its own origin only (GraphiQL's inline styles and the
 page's one inline script excepted), so a missing asset fails visibly rather
-than reaching for a CDN."""
+than reaching for a CDN; framed by no page."""
+
+WEB_CONTENT_SECURITY_POLICY = _policy("'self'")
+"""The web client's policy: GraphiQL's without inline scripts (it has none;
+its one ``<style>`` block needs inline styles)."""
+
+
+def protect(headers: MutableHeaders, policy: str) -> None:
+    """Give a page's response its policy and forbid framing it.
+
+    ``X-Frame-Options: DENY`` beside ``frame-ancestors 'none'``: browsers
+    that predate the latter read the former.
+    """
+    headers["Content-Security-Policy"] = policy
+    headers["X-Frame-Options"] = "DENY"
+
+
+class ProtectedFiles(StaticFiles):
+    """Static files each answered with :func:`protect`'s headers and ``policy``."""
+
+    def __init__(self, *, directory: Path, policy: str, html: bool = False) -> None:
+        super().__init__(directory=directory, html=html)
+        self.policy = policy
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        protect(response.headers, self.policy)
+        return response
+
 
 _DEFAULT_QUERY = """\
 # Chorus: collaborative playlists.

@@ -262,7 +262,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     async def render_graphql_ide(self, request: Request) -> Response:
         response = await super().render_graphql_ide(request)
-        response.headers["Content-Security-Policy"] = ide.CONTENT_SECURITY_POLICY
+        ide.protect(response.headers, ide.CONTENT_SECURITY_POLICY)
         return response
 
     def should_render_graphql_ide(self, request: Any) -> bool:

@@ -35,6 +35,11 @@ const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
 async function openPage(token, n) {
   const context = await browser.newContext(); // its own storage: its own user
   const page = await context.newPage();
+  await page.addInitScript(() => {
+    window.cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (e) =>
+      window.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`));
+  });
   page.on("console", (m) => logs.push(`page ${n} ${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => logs.push(`page ${n} pageerror: ${e.message}`));
   page.on("request", (r) => { if (r.url().includes(token)) leaked.push(r.url().slice(0, 80)); });
@@ -85,8 +90,30 @@ const settled = (page) => page.evaluate(() => {
   const s = window.chorusSession();
   return { version: s.version, pending: s.pending.length, status: s.status,
            order: [...document.querySelectorAll("#entries li")].map((li) => li.dataset.id),
-           presence: Object.fromEntries([...s.presence].map(([user, p]) => [user, p.state])) };
+           presence: Object.fromEntries([...s.presence].map(([user, p]) => [user, p.state])),
+           violations: window.cspViolations };
 });
+
+// A page framing the client: the browser must refuse to show it. The framing
+// page is made up at the server's own origin (frame-ancestors 'none' and DENY
+// refuse every framer, that one too); one of another origin could not be used
+// here: Chromium refuses a made-up page's frame of 127.0.0.1 whatever the headers.
+async function framedElsewhere() {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const framer = new URL("/framer", base);
+  await page.route(framer.href, (route) => route.fulfill({
+    contentType: "text/html",
+    body: `<iframe src="${base}/web/" width="800" height="600"></iframe>`,
+  }));
+  await page.goto(framer.href);
+  const frame = await (await page.waitForSelector("iframe")).contentFrame();
+  await frame.waitForLoadState("load", { timeout: 10000 }).catch(() => {});
+  const client = await frame.evaluate(() => document.getElementById("status") !== null)
+    .catch(() => false);
+  await context.close();
+  return { client };
+}
 
 try {
   for (const [n, token] of tokens.entries()) pages.push(await openPage(token, n + 1));
@@ -113,7 +140,8 @@ try {
     if (Date.now() > deadline) throw new Error(`pages did not settle: ${JSON.stringify(states.map(({ order, ...s }) => s))}`);
     await new Promise((r) => setTimeout(r, 200));
   }
-  say("settled", { states, leaked });
+  say("settled", { states, leaked, violations: states.map((s) => s.violations) });
+  say("framed", await framedElsewhere());
   await browser.close();
 } catch (error) {
   mkdirSync(artefacts, { recursive: true });
