@@ -22,8 +22,9 @@ assets, :mod:`chorus.graphql.ide`), ``/web/`` (the reference web client),
 ``/metrics`` (Prometheus; only with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>``
 when that is set).
 
-Middleware, outermost first (inside uvicorn's proxy headers, which set the
-client's address and scheme from a trusted proxy's ``X-Forwarded-*``): the
+Middleware, outermost first: the client's address and scheme from a
+trusted proxy's ``X-Forwarded-*`` (only with ``CHORUS_TRUSTED_PROXIES``;
+:class:`~chorus.middleware.ForwardedClient`, in place of uvicorn's), the
 request id (every response carries it), ``Connection: close`` while draining,
 OpenTelemetry's server span (only when tracing is on: ``CHORUS_OTLP_ENDPOINT``,
 docs/observability.md), the JSON access line (only with
@@ -64,6 +65,7 @@ from chorus.middleware import (
     AccessLog,
     BodySizeLimit,
     CloseWhileDraining,
+    ForwardedClient,
     HttpOnly,
     RequestId,
     error_response,
@@ -151,7 +153,9 @@ def create_app(
     app.state.graphql = graphql_app
     app.state.metrics_token = settings.metrics_token
     app.state.drain = drain = drain or Drain()
-    return RequestId(CloseWhileDraining(_middleware(settings, app), drain))
+    asgi: ASGIApp = RequestId(CloseWhileDraining(_middleware(settings, app), drain))
+    trusted = settings.trusted_proxy_list
+    return ForwardedClient(asgi, trusted) if trusted else asgi
 
 
 def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> ChorusGraphQL:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import re
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
@@ -137,7 +140,7 @@ class AccessLog:
 
     The line's ``access`` fields: ``client`` (the peer's address, or the
     client's from ``X-Forwarded-For`` when the peer is one of
-    ``CHORUS_TRUSTED_PROXIES``: uvicorn rewrites it before this runs),
+    ``CHORUS_TRUSTED_PROXIES``: :class:`ForwardedClient` rewrites it before this runs),
     ``method``, ``path`` (no query string), ``status`` (``0``:
     the client left before an answer), ``duration_ms`` (float, from the
     request's arrival to the end of its answer), ``user`` and ``operation``
@@ -232,3 +235,105 @@ class CloseWhileDraining:
             await send(message)
 
         await self.app(scope, receive, send_closing)
+
+
+_PORT = re.compile(r"[0-9]{1,5}")
+_LONGEST_ADDRESS = len("[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535")
+
+
+def forwarded_address(item: str) -> str | None:
+    """One ``X-Forwarded-For`` item as an IP address, normalised; ``None``: not one.
+
+    Taken: ``203.0.113.7``, ``203.0.113.7:4711``, ``2001:db8::1``,
+    ``[2001:db8::1]``, ``[2001:db8::1]:4711`` (the port is dropped). Not
+    taken: host names, ``unknown``, obfuscated identifiers (RFC 7239's
+    ``_hidden``), an IPv6 address with a zone (``fe80::1%eth0``: a zone is a
+    name on the proxy's own host, and any text after ``%`` would be kept),
+    anything longer than an address with a port.
+    """
+    text = item.strip()
+    if not text or len(text) > _LONGEST_ADDRESS or "%" in text:
+        return None
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:]))):
+            return None
+        text = host
+        if ":" not in text:
+            return None  # brackets hold IPv6 only
+    elif text.count(":") == 1:
+        text, _, port = text.partition(":")
+        if not _PORT.fullmatch(port):
+            return None
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
+
+
+class ForwardedClient:
+    """The client's address and scheme from a trusted proxy's ``X-Forwarded-*`` headers.
+
+    Only for a TCP peer within ``trusted`` (:func:`chorus.settings.server.trusted_networks`:
+    addresses and networks, or ``*``); uvicorn's own proxy-header middleware
+    is off, as it took any text of ``X-Forwarded-For`` for the client's
+    address (issue 30). Rewrites the scope's ``client`` and ``scheme`` in place,
+    so uvicorn's access and WebSocket lines, :class:`AccessLog` and the app
+    all see them:
+
+    * ``X-Forwarded-For`` (every such header, joined): read from the right,
+      the client is the first address that is not a trusted proxy (all of
+      them trusted: the leftmost). An item that is not an IP address
+      (:func:`forwarded_address`) stops the reading: a trusted proxy appends
+      only addresses, so it and everything left of it are the client's own
+      text, and the client is the address to its right — the nearest proxy's
+      report, or the TCP peer when it is the rightmost item. The port is 0;
+    * ``X-Forwarded-Proto``: ``http``, ``https``, ``ws`` or ``wss`` (the
+      WebSocket's scheme follows); anything else is ignored.
+    """
+
+    def __init__(self, app: ASGIApp, trusted: Sequence[str]) -> None:
+        self.app = app
+        self._everyone = tuple(trusted) == ("*",)
+        self._networks = [ipaddress.ip_network(t) for t in trusted if t != "*"]
+
+    def trusts(self, address: str | None) -> bool:
+        if self._everyone:
+            return True
+        try:
+            ip = ipaddress.ip_address(address or "")
+        except ValueError:
+            return False
+        return any(ip in network for network in self._networks)
+
+    def client_of(self, forwarded_for: str) -> str | None:
+        """The client's address from ``forwarded_for``; ``None``: the TCP peer stays it."""
+        nearest = None
+        for item in reversed(forwarded_for.split(",")):
+            address = forwarded_address(item)
+            if address is None:
+                break
+            nearest = address
+            if not self.trusts(address):
+                break
+        return nearest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] in ("http", "websocket") and client and self.trusts(client[0]):
+            proto, forwarded = None, []
+            for name, value in scope["headers"]:
+                if name == b"x-forwarded-proto":
+                    proto = value.decode("latin-1").strip()
+                elif name == b"x-forwarded-for":
+                    forwarded.append(value.decode("latin-1"))
+            if proto in ("http", "https", "ws", "wss"):
+                secure = proto.endswith("s")
+                if scope["type"] == "websocket":
+                    scope["scheme"] = "wss" if secure else "ws"
+                else:
+                    scope["scheme"] = "https" if secure else "http"
+            address = self.client_of(",".join(forwarded)) if forwarded else None
+            if address is not None:
+                scope["client"] = (address, 0)
+        await self.app(scope, receive, send)

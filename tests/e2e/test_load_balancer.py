@@ -138,6 +138,73 @@ def test_without_trusted_proxies_the_headers_are_ignored_even_from_localhost(
     assert _redirect(default, **forwarded).startswith("http://")
 
 
+# Issue 30, finding 9: any X-Forwarded-For text was taken for the client. Only
+# an IP address is; an item that is not one ends the reading, and the client
+# is then the address to its right (the nearest proxy's report), or the TCP
+# peer (127.0.0.1 here) when it is the rightmost item.
+PEER = "127.0.0.1"
+FORWARDED_FOR = [
+    ("evil-host", PEER),
+    ('1.2.3.4"} {"client": "x', PEER),
+    ("9" * 5_000, PEER),
+    ("a" * 5_000, PEER),
+    ("fe80::1%eth0", PEER),
+    ('fe80::1%"}{evil-host', PEER),
+    ("unknown", PEER),
+    (f"{CLIENT}, evil-host", PEER),
+    (f"evil-host, {CLIENT}", CLIENT),
+    ("evil-host, 10.1.2.3", "10.1.2.3"),  # the trusted proxy's report is the nearest
+    (f"{CLIENT}:4711", CLIENT),
+    ("[2001:db8::7]:4711", "2001:db8::7"),
+    ("[2001:db8::7]", "2001:db8::7"),
+    ("2001:DB8:0::7", "2001:db8::7"),
+    (f"{CLIENT}:99999999", PEER),
+    ("[2001:db8::7]x", PEER),
+    (",,", PEER),
+]
+
+
+@pytest.fixture(scope="module")
+def trusting_json(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
+    """A server behind a proxy on 127.0.0.1, logging JSON lines (the app's access record)."""
+    server = _server(
+        tmp_path_factory.mktemp("trusting-json"),
+        CHORUS_TRUSTED_PROXIES="127.0.0.1, 10.0.0.0/8",
+        CHORUS_LOG_FORMAT="json",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def _json_lines(server: ChorusServer, request_id: str) -> list[dict[str, object]]:
+    """The JSON log lines of request ``request_id``, once its access record is written."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        lines = [json.loads(x) for x in server.log.read_text().splitlines() if x.startswith("{")]
+        mine = [line for line in lines if line.get("request_id") == request_id]
+        if any(line["logger"] == "chorus.access" for line in mine):
+            return mine
+        time.sleep(0.05)
+    raise AssertionError(f"no access record for {request_id}")
+
+
+def test_only_an_ip_address_is_taken_from_x_forwarded_for(
+    trusting: ChorusServer, trusting_json: ChorusServer
+) -> None:
+    for forwarded, client in FORWARDED_FOR:
+        headers = {"X-Forwarded-For": forwarded}
+        request_id = _get(trusting, "/healthz", **headers)
+        assert _client_of(trusting, request_id) == client, forwarded
+        line = _log_line(trusting, request_id)
+        assert not [bad for bad in ("evil", '"}', "%", "aaaa") if bad in line], line
+        lines = _json_lines(trusting_json, _get(trusting_json, "/graphql", **headers))
+        (access,) = [x for x in lines if x["logger"] == "chorus.access"]
+        assert access["client"] == client, forwarded
+        written = json.dumps(lines)
+        assert not [bad for bad in ("evil", "%", "aaaa") if bad in written], written[:300]
+
+
 async def test_a_websocket_through_a_trusted_proxy_logs_the_client(
     trusting: ChorusServer,
 ) -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from chorus.cli.process import load_balancer_options
 from chorus.drain import Drain, DrainingServer
-from chorus.middleware import CloseWhileDraining
+from chorus.middleware import CloseWhileDraining, ForwardedClient, forwarded_address
 from chorus.settings import Settings
 
 
@@ -28,17 +28,55 @@ def test_by_default_no_proxy_is_trusted_and_sockets_are_pinged_every_20_s() -> N
     assert _settings().drain_s == 5.0
 
 
-def test_trusted_proxies_become_uvicorn_networks_with_their_ipv4_mapped_form() -> None:
-    options = load_balancer_options(_settings(trusted_proxies="10.0.0.0/8, 192.0.2.1,fd00::/8"))
-    assert options["proxy_headers"] is True
-    assert options["forwarded_allow_ips"] == [
+def test_trusted_proxies_are_networks_with_their_ipv4_mapped_form_read_by_chorus() -> None:
+    settings = _settings(trusted_proxies="10.0.0.0/8, 192.0.2.1,fd00::/8")
+    # uvicorn's proxy headers stay off: ForwardedClient reads them (issue 30).
+    assert load_balancer_options(settings)["proxy_headers"] is False
+    assert settings.trusted_proxy_list == (
         "10.0.0.0/8",
         "::ffff:a00:0/104",
         "192.0.2.1/32",
         "::ffff:c000:201/128",
         "fd00::/8",
-    ]
-    assert load_balancer_options(_settings(trusted_proxies="*"))["forwarded_allow_ips"] == ["*"]
+    )
+    assert _settings(trusted_proxies="*").trusted_proxy_list == ("*",)
+
+
+@pytest.mark.parametrize(
+    ("item", "address"),
+    [
+        ("203.0.113.7", "203.0.113.7"),
+        (" 203.0.113.7:4711 ", "203.0.113.7"),
+        ("[2001:db8::7]:4711", "2001:db8::7"),
+        ("[2001:DB8::7]", "2001:db8::7"),
+        ("::ffff:10.0.0.5", "::ffff:a00:5"),
+        ("evil-host", None),
+        ("unknown", None),
+        ("_hidden", None),
+        ("fe80::1%eth0", None),
+        ("[fe80::1%eth0]:80", None),
+        ("203.0.113.7:", None),
+        ("203.0.113.7:http", None),
+        ("[203.0.113.7]:80", None),
+        ("[2001:db8::7]80", None),
+        ("1" * 5_000, None),
+        ('1.2.3.4"}{', None),
+        ("", None),
+    ],
+)
+def test_only_an_ip_address_is_a_forwarded_address(item: str, address: str | None) -> None:
+    assert forwarded_address(item) == address
+
+
+def test_the_client_is_read_from_the_right_and_stops_at_what_is_not_an_address() -> None:
+    proxies = ForwardedClient(lambda *a: None, ("10.0.0.0/8",))  # type: ignore[arg-type]
+    assert proxies.client_of("198.51.100.1, 203.0.113.7, 10.1.2.3") == "203.0.113.7"
+    assert proxies.client_of("10.9.9.9, 10.1.2.3") == "10.9.9.9"  # all trusted: the leftmost
+    assert proxies.client_of("203.0.113.7, evil, 10.1.2.3") == "10.1.2.3"
+    assert proxies.client_of("203.0.113.7, evil") is None  # the TCP peer stays
+    everyone = ForwardedClient(lambda *a: None, ("*",))  # type: ignore[arg-type]
+    assert everyone.client_of("198.51.100.1, 203.0.113.7") == "198.51.100.1"
+    assert everyone.client_of("evil, 203.0.113.7") == "203.0.113.7"
 
 
 def test_no_pings_is_zero() -> None:

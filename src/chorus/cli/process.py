@@ -222,18 +222,17 @@ def transport_options(settings: Settings) -> dict[str, Any]:
 def load_balancer_options(settings: Settings) -> dict[str, Any]:
     """uvicorn options for running behind a load balancer (README, Deploying).
 
-    Proxy headers only from ``CHORUS_TRUSTED_PROXIES`` (uvicorn's own
-    ``FORWARDED_ALLOW_IPS`` and its default of trusting 127.0.0.1 are not
-    used: unset means no proxy is trusted); WebSocket ping frames every
+    uvicorn's proxy headers off: ``create_app`` reads them from
+    ``CHORUS_TRUSTED_PROXIES`` only (:class:`chorus.middleware.ForwardedClient`;
+    uvicorn's ``FORWARDED_ALLOW_IPS``, its default of trusting 127.0.0.1 and
+    its taking of any text as the client's address are not used); WebSocket ping frames every
     ``CHORUS_WS_PING_S`` (0: none), answered within ``CHORUS_WS_PING_TIMEOUT_S``;
     permessage-deflate only with ``CHORUS_WS_PER_MESSAGE_DEFLATE`` (uvicorn offers it
     by default);
     ``CHORUS_SHUTDOWN_TIMEOUT_S`` for what is in flight when the drain ends.
     """
-    trusted = settings.trusted_proxy_list
     return {
-        "proxy_headers": bool(trusted),
-        "forwarded_allow_ips": list(trusted) or ["-"],  # never read when proxy_headers is off
+        "proxy_headers": False,
         "ws_ping_interval": settings.ws_ping_s or None,
         "ws_ping_timeout": settings.ws_ping_timeout_s,
         "ws_per_message_deflate": settings.ws_per_message_deflate,
