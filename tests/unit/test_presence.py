@@ -8,6 +8,7 @@ from collections.abc import Callable
 from chorus.domain.presence import PresenceState, Session, UserPresence, by_user, listing
 from chorus.subscriptions.local_presence import LocalPresenceStore
 from chorus.subscriptions.presence import Presence
+from tests.deadlines import patience
 
 VIEWING, EDITING = PresenceState.VIEWING, PresenceState.EDITING
 
@@ -84,7 +85,7 @@ async def test_a_watch_is_told_which_users_changed() -> None:
 
 async def until(condition: Callable[[], bool], bound_s: float = 30.0) -> None:
     """Wait for ``condition`` (checked every 20 ms), failing after ``bound_s`` seconds."""
-    deadline = asyncio.get_running_loop().time() + bound_s
+    deadline = asyncio.get_running_loop().time() + patience(bound_s)
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "timed out"
         await asyncio.sleep(0.02)
