@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as redis
 
 from chorus import health
+from chorus.caches.generation import Generation
 from chorus.caches.heads import Heads
 from chorus.caches.reader import SnapshotCache
 from chorus.db.engine import Database
@@ -69,24 +70,35 @@ def kafka_config(settings: Settings) -> KafkaConfig:
     )
 
 
-def redis_client(settings: Settings) -> redis.Redis:
+def redis_client(settings: Settings, generation: Generation) -> redis.Redis:
     """A pooled Redis client for snapshots, heads and fanout (full profile).
+
+    Every new connection checks Redis's generation before its first command
+    (:meth:`Generation.on_connect`): a restarted Redis or a promoted replica
+    is never read unchecked.
 
     Raises:
         ValueError: the embedded profile (Redis is not set).
     """
     _, url = settings.require_full_profile("Redis")
     return redis.Redis.from_url(
-        url, socket_timeout=REDIS_SOCKET_TIMEOUT_S, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
+        url,
+        socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+        redis_connect_func=generation.on_connect,
     )
 
 
-def snapshot_cache(settings: Settings, client: redis.Redis) -> SnapshotCache:
+def snapshot_cache(
+    settings: Settings, client: redis.Redis, generation: Generation
+) -> SnapshotCache:
     """The API's snapshot reader on ``client``, behind the configured circuit breaker."""
     breaker = CircuitBreaker(
         failures=settings.redis_breaker_failures, reset_s=settings.redis_breaker_reset_s
     )
-    return SnapshotCache(client, breaker=breaker, page_size=settings.snapshot_page_size)
+    return SnapshotCache(
+        client, breaker=breaker, page_size=settings.snapshot_page_size, generation=generation
+    )
 
 
 @dataclass
@@ -119,7 +131,8 @@ async def running_workers(
     if unknown:
         raise ValueError(f"unknown workers: {', '.join(sorted(unknown))}")
     config = kafka_config(settings)
-    client = redis_client(settings)
+    generation = Generation()
+    client = redis_client(settings, generation)
     workers = Workers()
     closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
     if {"relay", "project-cache", "feed"} & set(names):
@@ -145,6 +158,7 @@ async def running_workers(
             db,
             group_id=settings.kafka_projector_group,
             page_size=settings.snapshot_page_size,
+            generation=generation,
         )
         workers.tasks.append(asyncio.create_task(projector.run(), name="cache-projector"))
     if "feed" in names:
@@ -270,8 +284,9 @@ async def full_events(
 ) -> AsyncIterator[Events]:
     """The full profile: Redis pub/sub in, snapshots in Redis, workers elsewhere or here."""
     servers, url = settings.require_full_profile("the full profile")
-    client = redis_client(settings)
-    snapshots = snapshot_cache(settings, client)
+    generation = Generation()
+    client = redis_client(settings, generation)
+    snapshots = snapshot_cache(settings, client, generation)
     bus = RedisBus(url)
     await bus.start()
     # Presence lives in Redis beside the snapshots, never in SQL or Kafka.

@@ -155,20 +155,21 @@ async def test_writes_are_idempotent_by_version(
     v2 = await snapshot_now()
     assert (v1.version, v2.version) == (1, 3)
     writer = SnapshotStore(redis_client)
+    ticket = await writer.ticket()
 
-    assert await writer.put(v2)
-    assert not await writer.put(v1), "an older snapshot never replaces a newer one"
-    assert not await writer.put(v2), "a duplicate is a no-op"
+    assert await writer.put(v2, ticket)
+    assert not await writer.put(v1, ticket), "an older snapshot never replaces a newer one"
+    assert not await writer.put(v2, ticket), "a duplicate is a no-op"
     assert await writer.read(pid) == (3, v2)
 
     await writer.bump_head(pid, 1)
     assert (await writer.read(pid))[0] == 3, "the head never goes back"
-    assert not await writer.remove(pid, 2), "a removal older than the snapshot keeps it"
+    assert not await writer.remove(pid, 2, ticket), "a removal older than the snapshot keeps it"
     assert await writer.read(pid) == (3, v2)
 
-    assert await writer.remove(pid, 4)
+    assert await writer.remove(pid, 4, ticket)
     assert await writer.read(pid) == (4, None)
-    assert not await writer.put(v2), "a late write does not resurrect a removed snapshot"
+    assert not await writer.put(v2, ticket), "a late write does not resurrect a removed snapshot"
     assert await writer.read(pid) == (4, None)
     assert await writer.versions([pid, "nope"]) == {}
 

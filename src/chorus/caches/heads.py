@@ -16,7 +16,10 @@ while each of them is still that playlist's head. Two registries answer
 
 A head never goes down. A playlist whose head is not known yet is learned
 from a read (:meth:`Heads.read_at`): the version an answer read is committed,
-so it is a safe floor; a commit raises it past that.
+so it is a safe floor; a commit raises it past that. In Redis, "never goes
+down" needs more, since Redis can forget: answers are stamped with Redis's
+generation, and a head is learned only from a read that began after it went
+missing (:mod:`chorus.caches.generation`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Protocol
 
+from chorus.caches.generation import Ticket
 from chorus.caches.reader import SnapshotCache
 
 MAX_LOCAL_HEADS = 200_000
@@ -34,19 +38,27 @@ MAX_LOCAL_HEADS = 200_000
 class Heads(Protocol):
     """Where the response cache learns whether the versions an answer read are still current."""
 
-    def ticket(self) -> int:
-        """A mark taken before an answer is computed, handed back to :meth:`read_at`."""
+    def ticket(self) -> Ticket:
+        """A mark taken before an answer is computed, handed back to :meth:`read_at`.
+
+        Its ``generation`` is the one the answer is kept under (:meth:`current`).
+        """
         ...
 
     def committed(self, playlist_id: str, version: int) -> None:
         """This process committed ``version`` (the store's ``on_commit``)."""
         ...
 
-    async def current(self, versions: Mapping[str, int]) -> bool:
-        """Whether each playlist's head is exactly its version here; ``False`` when unsure."""
+    async def current(self, versions: Mapping[str, int], generation: str) -> bool:
+        """Whether each playlist's head is exactly its version here; ``False`` when unsure.
+
+        Args:
+            generation: the ticket's, when the answer was computed; an answer
+                of another generation is never current.
+        """
         ...
 
-    async def read_at(self, versions: Mapping[str, int], ticket: int) -> bool:
+    async def read_at(self, versions: Mapping[str, int], ticket: Ticket) -> bool:
         """An answer read these versions: learn the heads not known yet.
 
         Returns:
@@ -79,14 +91,14 @@ class LocalHeads:
     def head(self, playlist_id: str) -> int | None:
         return self._heads.get(playlist_id)
 
-    def ticket(self) -> int:
+    def ticket(self) -> Ticket:
         self._clock += 1
-        return self._clock
+        return Ticket(self._clock)
 
     def committed(self, playlist_id: str, version: int) -> None:
         self._raise(playlist_id, version)
 
-    async def current(self, versions: Mapping[str, int]) -> bool:
+    async def current(self, versions: Mapping[str, int], generation: str = "") -> bool:
         return self.current_now(versions)
 
     def current_now(self, versions: Mapping[str, int]) -> bool:
@@ -94,8 +106,8 @@ class LocalHeads:
         heads = self._heads
         return all(heads.get(pid) == version for pid, version in versions.items())
 
-    async def read_at(self, versions: Mapping[str, int], ticket: int) -> bool:
-        if self._forgot_at >= ticket and any(pid not in self._heads for pid in versions):
+    async def read_at(self, versions: Mapping[str, int], ticket: Ticket) -> bool:
+        if self._forgot_at >= ticket.clock and any(pid not in self._heads for pid in versions):
             return False
         for pid, version in versions.items():
             if pid not in self._heads:
@@ -120,32 +132,34 @@ class SharedHeads:
     Reads go through the snapshot cache's client and circuit breaker: while
     Redis fails, :meth:`current` is ``False`` and every answer is computed.
     Commits of this process that Redis has not taken yet count too (the
-    snapshot cache remembers them).
+    snapshot cache remembers them). The one ``MGET`` of :meth:`current` also
+    reads Redis's generation: an answer computed in another is not current.
     """
 
     def __init__(self, snapshots: SnapshotCache) -> None:
         self._snapshots = snapshots
 
-    def ticket(self) -> int:
-        return 0
+    def ticket(self) -> Ticket:
+        return self._snapshots.ticket()
 
     def committed(self, playlist_id: str, version: int) -> None:
         # The snapshot cache raises Redis's head after every commit already
         # (CommitHooks); nothing more to remember here.
         return None
 
-    async def current(self, versions: Mapping[str, int]) -> bool:
+    async def current(self, versions: Mapping[str, int], generation: str = "") -> bool:
         if not versions:
             return True
-        heads = await self._snapshots.heads(versions)
-        if heads is None:
+        found = await self._snapshots.heads(versions)
+        if found is None or found[0] != generation:
             return False
+        heads = found[1]
         return all(heads.get(pid) == version for pid, version in versions.items())
 
-    async def read_at(self, versions: Mapping[str, int], ticket: int) -> bool:
+    async def read_at(self, versions: Mapping[str, int], ticket: Ticket) -> bool:
         if not versions:
             return True
-        return await self._snapshots.raise_heads(versions)
+        return await self._snapshots.raise_heads(versions, ticket)
 
 
 __all__ = ["MAX_LOCAL_HEADS", "Heads", "LocalHeads", "SharedHeads"]

@@ -10,6 +10,13 @@ from __future__ import annotations
 
 KEY_PREFIX = "chorus:v1"
 
+GENERATION_KEY = f"{KEY_PREFIX}:generation"
+"""``<run_id>:<random>``: the data set heads and snapshots were written to
+(:mod:`chorus.caches.generation`)."""
+
+PLAYLIST_PATTERN = f"{KEY_PREFIX}:playlist:*"
+"""A ``SCAN`` pattern of every playlist key (heads and snapshots among them)."""
+
 
 def playlist_key(playlist_id: str, name: str) -> str:
     """The Redis name ``name`` of one playlist, e.g. ``chorus:v1:playlist:<id>:head``."""

@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from redis.asyncio import Redis
 
+from chorus.caches.generation import Generation, Ticket
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
-from chorus.caches.store import SnapshotStore
+from chorus.caches.store import SnapshotStore, StaleTicket
 from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_FILLS, SNAPSHOT_READS
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
@@ -47,6 +48,8 @@ class SnapshotCache:
         timeout_s: how long one Redis call may take before it counts as a failure.
         max_pending: how many unconfirmed head bumps are remembered (the
             oldest are forgotten beyond that).
+        generation: the belief the client's ``redis_connect_func`` keeps
+            (:meth:`Generation.on_connect`); a fresh one by default.
 
     Attributes:
         redis_calls: Redis round trips made by reads (coalesced reads count once).
@@ -60,10 +63,13 @@ class SnapshotCache:
         page_size: int = SNAPSHOT_PAGE_SIZE,
         timeout_s: float = 0.25,
         max_pending: int = 100_000,
+        generation: Generation | None = None,
     ) -> None:
         self.page_size = page_size
         self.redis_calls = 0
-        self._store = SnapshotStore(redis)
+        self._store = SnapshotStore(redis, generation)
+        self.generation = self._store.generation
+        self._checking: asyncio.Task[None] | None = None
         self._redis = redis
         self._breaker = breaker
         self._timeout_s = timeout_s
@@ -112,48 +118,63 @@ class SnapshotCache:
         SNAPSHOT_READS.labels(result="hit").inc()
         return snapshot
 
-    async def heads(self, playlist_ids: Iterable[str]) -> dict[str, int] | None:
-        """The head versions of these playlists, in one Redis round trip.
+    def ticket(self) -> Ticket:
+        """A ticket for a read about to begin (this process's belief; no round trip)."""
+        return self.generation.ticket()
+
+    async def heads(self, playlist_ids: Iterable[str]) -> tuple[str, dict[str, int]] | None:
+        """Redis's generation and the head versions of these playlists, in one round trip.
 
         A commit of this process that Redis has not taken yet counts as the
-        head. Playlists without a head key are absent.
+        head. Playlists without a head key are absent (unknown).
 
         Returns:
-            playlist id → head, or ``None`` when Redis cannot answer now
-            (failure, timeout, open breaker). Never raises because of Redis.
+            ``(generation, playlist id → head)``, or ``None`` when Redis cannot
+            answer now (failure, timeout, open breaker) or has no generation
+            (it forgot everything: a new one is begun in the background).
+            Never raises because of Redis.
         """
         ids = list(playlist_ids)
         if not self._breaker.allow():
             return None
         try:
             async with asyncio.timeout(self._timeout_s):
-                found = await self._store.heads(ids)
+                generation, found = await self._store.heads(ids)
         except Exception as exc:
             self._failed(exc)
             return None
         self._succeeded()
+        if generation is None:
+            self._check_generation()
+            return None
+        self.generation.saw(generation)
         for pid in ids:
             pending = self._pending.get(pid)
             if pending is not None and pending > found.get(pid, -1):
                 found[pid] = pending
-        return found
+        return generation, found
 
-    async def raise_heads(self, versions: Mapping[str, int]) -> bool:
+    async def raise_heads(self, versions: Mapping[str, int], ticket: Ticket) -> bool:
         """Raise the heads to versions a read saw committed (never lowers one); one round trip.
 
+        Args:
+            ticket: :meth:`ticket` before the read began. A missing head is
+                created only when Redis forgot nothing since
+                (:mod:`chorus.caches.generation`).
+
         Returns:
-            whether Redis took them. Never raises because of Redis.
+            whether Redis took them all. Never raises because of Redis.
         """
         if not self._breaker.allow():
             return False
         try:
             async with asyncio.timeout(self._timeout_s):
-                await self._store.bump_heads(dict(versions))
+                taken = await self._store.learn_heads(versions, ticket)
         except Exception as exc:
             self._failed(exc)
             return False
         self._succeeded()
-        return True
+        return taken
 
     def fill(self, playlist_id: str, read: Callable[[], Awaitable[Snapshot | None]]) -> None:
         """Read-through: store the snapshot ``read`` makes, in the background; never raises.
@@ -172,11 +193,11 @@ class SnapshotCache:
             return
         if not self._breaker.allow():
             return
-        task = asyncio.get_running_loop().create_task(self._fill(read))
+        task = asyncio.get_running_loop().create_task(self._fill(read, self.ticket()))
         self._fills[playlist_id] = task
         task.add_done_callback(lambda _: self._fills.pop(playlist_id, None))
 
-    async def _fill(self, read: Callable[[], Awaitable[Snapshot | None]]) -> None:
+    async def _fill(self, read: Callable[[], Awaitable[Snapshot | None]], ticket: Ticket) -> None:
         try:
             snapshot = await read()
         except Exception:  # the database is the request's business, not the fill's
@@ -186,7 +207,9 @@ class SnapshotCache:
             return
         try:
             async with asyncio.timeout(self._timeout_s):
-                written = await self._store.put(snapshot)
+                written = await self._store.put(snapshot, ticket)
+        except StaleTicket:
+            return  # Redis forgot since the read: a later miss fills
         except Exception as exc:
             self._failed(exc)
             return
@@ -228,11 +251,26 @@ class SnapshotCache:
         for fill in list(self._fills.values()):
             with contextlib.suppress(Exception):
                 await cancel_and_wait(fill)
-        if self._flusher is not None:
-            with contextlib.suppress(Exception):  # it logged its own failures
-                await cancel_and_wait(self._flusher)
+        for task in (self._flusher, self._checking):
+            if task is not None:
+                with contextlib.suppress(Exception):  # it logged its own failures
+                    await cancel_and_wait(task)
         while self._pending and await self._flush():
             pass
+
+    def _check_generation(self) -> None:
+        """Begin a new generation in the background (one check at a time)."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._ensure())
+
+    async def _ensure(self) -> None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._store.ensure()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._succeeded()
 
     def _keep_flushing(self) -> None:
         if self._flusher is None or self._flusher.done():

@@ -97,6 +97,8 @@ class CachedAnswer:
         expires_at: ``time.monotonic()`` seconds after which the media it
             holds are too old; ``None`` when it holds none.
         operation: the operation-name label of its metrics.
+        generation: the head registry's generation it was computed in
+            (:class:`~chorus.caches.generation.Ticket`; ``""`` in the embedded profile).
     """
 
     body: bytes
@@ -105,6 +107,7 @@ class CachedAnswer:
     shared: bool
     expires_at: float | None
     operation: str
+    generation: str = ""
 
     def fresh(self, now: float | None = None) -> bool:
         return self.expires_at is None or (now or time.monotonic()) < self.expires_at
@@ -166,13 +169,14 @@ class ResponseCache:
         shared: bool,
         media: bool,
         operation: str,
+        generation: str = "",
     ) -> CachedAnswer | None:
         """Keep an answer; the entry, or ``None`` when it is too large to keep."""
         size = _size(key, body)
         if size > self.max_bytes // 10:
             return None
         expires = time.monotonic() + self.media_freshness_s if media else None
-        entry = CachedAnswer(body, etag, dict(versions), shared, expires, operation)
+        entry = CachedAnswer(body, etag, dict(versions), shared, expires, operation, generation)
         self.drop(key)
         self._entries[key] = entry
         self._bytes += size

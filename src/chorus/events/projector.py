@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from chorus.caches.generation import Generation
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
 from chorus.caches.store import SnapshotStore
 from chorus.db import listing, repository
@@ -49,6 +50,7 @@ class CacheProjector:
         group_id: the consumer group (one per deployment).
         page_size: live entries per snapshot (the API's first page).
         retry_max_s: the longest wait between retries (backoff doubles up to it).
+        generation: the belief its Redis client's ``redis_connect_func`` keeps.
 
     Attributes:
         consumer: the runner consuming for the projector (``group_id``, and
@@ -65,8 +67,9 @@ class CacheProjector:
         group_id: str = PROJECTOR_GROUP,
         page_size: int = SNAPSHOT_PAGE_SIZE,
         retry_max_s: float = 5.0,
+        generation: Generation | None = None,
     ) -> None:
-        self._store = SnapshotStore(redis)
+        self._store = SnapshotStore(redis, generation)
         self._db = db
         self._page_size = page_size
         self.consumer = ConsumerRunner(
@@ -108,12 +111,15 @@ class CacheProjector:
 
         Raises:
             redis.RedisError, OSError, sqlalchemy.exc.SQLAlchemyError: nothing
-                is lost; call again.
+                is lost; call again (a ``StaleTicket``: Redis forgot since the read).
         """
         stored = await self._store.versions(latest)
         due = {p: v for p, v in latest.items() if stored.get(p, -1) < v}
         if not due:
             return 0
+        # Taken before SQL is read: if Redis forgot since, it refuses the
+        # writes (StaleTicket, a RedisError) and the runner hands the batch again.
+        ticket = await self._store.ticket()
         async with self._db.read() as conn:
             headers = await listing.get_playlists(conn, due)
             snapshots = {
@@ -130,7 +136,7 @@ class CacheProjector:
             for pid, version in due.items()
             if pid not in snapshots
         }
-        changed = await self._store.write(list(snapshots.values()), removes)
+        changed = await self._store.write(list(snapshots.values()), removes, ticket)
         self.applied += changed
         PROJECTOR_APPLIED.inc(changed)
         return changed

@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from chorus.caches.generation import Ticket
 from chorus.caches.responses import (
     CachedAnswer,
     ResponseKey,
@@ -90,9 +91,9 @@ async def lookup(services: Services, request: AnswerRequest) -> CachedAnswer | N
     for key in (request.shared_key, request.viewer_key):
         entry = cache.get(key)
         if entry is not None:
-            if await heads.current(entry.versions):
+            if await heads.current(entry.versions, entry.generation):
                 return entry
-            cache.drop(key)  # a version moved on: it can never be current again
+            cache.drop(key)  # a version or the generation moved on: never current again
     return None
 
 
@@ -107,9 +108,9 @@ async def flight(services: Services, request: AnswerRequest) -> AsyncIterator[bo
         yield leads
 
 
-def ticket(services: Services) -> int:
+def ticket(services: Services) -> Ticket:
     """The head registry's mark, taken before the answer is computed."""
-    return services.heads.ticket() if services.heads is not None else 0
+    return services.heads.ticket() if services.heads is not None else Ticket()
 
 
 async def remember(
@@ -118,7 +119,7 @@ async def remember(
     ctx: RequestContext,
     body: bytes,
     *,
-    taken: int,
+    taken: Ticket,
     operation: str,
 ) -> CachedAnswer | None:
     """Keep an error-free answer ``ctx`` computed, if its reads allow; the entry or ``None``.
@@ -142,6 +143,7 @@ async def remember(
         shared=reads.shared,
         media=reads.media,
         operation=operation,
+        generation=taken.generation,
     )
 
 
