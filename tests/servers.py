@@ -8,6 +8,7 @@ subprocess on a free port, exactly as a user would, and stops it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -263,11 +265,17 @@ class TansuServer(_Process):
 
 
 class RedisServer(_Process):
-    """A private ``redis-server`` (no persistence) that a test may stop or kill."""
+    """A private ``redis-server`` that a test may stop or kill.
 
-    def __init__(self, log: Path) -> None:
+    No persistence unless asked: ``SAVE`` writes ``dump.rdb`` in the log's
+    directory, which a restart loads. ``extra`` are more ``--name value``
+    arguments (``--replicaof``, ``--maxmemory-policy`` …).
+    """
+
+    def __init__(self, log: Path, *extra: str) -> None:
         super().__init__(log)
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = extra
 
     def argv(self) -> list[str]:
         return [
@@ -280,7 +288,67 @@ class RedisServer(_Process):
             "",
             "--appendonly",
             "no",
+            "--dir",
+            str(self.log.parent),
+            *self.extra,
         ]
+
+
+class TcpProxy:
+    """A TCP forwarder on a free port, as a load balancer or a DNS name in front of Redis.
+
+    :meth:`switch` points it at another port and drops every open connection:
+    a failover, as the clients see it.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.port = free_port()
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def switch(self, target_port: int) -> None:
+        self.target_port = target_port
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._open.clear()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.switch(self.target_port)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), 2)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        with self._lock:
+            self._open.difference_update((source, sink))
 
 
 def _pg_bin(name: str) -> str:
