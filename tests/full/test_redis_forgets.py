@@ -30,13 +30,14 @@ import redis
 
 from chorus.caches.keys import GENERATION_KEY, head_key, snapshot_key
 from chorus.graphql import ids
+from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.e2e.test_response_cache import PAGE, post
 from tests.full.helpers import full_profile_env
 from tests.servers import ChorusServer, RedisServer, TansuServer, TcpProxy
 
-WAIT_S = 30.0
+WAIT_S = patience(30.0)
 """The longest wait for a background write (a head raise, a snapshot fill) or a held read."""
 READS_AFTER = 20
 """Reads of each process after Redis forgot, every one of which must refuse carol."""
