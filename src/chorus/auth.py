@@ -1,6 +1,6 @@
 """Bearer tokens: JWTs whose ``sub`` (or the claim ``CHORUS_JWT_USER_CLAIM`` names) is the user id.
 
-Two kinds of key, never both (README, Identity providers): HS256 with the
+Two kinds of key, never both (docs/identity.md): HS256 with the
 local secret when ``CHORUS_JWKS_URL`` is unset, else only the identity
 provider's RS256/ES256 keys (:mod:`chorus.jwks`). Here: HS256 and the claim
 checks both kinds share (:class:`ClaimRules`, :func:`check_claims`).
@@ -64,7 +64,7 @@ class Unavailable(str):
 
 @dataclass(frozen=True, slots=True)
 class ClaimRules:
-    """What a token's claims must hold, besides times (settings: README, Identity providers).
+    """What a token's claims must hold, besides times (settings: docs/settings.md, Identity).
 
     Attributes:
         user_claim: the claim that holds the user id (``CHORUS_JWT_USER_CLAIM``).

@@ -2,7 +2,7 @@
 
 :class:`JWKSKeys` holds the provider's key set, fetched with PyJWT's
 :class:`~jwt.PyJWKClient` in a worker thread (it speaks blocking urllib; the
-event loop never waits on the network). The rules (README, Identity providers):
+event loop never waits on the network). The rules (docs/identity.md, Identity providers):
 
 * Keys are kept ``CHORUS_JWKS_CACHE_S``; the first token verified after that
   refetches them, so a key the provider removed stops verifying then, and a

@@ -42,7 +42,7 @@ through the same head limits before uvicorn upgrades them.
 These bound each connection, not each client: many slow clients together
 hold at most :attr:`HeadLimits.max_connections` connections, each for at
 most the head and body bounds; a cap per client address belongs to the
-load balancer in front (README, HTTP transport limits).
+load balancer in front (docs/limits.md, Transport limits).
 """
 
 from __future__ import annotations

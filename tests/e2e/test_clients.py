@@ -56,7 +56,7 @@ def test_codegen_types_the_operations_and_tsc_accepts_a_client_using_them() -> N
     node()
     generated = CLIENTS / "codegen" / "__generated__"
     shutil.rmtree(generated, ignore_errors=True)
-    run(shutil.which("npm") or "npm", "run", "--silent", "codegen")  # as the README says
+    run(shutil.which("npm") or "npm", "run", "--silent", "codegen")  # as docs/clients.md says
     operations = (generated / "operations.ts").read_text()
     # The subscription's union and its changes' union come out as tagged unions.
     assert "__typename: 'ResyncRequired', currentVersion: number" in operations

@@ -1,4 +1,4 @@
-"""Behind a load balancer, against a running ``chorus serve`` (README, Deploying).
+"""Behind a load balancer, against a running ``chorus serve`` (docs/deploying.md).
 
 Proxy headers honoured only from ``CHORUS_TRUSTED_PROXIES`` (seen in the
 access log, where the client's address shows, and in a redirect, which is

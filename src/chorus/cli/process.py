@@ -220,7 +220,7 @@ def transport_options(settings: Settings) -> dict[str, Any]:
 
 
 def load_balancer_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn options for running behind a load balancer (README, Deploying).
+    """uvicorn options for running behind a load balancer (docs/deploying.md).
 
     uvicorn's proxy headers off: ``create_app`` reads them from
     ``CHORUS_TRUSTED_PROXIES`` only (:class:`chorus.middleware.ForwardedClient`;

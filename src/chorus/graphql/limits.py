@@ -41,7 +41,7 @@ from strawberry.extensions import AddValidationRules
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
-    """The limits every GraphQL request is held to (README, Request limits).
+    """The limits every GraphQL request is held to (docs/limits.md, Request limits).
 
     ``max_fragments``, ``max_fragment_spreads``, ``max_expanded_fields``, ``max_query_cost``,
     ``page_size_default`` and ``page_size_max`` come from the settings of the

@@ -1,7 +1,7 @@
 """Settings, read once at start-up from ``CHORUS_*`` environment variables.
 
 Every field is one variable: ``database_url`` is ``CHORUS_DATABASE_URL`` and
-so on (README, Settings). Unset Redis and Kafka mean the in-process adapters
+so on (docs/settings.md). Unset Redis and Kafka mean the in-process adapters
 of the embedded profile. A bad value stops start-up with a message naming the
 variable; nothing is guessed.
 

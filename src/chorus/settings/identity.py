@@ -1,4 +1,4 @@
-"""Settings of identity: which tokens are trusted (README, Identity providers).
+"""Settings of identity: which tokens are trusted (docs/identity.md).
 
 Part of :class:`chorus.settings.Settings`. Unset ``jwks_url``: HS256 tokens
 signed with ``CHORUS_JWT_SECRET`` (local use). Set: only the identity

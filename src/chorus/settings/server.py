@@ -172,7 +172,7 @@ class ServerSettings(BaseModel):
         None,
         description="Comma-separated GraphQL operation names that always get their own "
         "operation_name label in /metrics; other names are labelled only once an "
-        "authenticated caller sent them (docs/operations.md); unset: none.",
+        "authenticated caller sent them (docs/full-profile.md); unset: none.",
     )
     metrics_token: str | None = Field(
         None,

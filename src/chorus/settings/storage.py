@@ -1,6 +1,6 @@
 """Settings of storage: the database, the data directory and its secrets, writes, retention.
 
-Part of :class:`chorus.settings.Settings` (``CHORUS_*``; README, Settings).
+Part of :class:`chorus.settings.Settings` (``CHORUS_*``; docs/settings.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import { relayStylePagination } from "@apollo/client/utilities";
 const [url, token, playlistId] = process.argv.slice(2);
 let requests = 0;
 
-// The cache configuration the README's "Clients" section recommends.
+// The cache configuration docs/clients.md recommends.
 // PlaylistEntry, Playlist, Media and User are normalised by their `id` with
 // no keyFields (Apollo keys them `__typename:id`; Media's id is the catalog's
 // String id, unique among Media, which is all Apollo needs). Viewer has no id:

@@ -45,7 +45,7 @@ function commit(mutation, variables) {
 
 // The node ids of the connection's edges whose node record is still there.
 // @deleteRecord alone leaves the edge, its node dangling (read as null): an
-// app adds @deleteEdge(connections: …) beside it (README, "Clients").
+// app adds @deleteEdge(connections: …) beside it (docs/clients.md).
 function shown(connectionId) {
   const connection = source().get(connectionId);
   return connection.edges.__refs
