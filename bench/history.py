@@ -54,8 +54,8 @@ from chorus.domain.commands import (
 )
 from chorus.domain.history import CHECKPOINT_EVERY
 from chorus.domain.limits import DEFAULT_LIMITS
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 
 ENTRIES = 1_000

@@ -409,7 +409,7 @@ def main() -> None:
             }
         )
         asyncio.run(add_peer_schema(dsn))
-        from chorus.graphql import ids
+        from chorus.graphql.schema.common import ids
 
         gids = [gid for gid, n in imported if n >= PAGE]
         print(

@@ -40,7 +40,7 @@ from chorus.db.migrate import upgrade_async
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 
 SECRET = "bench-secret-" + "x" * 40
 QUERY = """query Page($id: ID!, $after: String) {

@@ -30,7 +30,7 @@ import redis
 
 from chorus.caches.keys import playlist_key
 from chorus.events.wire import events_channel
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 
 if TYPE_CHECKING:
     from tests.servers import ChorusServer

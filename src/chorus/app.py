@@ -18,7 +18,7 @@ Routes: ``/graphql`` (POST queries and mutations; GET queries, persisted
 ones included, and GraphiQL in a browser;
 WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/graphiql/`` (GraphiQL's own
-assets, :mod:`chorus.graphql.ide`), ``/web/`` (the reference web client),
+assets, :mod:`chorus.graphql.http.ide`), ``/web/`` (the reference web client),
 ``/metrics`` (Prometheus; only with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>``
 when that is set).
 
@@ -53,11 +53,11 @@ from starlette.types import ASGIApp
 from chorus import bootstrap, health, tracing
 from chorus.auth import TokenVerifier
 from chorus.drain import Drain
-from chorus.graphql import ide
-from chorus.graphql.limits import RequestLimits
-from chorus.graphql.metrics import OperationNames
-from chorus.graphql.persisted import PersistedDocuments, load_manifest
-from chorus.graphql.view import ChorusGraphQL
+from chorus.graphql.endpoint import ChorusGraphQL
+from chorus.graphql.execution.operation_metrics import OperationNames
+from chorus.graphql.guards.limits import RequestLimits
+from chorus.graphql.guards.persisted import PersistedDocuments, load_manifest
+from chorus.graphql.http import ide
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from graphql import get_introspection_query
 
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import (
     PLAYLIST,

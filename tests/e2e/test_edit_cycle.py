@@ -18,7 +18,7 @@ import pytest
 from gql import Client, GraphQLRequest
 from gql.transport.httpx import HTTPXAsyncTransport
 
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import (
     ENTRY,

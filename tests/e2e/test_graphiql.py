@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chorus.graphql import ide
+from chorus.graphql.http import ide
 from tests.e2e.conftest import Api, running_server
 from tests.servers import ChorusServer
 

@@ -22,7 +22,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
-from chorus.graphql.nesting import MAX_JSON_VALUES
+from chorus.graphql.guards.nesting import MAX_JSON_VALUES
 from tests.e2e.helpers import mutation_document
 from tests.servers import TEST_SECRET, ChorusServer
 

@@ -29,7 +29,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.typing import Subprotocol
 
 from chorus.auth import mint_token
-from chorus.graphql.metrics import MAX_OPERATION_NAMES_PER_USER
+from chorus.graphql.execution.operation_metrics import MAX_OPERATION_NAMES_PER_USER
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add

@@ -25,7 +25,7 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
-from chorus.graphql.nesting import MAX_JSON_DEPTH
+from chorus.graphql.guards.nesting import MAX_JSON_DEPTH
 from chorus.transport import MAX_PIPELINED
 from tests.deadlines import patience
 from tests.servers import TEST_SECRET, ChorusServer

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from chorus.auth import mint_token
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import committed, create_playlist, mutate, track

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import (
     ENTRIES,

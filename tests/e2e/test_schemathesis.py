@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from schemathesis.graphql import nodes
 from schemathesis.specs.graphql.scalars import CUSTOM_SCALARS
 
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, entries_page, mutate, track
 

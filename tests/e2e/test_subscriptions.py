@@ -33,7 +33,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConcurrencyError, ConnectionClosed
 from websockets.typing import Subprotocol
 
-from chorus.graphql.websocket import TWO_TOKENS
+from chorus.graphql.websocket.handler import TWO_TOKENS
 from chorus.settings import Settings
 from tests.deadlines import patience
 from tests.e2e.conftest import Api

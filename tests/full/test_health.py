@@ -27,8 +27,8 @@ from chorus.auth import mint_token
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import CreatePlaylist
-from chorus.graphql.metrics import OPERATION_NAME, OperationNames
-from chorus.graphql.schema import build_schema
+from chorus.graphql.execution.operation_metrics import OPERATION_NAME, OperationNames
+from chorus.graphql.schema.build import build_schema
 from chorus.resolvers.context import Services
 from chorus.subscriptions.bus import InProcessBus
 from chorus.subscriptions.hub import Hub

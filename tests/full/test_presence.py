@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from chorus.subscriptions.redis_presence import presence_keys
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import create_playlist

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from chorus.caches.keys import head_key, snapshot_key
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track

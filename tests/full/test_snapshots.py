@@ -32,8 +32,8 @@ from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig
 from chorus.events.projector import CacheProjector
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resolvers.context import RequestContext, Services
 from tests.deadlines import patience

@@ -15,8 +15,8 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Visibility
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 from chorus.resolvers.ratelimit import RateLimiter
 from tests.integration.test_graphql_execute import CountingCatalog

@@ -10,8 +10,8 @@ from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.limits import DEFAULT_LIMITS
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 from tests.integration.test_graphql_execute import CountingCatalog
 

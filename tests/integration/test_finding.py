@@ -29,8 +29,8 @@ from chorus.domain.commands import (
 from chorus.domain.finding import title_key
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role, Visibility
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 
 schema = build_schema()

@@ -34,8 +34,8 @@ from chorus.domain.commands import (
 from chorus.domain.fold import PlaylistState
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 from tests.integration.store_helpers import BOB, fold_log, new_op, new_playlist, random_history
 

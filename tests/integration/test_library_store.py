@@ -20,8 +20,8 @@ from chorus.domain.commands import AddEntries, CreatePlaylist, LikeMedia, Unlike
 from chorus.domain.library import CREATE_OPERATION_ID, LIKED_SONGS_TITLE
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import PlaylistKind, Visibility
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 from tests.integration.store_helpers import ALICE, BOB, fold_log, header, media_order, new_op
 from tests.integration.test_graphql_execute import CountingCatalog

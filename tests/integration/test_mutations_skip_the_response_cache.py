@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from chorus.auth import mint_token
-from chorus.graphql import ids
+from chorus.graphql.schema.common import ids
 from chorus.resolvers import responses
 from tests.integration.test_raced_reads import (
     SECRET,

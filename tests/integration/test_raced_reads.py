@@ -25,8 +25,8 @@ from chorus.db import pages
 from chorus.db.migrate import upgrade
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
-from chorus.graphql import ids
-from chorus.graphql.view import RACED_READ_ATTEMPTS
+from chorus.graphql.http.answers import RACED_READ_ATTEMPTS
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 

@@ -49,8 +49,8 @@ from chorus.domain.errors import DomainError, ErrorCode, Forbidden, InvalidInput
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role, Visibility
 from chorus.events.relay import OutboxRelay
-from chorus.graphql import ids
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub

@@ -12,8 +12,8 @@ import uuid
 
 from graphql import DocumentNode, GraphQLError, parse
 
-from chorus.graphql.documents import DocumentCache, parse_ahead, parse_options
-from chorus.graphql.schema import build_schema
+from chorus.graphql.guards.documents import DocumentCache, parse_ahead, parse_options
+from chorus.graphql.schema.build import build_schema
 
 OPTIONS = parse_options(5_000)
 """The parse options of every request (the default token limit)."""
@@ -121,7 +121,7 @@ def test_a_parse_error_found_ahead_is_still_answered_with_its_code() -> None:
 
 def test_a_failed_parse_ahead_leaves_no_cyclic_garbage() -> None:
     """Its tokens and parser frames go by reference counting, not by the collector's passes."""
-    from chorus.graphql.documents import parse_ahead
+    from chorus.graphql.guards.documents import parse_ahead
 
     over = "{" + " a" * 5_001 + " }"
     gc.collect()

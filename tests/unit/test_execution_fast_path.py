@@ -1,7 +1,7 @@
 """The fast path for plain leaf fields answers exactly what graphql-core would.
 
 The same documents run on one schema with strawberry's execution context and
-with :class:`~chorus.graphql.execution.ChorusExecutionContext`: data, errors
+with :class:`~chorus.graphql.execution.executor.ChorusExecutionContext`: data, errors
 (message, path, locations) and null propagation must be equal.
 """
 
@@ -15,7 +15,7 @@ import pytest
 import strawberry
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
-from chorus.graphql.execution import ChorusExecutionContext
+from chorus.graphql.execution.executor import ChorusExecutionContext
 
 
 @strawberry.enum

@@ -19,7 +19,7 @@ from chorus.domain.follows import (
     merge,
     visible_since,
 )
-from chorus.graphql import arguments, ids
+from chorus.graphql.schema.common import arguments, ids
 from chorus.resolvers.errors import BadUserInput
 from chorus.settings import Settings
 

@@ -17,10 +17,10 @@ from chorus.domain.finding import (
     prefix_end,
     title_key,
 )
-from chorus.graphql import ids
-from chorus.graphql.cost import operation_cost
-from chorus.graphql.limits import RequestLimits
-from chorus.graphql.schema import build_schema
+from chorus.graphql.guards.cost import operation_cost
+from chorus.graphql.guards.limits import RequestLimits
+from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.common import ids
 from chorus.resolvers.durations import Durations
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=12)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from graphql import get_introspection_query, parse
 
-from chorus.graphql.limits import selection_depth
-from chorus.graphql.schema import build_schema
+from chorus.graphql.guards.limits import selection_depth
+from chorus.graphql.schema.build import build_schema
 
 schema = build_schema()
 

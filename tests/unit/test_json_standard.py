@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chorus.graphql.nesting import JSONNotStandard, JSONTooLarge, decode_json, encode_json
+from chorus.graphql.guards.nesting import JSONNotStandard, JSONTooLarge, decode_json, encode_json
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 import pytest
 from starlette.responses import Response
 
-from chorus.graphql.negotiation import GRAPHQL_RESPONSE, JSON, as_graphql_response, negotiate
+from chorus.graphql.http.negotiation import GRAPHQL_RESPONSE, JSON, as_graphql_response, negotiate
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,14 @@ from typing import Any
 
 from graphql import get_introspection_query, parse
 
-from chorus.graphql.cost import operation_cost
-from chorus.graphql.limits import RequestLimits, alias_count, expanded_fields, selection_depth
-from chorus.graphql.schema import build_schema
+from chorus.graphql.guards.cost import operation_cost
+from chorus.graphql.guards.limits import (
+    RequestLimits,
+    alias_count,
+    expanded_fields,
+    selection_depth,
+)
+from chorus.graphql.schema.build import build_schema
 
 LIMITS = RequestLimits()
 schema = build_schema()
@@ -199,7 +204,7 @@ def test_a_kept_documents_cost_is_remembered_by_the_variables_it_reads() -> None
 
 
 def test_a_documents_remembered_costs_go_with_it() -> None:
-    from chorus.graphql import cost as cost_module
+    from chorus.graphql.guards import cost as cost_module
 
     before = len(cost_module._MEMOS)
     for n in range(200):

@@ -25,7 +25,7 @@ from chorus.caches.responses import (
     response_key,
 )
 from chorus.domain.model import Playlist, Visibility
-from chorus.graphql.persisted import (
+from chorus.graphql.guards.persisted import (
     MAX_AUTOMATIC_BYTES,
     MAX_DOCUMENT_BYTES,
     PersistedDocuments,

@@ -7,7 +7,7 @@ from pathlib import Path
 import graphql
 from graphql import build_schema as parse_sdl
 
-from chorus.graphql.schema import print_schema
+from chorus.graphql.schema.build import print_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

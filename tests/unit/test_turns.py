@@ -1,4 +1,4 @@
-"""``graphql.turns.share``: heavy steps past a turn's budget wait for a later turn."""
+"""``graphql.loop_turns.share``: heavy steps past a turn's budget wait for a later turn."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import asyncio
 
 import pytest
 
-from chorus.graphql import turns
+from chorus.graphql.execution import loop_turns
 
 
 async def test_steps_within_the_budget_run_in_the_same_turn() -> None:
     order: list[str] = []
     asyncio.get_running_loop().call_soon(order.append, "next turn")
-    await turns.share()
+    await loop_turns.share()
     order.append("first step")
-    await turns.share()
+    await loop_turns.share()
     order.append("second step")
     assert order == ["first step", "second step"]  # nothing waited
 
@@ -23,12 +23,12 @@ async def test_a_step_past_the_budget_waits_for_a_later_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr(turns.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(loop_turns.time, "perf_counter", lambda: clock[0])
     order: list[str] = []
-    await turns.share()  # the turn's first step: its budget starts now
+    await loop_turns.share()  # the turn's first step: its budget starts now
     asyncio.get_running_loop().call_soon(order.append, "next turn")
-    clock[0] += turns.TURN_BUDGET_S  # the first step took the whole budget
-    await turns.share()
+    clock[0] += loop_turns.TURN_BUDGET_S  # the first step took the whole budget
+    await loop_turns.share()
     order.append("second step")
     assert order == ["next turn", "second step"]
 
@@ -36,7 +36,7 @@ async def test_a_step_past_the_budget_waits_for_a_later_turn(
 async def test_every_turn_runs_at_least_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each step takes twice the budget: one step a turn, and all of them run.
     clock = [0.0]
-    monkeypatch.setattr(turns.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(loop_turns.time, "perf_counter", lambda: clock[0])
     turn = [0]
     ran: list[tuple[str, int]] = []
 
@@ -46,9 +46,9 @@ async def test_every_turn_runs_at_least_one_step(monkeypatch: pytest.MonkeyPatch
             asyncio.get_running_loop().call_soon(tick)
 
     async def step(name: str) -> None:
-        await turns.share()
+        await loop_turns.share()
         ran.append((name, turn[0]))
-        clock[0] += 2 * turns.TURN_BUDGET_S
+        clock[0] += 2 * loop_turns.TURN_BUDGET_S
 
     await asyncio.sleep(0)  # a fresh turn
     tick()

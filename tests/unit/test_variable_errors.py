@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from chorus.graphql.schema import build_schema
+from chorus.graphql.schema.build import build_schema
 
 schema = build_schema()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from graphql import GraphQLInterfaceType, GraphQLObjectType, parse
 
-from chorus.graphql.schema import build_schema
-from chorus.graphql.versioned import VERSIONED_FIELDS, unversioned_field
+from chorus.graphql.execution.cacheable_fields import VERSIONED_FIELDS, unversioned_field
+from chorus.graphql.schema.build import build_schema
 
 SCHEMA = build_schema()._schema
 

@@ -10,7 +10,7 @@ import pytest
 from starlette.websockets import WebSocketDisconnect
 from strawberry.http.exceptions import WebSocketDisconnected
 
-from chorus.graphql.websocket import TransportWSHandler
+from chorus.graphql.websocket.handler import TransportWSHandler
 
 
 @pytest.mark.parametrize("error", [WebSocketDisconnected(), WebSocketDisconnect(1006)])
@@ -21,7 +21,9 @@ def test_a_disconnect_while_sending_is_not_an_error(
     with caplog.at_level(logging.DEBUG):
         asyncio.run(handler.handle_task_exception(error))
     ours = [r for r in caplog.records if r.name != "asyncio"]  # asyncio: "Using selector"
-    assert [(r.name, r.levelno) for r in ours] == [("chorus.graphql.websocket", logging.DEBUG)]
+    assert [(r.name, r.levelno) for r in ours] == [
+        ("chorus.graphql.websocket.handler", logging.DEBUG)
+    ]
 
 
 def test_any_other_error_is_still_logged_with_its_traceback(

@@ -196,7 +196,7 @@ def token(args: argparse.Namespace) -> int:
 
 
 def export_schema(_args: argparse.Namespace) -> int:
-    from chorus.graphql.schema import print_schema
+    from chorus.graphql.schema.build import print_schema
 
     sys.stdout.write(print_schema())
     return 0
@@ -209,7 +209,7 @@ def import_(args: argparse.Namespace) -> int:
 
 async def _import_async(args: argparse.Namespace) -> int:
     from chorus import bootstrap
-    from chorus.graphql.ids import to_global_id
+    from chorus.graphql.schema.common.ids import to_global_id
     from chorus.importers import ImportFailed, import_chinook, import_mpd
 
     settings = load_settings()

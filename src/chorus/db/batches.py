@@ -36,7 +36,7 @@ from chorus.domain.handlers import Decision, Outcome, decide
 from chorus.domain.model import Role, role_can_read
 
 if TYPE_CHECKING:
-    from chorus.db.groups import GroupState
+    from chorus.db.group_state import GroupState
 
 _BATCH_FIELDS = ("playlistId", "baseVersion")
 """Fields of the batch itself: an error there is not located inside an operation."""

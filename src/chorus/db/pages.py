@@ -9,7 +9,7 @@ Pages are keyset pages in list order (:mod:`chorus.db.listing`,
 :func:`chorus.db.repository.entries_page`): ``size`` items after or before an
 exclusive keyset position, whether items lie beyond them on either side, and
 the count of the whole connection. Sizes and positions come already checked
-(:mod:`chorus.graphql.arguments`).
+(:mod:`chorus.graphql.schema.common.arguments`).
 
 Raises (every function):
     DatabaseUnavailable: the database cannot be reached or lost the connection.

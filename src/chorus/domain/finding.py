@@ -1,7 +1,7 @@
 """Finding playlists: the orders a list of playlists pages in, and the title search rule.
 
 Pure rules shared by the SQL reads (:mod:`chorus.db.finding`) and the API
-(:mod:`chorus.graphql.finding`):
+(:mod:`chorus.graphql.schema.search.playlist_connection`):
 
 * a list of playlists is ordered by one :class:`OrderField` in one
   :class:`Direction`, ties broken by the playlist id in the same direction,

@@ -50,7 +50,7 @@ class Services:
     rate_limiter: RateLimiter | None = None
     """Mutations per user per minute; ``None``: unlimited."""
     query_budget: RateLimiter | None = None
-    """Query cost points per user per minute (:mod:`chorus.graphql.cost`); ``None``: unlimited."""
+    """Query cost points per user per minute (:mod:`chorus.graphql.guards.cost`); None: no limit."""
     snapshots: SnapshotCache | None = None
     """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
     responses: ResponseCache | None = None
@@ -190,7 +190,7 @@ class RequestContext:
     """The executed operation's name (sent, or the document's only one; set with the type)."""
     introspection_only: bool = False
     """Every root field of the operation is ``__schema``, ``__type`` or ``__typename``
-    (set by :mod:`chorus.graphql.cost` when execution starts): its answer is the schema's."""
+    (set by :mod:`chorus.graphql.guards.cost` when execution starts): its answer is the schema's."""
     query_cost: float = 0
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
     payload_reads_refused: bool = False
@@ -200,7 +200,7 @@ class RequestContext:
     """Entries of the log this request read through ``changes`` (bounded per request)."""
     cost_allowance: int | None = None
     """Cost points the request may spend beyond its requested cost, found only as it runs
-    (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.cost`);
+    (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.guards.cost`);
     ``None``: not checked (a subscription, or a context outside the schema)."""
     extra_cost: int = 0
     """Cost found as it ran: the entries of versions beyond the largest page size, which

@@ -45,7 +45,7 @@ class TooMuchHistory(RequestError):
 HISTORY_ENTRIES_PER_REQUEST = 10_000
 """Entries one request may read through ``changes`` (added, moved, removed, all fields).
 
-The query cost counts a version at 100 entries (:mod:`chorus.graphql.cost`),
+The query cost counts a version at 100 entries (:mod:`chorus.graphql.guards.cost`),
 which holds for edits; a batch's or a revert's version can hold up to
 ``max_batch_entries``, so the read itself is bounded too: a page stops before
 the version that would go past this, or past the query cost limit once the
@@ -84,7 +84,7 @@ class ServiceUnavailable(RequestError):
     """A dependency (the catalog, the database) cannot answer now; retrying later may work.
 
     The database's own failure is :class:`~chorus.db.engine.DatabaseUnavailable`,
-    which :mod:`chorus.graphql.errors` reports under this code.
+    which :mod:`chorus.graphql.execution.error_masking` reports under this code.
     """
 
     code = "SERVICE_UNAVAILABLE"

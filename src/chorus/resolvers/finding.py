@@ -1,6 +1,6 @@
 """Finding playlists: the viewer's and a user's lists, the PUBLIC title search, total durations.
 
-Arguments come checked (:mod:`chorus.graphql.playlist_arguments`). None of
+Arguments come checked (:mod:`chorus.graphql.schema.search.playlist_orders`). None of
 the lists is kept in the response cache: a list of many playlists is named
 by no one playlist's version (a playlist created, shared or renamed changes
 it without moving any version the answer read), so each refuses its answer

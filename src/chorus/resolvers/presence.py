@@ -3,7 +3,7 @@
 Presence is read from :class:`~chorus.subscriptions.presence.Presence` (Redis
 in the full profile, this process in the embedded one), never from SQL's log,
 and never cached: :func:`playlist_presence` refuses the response cache for
-the answer that reads it (and ``graphql/versioned.py`` does not list it).
+the answer that reads it (and ``graphql/execution/cacheable_fields.py`` does not list it).
 Who is listed follows the playlist's members, read from SQL with it.
 """
 

@@ -1,7 +1,7 @@
 """Reads: a visible playlist, pages of its entries and members, its history, search.
 
 Each function takes the request context and arguments :mod:`chorus.graphql`
-has already checked and decoded (:mod:`chorus.graphql.arguments`): page
+has already checked and decoded (:mod:`chorus.graphql.schema.common.arguments`): page
 sizes, keyset positions, offsets. It makes one read and returns domain values
 or a page; none refuses an argument. SQL reads go through
 :mod:`chorus.db.pages`, each in its own read transaction; a PUBLIC playlist's
@@ -58,7 +58,7 @@ async def visible_playlist(
         playlist_id: the playlist.
         min_version: only a snapshot at least this new may answer; an older
             playlist read from SQL is returned all the same, and the caller
-            refuses it (:func:`chorus.graphql.arguments.check_min_version`).
+            refuses it (:func:`chorus.graphql.schema.common.arguments.check_min_version`).
         first_page: the size of the first page of entries the query asks
             with it: header and page are read in one transaction, and
             :func:`entries_page` answers from what was read.
@@ -155,7 +155,7 @@ async def playlist_at(
     Returns:
         The header and rewind at ``version``; :class:`~chorus.db.history.NotKept`
         when ``version`` is out of range or below the log floor (not checked
-        here: :func:`chorus.graphql.arguments.check_at_version`); ``None``
+        here: :func:`chorus.graphql.schema.common.arguments.check_at_version`); ``None``
         when the playlist is gone.
     """
     ctx.reads.refuse(HISTORY_UNCACHED)
@@ -241,7 +241,7 @@ async def changes(
     Returns:
         The page, or a resync when the log no longer reaches that far; ``None``
         when the playlist is gone. ``since_version`` is not checked against the
-        current version here (:func:`chorus.graphql.arguments.check_since_version`).
+        current version here (:func:`chorus.graphql.schema.common.arguments.check_since_version`).
     """
     ctx.reads.refuse(HISTORY_UNCACHED)
     page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))

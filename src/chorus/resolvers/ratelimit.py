@@ -7,7 +7,7 @@ average, bursts of up to ``per_minute``. Mutations take one token each
 with the same operation id. A retry of a command that already committed is
 free: it is answered from the store and its token is given back
 (:meth:`RateLimiter.refund`), even when the bucket is empty. Operations take their cost
-(:mod:`chorus.graphql.cost`, ``CHORUS_QUERY_COST_PER_MINUTE``); a refused
+(:mod:`chorus.graphql.guards.cost`, ``CHORUS_QUERY_COST_PER_MINUTE``); a refused
 one is the top-level ``RATE_LIMITED`` error and runs nothing.
 """
 

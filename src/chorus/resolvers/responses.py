@@ -149,6 +149,7 @@ async def remember(
 
 __all__ = [
     "AnswerRequest",
+    "Ticket",
     "document_hash",
     "enabled",
     "etag_of",

@@ -27,7 +27,7 @@ async def playlist_events(
 
     Each version is executed in a fresh request context of its own (fresh
     DataLoaders: media and playlists as they are now), once for its delivery
-    group (:mod:`chorus.graphql.delivery`), not in this subscriber's context.
+    group (:mod:`chorus.graphql.execution.delivery`), not in this subscriber's context.
 
     Raises:
         Unauthenticated: no valid token.

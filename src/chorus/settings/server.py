@@ -29,7 +29,7 @@ MIN_METRICS_TOKEN_LENGTH = 16
 
 OPERATION_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,99}")
 """A name ``CHORUS_METRICS_OPERATION_NAMES`` may list: the rule of
-:data:`chorus.graphql.metrics.OPERATION_NAME` (a test keeps them equal; not
+:data:`chorus.graphql.execution.operation_metrics.OPERATION_NAME` (a test keeps them equal; not
 imported, so reading settings does not load the schema)."""
 
 MAX_METRICS_OPERATION_NAMES = 1_000

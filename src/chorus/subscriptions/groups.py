@@ -10,7 +10,7 @@ that depends on the viewer). A rendering whose audience is one viewer is
 kept for that viewer only.
 
 Nothing here knows GraphQL: a rendering is an opaque value with its
-:attr:`Rendering.shared` flag; :mod:`chorus.graphql.delivery` makes them.
+:attr:`Rendering.shared` flag; :mod:`chorus.graphql.execution.delivery` makes them.
 """
 
 from __future__ import annotations

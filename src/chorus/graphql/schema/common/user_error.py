@@ -1,0 +1,41 @@
+"""A mutation's expected failure: ``UserError`` and its ``ErrorCode``."""
+
+from __future__ import annotations
+
+import strawberry
+
+from chorus.domain.errors import DomainError, RateLimited, VersionConflict
+from chorus.domain.errors import ErrorCode as ErrorCodeEnum
+
+ErrorCode = strawberry.enum(ErrorCodeEnum, name="ErrorCode", description="Why a mutation failed.")
+
+
+@strawberry.type(description="An expected failure; nothing was committed.")
+class UserError:
+    code: ErrorCode  # type: ignore[valid-type]
+    message: str
+    field: list[str] | None = strawberry.field(description="Path of the input field at fault.")
+    current_version: int | None = strawberry.field(
+        default=None, description="With VERSION_CONFLICT: the playlist's version now."
+    )
+    retry_after_ms: int | None = strawberry.field(
+        default=None,
+        description="With RATE_LIMITED, when known: milliseconds after which a retry (with "
+        "the same operationId) may get in.",
+    )
+
+    @classmethod
+    def from_error(cls, error: DomainError) -> UserError:
+        current = error.current_version if isinstance(error, VersionConflict) else None
+        retry = error.retry_after_ms if isinstance(error, RateLimited) else None
+        field = ["input", *error.field] if error.field else None
+        return cls(
+            code=error.code,
+            message=error.message,
+            field=field,
+            current_version=current,
+            retry_after_ms=retry,
+        )
+
+
+__all__ = ["ErrorCode", "UserError"]

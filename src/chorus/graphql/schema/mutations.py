@@ -1,0 +1,309 @@
+"""The Mutation root: each field maps its input to one domain command.
+
+Inputs are in :mod:`chorus.graphql.schema.playlists.inputs`, payloads in
+:mod:`chorus.graphql.schema.playlists.payloads`; IDs and nulls of an input are checked in
+:mod:`chorus.graphql.schema.common.arguments`; the command runs in
+:mod:`chorus.resolvers.mutations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import strawberry
+
+from chorus.domain import commands as cmd
+from chorus.domain.errors import DomainError
+from chorus.domain.follows import Target, TargetKind
+from chorus.graphql.schema.common import arguments
+from chorus.graphql.schema.common.types import ChorusInfo
+from chorus.graphql.schema.follows.follows import FollowInput, FollowPayload, UnfollowInput
+from chorus.graphql.schema.playlists.batch import (
+    ApplyOperationsInput,
+    ApplyOperationsPayload,
+    build_batch,
+)
+from chorus.graphql.schema.playlists.inputs import (
+    AddEntriesInput,
+    CreatePlaylistInput,
+    DeletePlaylistInput,
+    LikeMediaInput,
+    MoveEntriesInput,
+    RemoveEntriesInput,
+    RemoveMemberInput,
+    RevertPlaylistInput,
+    SetMemberRoleInput,
+    UnlikeMediaInput,
+    UpdatePlaylistInput,
+)
+from chorus.graphql.schema.playlists.payloads import (
+    AddEntriesPayload,
+    CreatePlaylistPayload,
+    DeletePlaylistPayload,
+    LikeMediaPayload,
+    MoveEntriesPayload,
+    RemoveEntriesPayload,
+    RemoveMemberPayload,
+    RevertPlaylistPayload,
+    SetMemberRolePayload,
+    UnlikeMediaPayload,
+    UpdatePlaylistPayload,
+    common_fields,
+    placed_entries,
+    removed_ids,
+    skipped_ids,
+)
+from chorus.graphql.schema.presence.types import SetPresenceInput, SetPresencePayload
+from chorus.resolvers import batch, follows, mutations, presence
+from chorus.resolvers.batch import BatchResult
+from chorus.resolvers.mutations import MutationResult
+
+
+def _unset(value: Any) -> Any:
+    return cmd.UNSET if value is strawberry.UNSET else value
+
+
+def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
+    arguments.not_null(i, "title", "visibility", "collaborative")
+    return cmd.UpdatePlaylist(
+        pid,
+        i.operation_id,
+        i.base_version,
+        _unset(i.title),
+        _unset(i.description),
+        _unset(i.visibility),
+        _unset(i.collaborative),
+        i.strict,
+    )
+
+
+async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> MutationResult:
+    """Decode ``input.playlist_id``, build the command with it and run it.
+
+    Raises:
+        Unauthenticated: no valid token, checked first: a caller without one
+            learns nothing of its arguments (a malformed id is not ``NOT_FOUND``).
+    """
+    info.context.viewer()
+    try:
+        command = build(arguments.input_playlist_id(input.playlist_id))
+    except DomainError as error:
+        return MutationResult(input.operation_id, error=error)
+    return await mutations.execute(info.context, command)
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(description="Create a playlist owned by the viewer (version 0).")
+    async def create_playlist(
+        self, info: ChorusInfo, input: CreatePlaylistInput
+    ) -> CreatePlaylistPayload:
+        info.context.viewer()  # before the input is looked at, as every mutation
+        command = cmd.CreatePlaylist(
+            input.operation_id,
+            input.title,
+            input.description,
+            input.visibility,
+            input.collaborative,
+        )
+        result = await mutations.create_playlist(info.context, command)
+        return CreatePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation
+    async def add_entries(self, info: ChorusInfo, input: AddEntriesInput) -> AddEntriesPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.AddEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                tuple(input.media_ids),
+                arguments.placement(input.after, input.before, pid),
+                input.strict,
+            ),
+        )
+        return AddEntriesPayload(**common_fields(result), entries=placed_entries(result))
+
+    @strawberry.mutation
+    async def move_entries(self, info: ChorusInfo, input: MoveEntriesInput) -> MoveEntriesPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.MoveEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                arguments.input_entry_ids(input.entry_ids, pid),
+                arguments.placement(input.after, input.before, pid),
+                input.strict,
+            ),
+        )
+        return MoveEntriesPayload(
+            **common_fields(result),
+            entries=placed_entries(result),
+            skipped_entry_ids=skipped_ids(result),
+        )
+
+    @strawberry.mutation
+    async def remove_entries(
+        self, info: ChorusInfo, input: RemoveEntriesInput
+    ) -> RemoveEntriesPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.RemoveEntries(
+                pid,
+                input.operation_id,
+                input.base_version,
+                arguments.input_entry_ids(input.entry_ids, pid),
+                input.strict,
+            ),
+        )
+        return RemoveEntriesPayload(
+            **common_fields(result),
+            skipped_entry_ids=skipped_ids(result),
+            removed_entry_ids=removed_ids(result),
+        )
+
+    @strawberry.mutation
+    async def update_playlist(
+        self, info: ChorusInfo, input: UpdatePlaylistInput
+    ) -> UpdatePlaylistPayload:
+        result = await _run(info, input, lambda pid: _update(input, pid))
+        return UpdatePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation
+    async def set_member_role(
+        self, info: ChorusInfo, input: SetMemberRoleInput
+    ) -> SetMemberRolePayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.SetMemberRole(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.user_id,
+                input.role,
+                input.strict,
+            ),
+        )
+        return SetMemberRolePayload(**common_fields(result))
+
+    @strawberry.mutation
+    async def remove_member(
+        self, info: ChorusInfo, input: RemoveMemberInput
+    ) -> RemoveMemberPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.RemoveMember(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.user_id,
+                input.strict,
+            ),
+        )
+        return RemoveMemberPayload(**common_fields(result))
+
+    @strawberry.mutation
+    async def revert_playlist(
+        self, info: ChorusInfo, input: RevertPlaylistInput
+    ) -> RevertPlaylistPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.RevertPlaylist(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.to_version,
+                input.strict,
+            ),
+        )
+        return RevertPlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation
+    async def delete_playlist(
+        self, info: ChorusInfo, input: DeletePlaylistInput
+    ) -> DeletePlaylistPayload:
+        result = await _run(
+            info,
+            input,
+            lambda pid: cmd.DeletePlaylist(
+                pid,
+                input.operation_id,
+                input.base_version,
+                input.strict,
+            ),
+        )
+        return DeletePlaylistPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Apply edits made offline against baseVersion, in order, each rebased "
+        "like its own mutation; adds may name their entries with clientEntryIds for later "
+        "operations. A retry with the same operationIds replays what committed and applies "
+        "the rest (docs/api.md, Offline edits)."
+    )
+    async def apply_operations(
+        self, info: ChorusInfo, input: ApplyOperationsInput
+    ) -> ApplyOperationsPayload:
+        info.context.viewer()
+        try:
+            built = build_batch(input, info.context.services.limits)
+        except DomainError as error:
+            return ApplyOperationsPayload.of(input, BatchResult(None, error=error))
+        result = await batch.apply_operations(info.context, built)
+        return ApplyOperationsPayload.of(input, result)
+
+    @strawberry.mutation(
+        description="Put a media at the top of the viewer's Liked Songs (made on first use)."
+    )
+    async def like_media(self, info: ChorusInfo, input: LikeMediaInput) -> LikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=True)
+        return LikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(description="Take a media out of the viewer's Liked Songs.")
+    async def unlike_media(self, info: ChorusInfo, input: UnlikeMediaInput) -> UnlikeMediaPayload:
+        result = await mutations.like(info.context, input.operation_id, input.media_id, like=False)
+        return UnlikeMediaPayload(**common_fields(result))
+
+    @strawberry.mutation(
+        description="Follow a playlist or a user; following again changes nothing. A PRIVATE "
+        "playlist needs read access; a user follows at most CHORUS_MAX_FOLLOWS_PER_USER targets."
+    )
+    async def follow(self, info: ChorusInfo, input: FollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=True)
+
+    @strawberry.mutation(
+        description="Say what the viewer is doing on a playlist it may read (EDITING, "
+        "VIEWING; null: withdraw). Not a playlist version: no operationId, nothing logged. "
+        "Lasts expiresInSeconds unless repeated; a playlistEvents subscription makes the "
+        "viewer VIEWING by itself. Not visible: NOT_FOUND."
+    )
+    async def set_presence(self, info: ChorusInfo, input: SetPresenceInput) -> SetPresencePayload:
+        info.context.viewer()
+        try:
+            pid = arguments.input_playlist_id(input.playlist_id)
+        except DomainError as error:
+            return SetPresencePayload.from_outcome(presence.PresenceOutcome(None, 0, error))
+        outcome = await presence.set_presence(info.context, pid, input.state)
+        return SetPresencePayload.from_outcome(outcome)
+
+    @strawberry.mutation(description="Stop following; unfollowing again changes nothing.")
+    async def unfollow(self, info: ChorusInfo, input: UnfollowInput) -> FollowPayload:
+        return await _follow(info, input.kind, input.target_id, on=False)
+
+
+async def _follow(info: ChorusInfo, kind: TargetKind, target_id: str, *, on: bool) -> FollowPayload:
+    info.context.viewer()
+    try:
+        target = arguments.follow_target(kind, target_id)
+    except DomainError as error:
+        return FollowPayload.from_outcome(
+            follows.FollowOutcome(Target(kind, target_id), following=False, error=error)
+        )
+    return FollowPayload.from_outcome(await follows.follow(info.context, target, on=on))

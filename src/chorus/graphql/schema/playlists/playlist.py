@@ -1,0 +1,198 @@
+"""The ``Playlist`` type: its header, and its entries, members and history as it pages them.
+
+Each paging field checks its arguments (:mod:`chorus.graphql.schema.common.arguments`),
+makes one read (:mod:`chorus.resolvers.queries`) and renders the page
+(:mod:`chorus.graphql.schema.common.connections`, :mod:`chorus.graphql.schema.history.changes`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.types.nodes import SelectedField, Selection
+
+from chorus.domain.follows import Target, TargetKind
+from chorus.domain.history import CHECKPOINT_EVERY
+from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.model import Member
+from chorus.domain.model import Playlist as PlaylistRecord
+from chorus.graphql.schema.common import arguments, ids
+from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection, connection
+from chorus.graphql.schema.common.types import (
+    ChorusInfo,
+    Node,
+    PlaylistMember,
+    Role,
+    User,
+    Visibility,
+)
+from chorus.graphql.schema.history.at_version import PlaylistAtVersion
+from chorus.graphql.schema.history.changes import PlaylistChangeBatch
+from chorus.graphql.schema.playlists.entries import entry_connection
+from chorus.graphql.schema.presence.types import PlaylistPresence
+from chorus.resolvers import finding, presence, queries
+from chorus.resolvers.errors import BadUserInput
+
+
+def first_page_asked(info: ChorusInfo) -> int | None:
+    """The size of the first page of ``entries`` a ``playlist`` field asks, if it asks just one.
+
+    ``None`` — read the header alone — unless the field selects exactly one
+    ``entries`` (directly or in a fragment) whose only argument is a valid
+    ``first``, or none. Anything else (a cursor, ``last``, two pages, a bad
+    size) is left to :meth:`Playlist.entries`, which reads or refuses it.
+    """
+    asked: list[SelectedField] = []
+    pending: list[Selection] = [s for f in info.selected_fields for s in f.selections]
+    while pending:
+        selection = pending.pop()
+        if isinstance(selection, SelectedField):
+            if selection.name == "entries":
+                asked.append(selection)
+        else:
+            pending.extend(selection.selections)  # a fragment's fields are the playlist's
+    if len(asked) != 1 or set(asked[0].arguments) - {"first"}:
+        return None
+    first = asked[0].arguments.get("first")
+    if isinstance(first, str):  # strawberry gives a literal as its source text
+        first = int(first) if first.isdigit() and len(first) < 10 else -1
+    if first is not None and not isinstance(first, int):
+        return None
+    try:
+        size, _ = arguments.page_size(info.context.services.limits, first)
+    except BadUserInput:
+        return None
+    return size
+
+
+def _member_cursor(m: Member) -> str:
+    return ids.member_cursor(m.user_id)
+
+
+@strawberry.type(description="An ordered list of media that several people edit at once.")
+class Playlist(Node):
+    id: strawberry.ID
+    record: strawberry.Private[PlaylistRecord]
+    title: str
+    description: str | None
+    visibility: Visibility  # type: ignore[valid-type]
+    collaborative: bool = strawberry.field(description="False: only the owner edits.")
+    version: int = strawberry.field(
+        description="Starts at 0, +1 per accepted mutation; the version this object was read at."
+    )
+    entry_count: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_record(cls, p: PlaylistRecord) -> Playlist:
+        return cls(
+            id=strawberry.ID(ids.playlist_global_id(p.id)),
+            record=p,
+            title=p.title,
+            description=p.description,
+            visibility=p.visibility,
+            collaborative=p.collaborative,
+            version=p.version,
+            entry_count=p.entry_count,
+            created_at=p.created_at,
+            updated_at=p.updated_at,
+        )
+
+    @strawberry.field
+    def owner(self) -> User:
+        return User(id=strawberry.ID(self.record.owner_id))
+
+    @strawberry.field(description="Users following this playlist.")
+    async def follower_count(self, info: ChorusInfo) -> int:
+        target = Target(TargetKind.PLAYLIST, self.record.id)
+        return await info.context.loaders.follower_count.load(target)
+
+    @strawberry.field(
+        description="The sum of the live entries' catalog durations, in milliseconds (a whole "
+        "number; a Float because GraphQL's Int stops at 2^31 - 1 ms, under 25 days, which "
+        "a long playlist passes); media the catalog does not know, or knows without a "
+        "duration, count 0; null while the catalog does not answer. Computed once per "
+        "version (catalog changes show within CHORUS_MEDIA_FRESHNESS_S)."
+    )
+    async def total_duration_ms(self, info: ChorusInfo) -> float | None:
+        total = await finding.total_duration_ms(info.context, self.record)
+        return None if total is None else float(total)
+
+    @strawberry.field(description="The viewer's role; null when not a member.")
+    async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
+        info.context.reads.depends_on_viewer()
+        return await info.context.loaders.role.load(self.record.id)
+
+    @strawberry.field(
+        description="Entries in list order, as a Relay connection over the "
+        "keyset (positionKey, id). A cursor stays valid while the list changes: "
+        "the cursor of an entry removed since pages from where it stood."
+    )
+    async def entries(
+        self,
+        info: ChorusInfo,
+        first: int | None = None,
+        after: str | None = None,
+        last: int | None = None,
+        before: str | None = None,
+    ) -> PlaylistEntryConnection:
+        asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
+        page = await queries.entries_page(
+            info.context,
+            self.record,
+            size=asked.size,
+            from_end=asked.from_end,
+            after=asked.after,
+            before=asked.before,
+        )
+        return await entry_connection(info, self.record.id, page)
+
+    @strawberry.field(
+        description="The playlist as it was at an older `version` (0 … `version`): its "
+        "details and entries then, rebuilt from the mutation log (each read undoes at "
+        f"most {CHECKPOINT_EVERY} versions and one group commit, from the next checkpoint). "
+        "Access is `playlist`'s, today. Below the oldest "
+        "version the log keeps (`chorus compact`): an error with `extensions.code` "
+        "HISTORY_COMPACTED and `oldestVersion`, `currentVersion`; out of range: "
+        "BAD_USER_INPUT. Never kept in the response cache."
+    )
+    async def at_version(self, info: ChorusInfo, version: int) -> PlaylistAtVersion | None:
+        found = await queries.playlist_at(info.context, self.record, version)
+        at = arguments.check_at_version(version, found)
+        return None if at is None else PlaylistAtVersion.from_at(at)
+
+    @strawberry.field(
+        description="Who has the playlist open right now: live and short-lived (an entry goes "
+        "when its subscription ends, or within CHORUS_PRESENCE_TTL_S × 4/3 when its server "
+        "dies or its setPresence is not repeated); never cached. null with a "
+        "SERVICE_UNAVAILABLE error when presence cannot be read (Redis down)."
+    )
+    async def presence(self, info: ChorusInfo) -> PlaylistPresence | None:
+        found = await presence.playlist_presence(info.context, self.record)
+        return PlaylistPresence.from_listing(self.record.id, found)
+
+    @strawberry.field(description="Members ordered by user id.")
+    async def members(
+        self, info: ChorusInfo, first: int | None = None, after: str | None = None
+    ) -> Connection[PlaylistMember]:
+        after_user = arguments.member_position(after)
+        size, _ = arguments.page_size(info.context.services.limits, first)
+        page = await queries.members_page(info.context, self.record, size=size, after=after_user)
+        return connection(page, PlaylistMember.from_record, _member_cursor)
+
+    @strawberry.field(
+        description="Sync: what happened after sinceVersion, oldest first (at most `first` "
+        f"versions, default {DEFAULT_LIMITS.page_size_default}, "
+        f"max {DEFAULT_LIMITS.page_size_max})."
+    )
+    async def changes(
+        self, info: ChorusInfo, since_version: int, first: int | None = None
+    ) -> PlaylistChangeBatch:
+        size, _ = arguments.page_size(info.context.services.limits, first)
+        batch = await queries.changes(
+            info.context, self.record, since_version=since_version, size=size
+        )
+        batch = arguments.check_since_version(since_version, batch, self.record)
+        return PlaylistChangeBatch.from_batch(batch)
