@@ -122,11 +122,6 @@ class Identity:
     expires_at: datetime
 
 
-def verify_token(secret: str, token: str) -> str:
-    """The user id of a valid token; see :func:`verify`."""
-    return verify(secret, token).user_id
-
-
 def verify(
     secret: str, token: str, *, now: datetime | None = None, rules: ClaimRules | None = None
 ) -> Identity:

@@ -59,12 +59,10 @@ from typing import Any
 
 from graphql import (
     DocumentNode,
-    ExecutionResult,
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
     GraphQLCompositeType,
-    GraphQLError,
     GraphQLField,
     GraphQLInterfaceType,
     GraphQLList,
@@ -82,11 +80,8 @@ from graphql import (
     get_operation_ast,
     is_composite_type,
 )
-from strawberry.extensions import SchemaExtension
-from strawberry.types.graphql import OperationType
 
 from chorus.graphql.guards.limits import RequestLimits
-from chorus.resolvers.context import RequestContext
 
 PAGE_ARGUMENTS = ("first", "last")
 """The arguments that set a field's page size."""
@@ -382,103 +377,4 @@ def root_fields(document: DocumentNode, operation: OperationDefinitionNode) -> I
                     pending.append(fragments[name].selection_set)
 
 
-class QueryCostLimit(SchemaExtension):
-    """Refuses an operation over the cost limit or the viewer's budget; reports its cost.
-
-    Runs when execution starts (validation passed, variables known):
-    over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
-    left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
-    set) → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
-    A mutation is charged too but never refused here (edits spend
-    ``CHORUS_RATE_LIMIT_PER_MINUTE``): over the budget, its payload's
-    ``playlist`` is refused with ``RATE_LIMITED`` and the edit still runs.
-    The response's ``extensions.cost`` says ``requestedQueryCost``,
-    ``actualQueryCost`` (with what versions read held beyond the estimate)
-    and ``maximum``, plus ``throttleStatus`` when the budget is on.
-    """
-
-    def __init__(self, limits: RequestLimits) -> None:
-        self.limits = limits
-        self.report: dict[str, Any] | None = None
-
-    def on_execute(self) -> Iterator[None]:
-        context = self.execution_context
-        if isinstance(context.context, RequestContext):
-            context.context.begin_operation()
-        document = context.graphql_document
-        if document is not None:
-            found = operation_cost(
-                context.schema._schema,
-                document,
-                context.operation_name,
-                context.variables,
-                self.limits,
-            )
-            if context.operation_type is OperationType.SUBSCRIPTION:
-                if found is not None and found.cost > self.limits.max_query_cost:
-                    # Strawberry sends an error raised here as the stream's one
-                    # result (the subscription's ``error`` message).
-                    raise self._over(found.cost)
-            else:
-                refusal = self._refusal(found) if found is not None else None
-                if refusal is not None:
-                    context.result = ExecutionResult(data=None, errors=[refusal])
-                elif found is not None and isinstance(context.context, RequestContext):
-                    context.context.cost_allowance = self.limits.max_query_cost - found.cost
-                    context.context.introspection_only = found.introspection_only
-        yield
-
-    def _over(self, cost: int) -> GraphQLError:
-        return GraphQLError(
-            f"the query costs {cost}; the limit is {self.limits.max_query_cost} "
-            "(ask for smaller pages or fewer fields)",
-            extensions={"code": "GRAPHQL_VALIDATION_FAILED"},
-        )
-
-    def _refusal(self, found: OperationCost) -> GraphQLError | None:
-        cost, maximum = found.cost, self.limits.max_query_cost
-        self.report = {"requestedQueryCost": cost, "maximum": maximum}
-        if cost > maximum:
-            return self._over(cost)
-        request = self.execution_context.context
-        if not isinstance(request, RequestContext) or request.viewer_id is None:
-            return None
-        budget = request.services.query_budget
-        if budget is None:
-            return None
-        allowed = found.introspection_only or budget.allow(request.viewer_id, cost)
-        if self.execution_context.operation_type is OperationType.MUTATION:
-            # Edits have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which a
-            # retry of a committed edit does not spend: refusing it here would
-            # refuse the retry that learns whether it committed. What its
-            # payload reads is a query, though: over budget, ``playlist`` is refused.
-            if allowed and not found.introspection_only:
-                request.query_cost = cost
-            request.payload_reads_refused = not allowed
-            return None
-        available = budget.available(request.viewer_id)
-        self.report["throttleStatus"] = {
-            "maximumAvailable": budget.per_minute,
-            "currentlyAvailable": int(available),
-            "restoreRate": budget.per_minute / 60,
-        }
-        if allowed:
-            if not found.introspection_only:
-                request.query_cost = cost
-            return None
-        return GraphQLError(
-            f"the query costs {cost}, over the {int(available)} left of the budget of "
-            f"{budget.per_minute} a minute; retry later",
-            extensions={"code": "RATE_LIMITED"},
-        )
-
-    def get_results(self) -> dict[str, Any]:
-        if self.report is None:
-            return {}
-        request = self.execution_context.context
-        if isinstance(request, RequestContext) and request.cost_allowance is not None:
-            # What it took as it ran: the versions it read may have held more
-            # entries than the requested cost counts them at.
-            actual = self.report["requestedQueryCost"] + request.extra_cost
-            self.report["actualQueryCost"] = actual
-        return {"cost": self.report}
+__all__ = ["OperationCost", "operation_cost", "root_fields"]

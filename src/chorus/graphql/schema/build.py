@@ -20,7 +20,7 @@ from chorus.graphql.execution.cacheable_fields import VersionedFieldsOnly
 from chorus.graphql.execution.delivery import DeliveryExecutor
 from chorus.graphql.execution.error_masking import ErrorPolicy
 from chorus.graphql.execution.operation_metrics import OperationMetrics, OperationNames
-from chorus.graphql.guards.cost import QueryCostLimit
+from chorus.graphql.guards.cost_limit import QueryCostLimit
 from chorus.graphql.guards.documents import (
     CachedParse,
     CachedValidation,

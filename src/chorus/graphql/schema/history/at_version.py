@@ -3,7 +3,7 @@
 The header comes from the rewind :func:`chorus.resolvers.queries.playlist_at`
 read (:mod:`chorus.domain.history`); ``entries`` pages the list of that
 version with the head's connection, cursors and checks
-(:mod:`chorus.graphql.schema.playlists.entries`), reusing the rewind while its anchor holds.
+(:mod:`chorus.graphql.schema.common.entries`), reusing the rewind while its anchor holds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from chorus.db.history import AtVersion
 from chorus.db.pages import EntriesPage
 from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.connections import PlaylistEntryConnection
+from chorus.graphql.schema.common.entries import entry_connection
 from chorus.graphql.schema.common.types import ChorusInfo, User, Visibility
-from chorus.graphql.schema.playlists.entries import entry_connection
 from chorus.resolvers import queries
 
 

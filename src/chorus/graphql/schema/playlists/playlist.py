@@ -19,6 +19,7 @@ from chorus.domain.model import Member
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.graphql.schema.common import arguments, ids
 from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection, connection
+from chorus.graphql.schema.common.entries import entry_connection
 from chorus.graphql.schema.common.types import (
     ChorusInfo,
     Node,
@@ -29,7 +30,6 @@ from chorus.graphql.schema.common.types import (
 )
 from chorus.graphql.schema.history.at_version import PlaylistAtVersion
 from chorus.graphql.schema.history.changes import PlaylistChangeBatch
-from chorus.graphql.schema.playlists.entries import entry_connection
 from chorus.graphql.schema.presence.types import PlaylistPresence
 from chorus.resolvers import finding, presence, queries
 from chorus.resolvers.errors import BadUserInput
