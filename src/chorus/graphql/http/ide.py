@@ -34,7 +34,7 @@ from starlette.types import Scope
 ASSETS_URL = "/graphiql"
 """Where the app mounts :data:`ASSETS_PATH`."""
 
-ASSETS_PATH = Path(__file__).resolve().parent.parent / "static" / "graphiql"
+ASSETS_PATH = Path(__file__).resolve().parents[2] / "static" / "graphiql"
 """GraphiQL's and React's files, with their licences and ``VERSIONS``."""
 
 WEB_URL = "/web"
