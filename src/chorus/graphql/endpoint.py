@@ -51,7 +51,11 @@ from chorus.graphql.guards.limits import RequestLimits
 from chorus.graphql.guards.persisted import PersistedDocuments, PersistedQueryError, ViewerNeeded
 from chorus.graphql.http import ide, negotiation
 from chorus.graphql.http.answers import run_unraced, served
-from chorus.graphql.http.body import BodiesDecodedAhead, refuse_repeated_parts
+from chorus.graphql.http.body import (
+    BodiesDecodedAhead,
+    decode_query_params,
+    refuse_repeated_parts,
+)
 from chorus.graphql.http.caching import (
     NO_STORE,
     HttpOperation,
@@ -360,25 +364,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return self._ahead.decode(data)
 
     def parse_query_params(self, params: Any) -> dict[str, Any]:
-        """A GET's parameters, ``variables`` and ``extensions`` decoded as JSON.
-
-        Raises:
-            HTTPException: 400 naming the parameter that is not JSON (strawberry
-                says "Unable to parse request body as JSON" of a GET's URL).
-        """
-        decoded: dict[str, Any] = dict(params)
-        for name in ("variables", "extensions"):
-            text = decoded.get(name)
-            if not text:
-                continue
-            try:
-                decoded[name] = self.parse_json(text)
-            except HTTPException as error:
-                reason = error.reason.removeprefix("the request body ")
-                if reason == "Unable to parse request body as JSON":
-                    reason = "is not JSON"
-                raise HTTPException(400, f"the {name} query parameter {reason}") from None
-        return decoded
+        """A GET's parameters (:func:`~chorus.graphql.http.body.decode_query_params`)."""
+        return decode_query_params(params, self.parse_json)
 
     def parse_json(self, data: str | bytes) -> object:
         """An HTTP request body: a JSON object (or a list, a batch strawberry refuses).

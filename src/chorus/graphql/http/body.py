@@ -8,7 +8,9 @@ a large body is decoded, and its document parsed, in a worker thread
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from cross_web import HTTPException
 from graphql import DocumentNode, GraphQLError
@@ -120,10 +122,35 @@ class BodiesDecodedAhead:
         return decode_json(data, MAX_JSON_DEPTH)
 
 
+def decode_query_params(
+    params: Mapping[str, Any], parse_json: Callable[[str], object]
+) -> dict[str, Any]:
+    """A GET's parameters, ``variables`` and ``extensions`` decoded by ``parse_json``.
+
+    Raises:
+        HTTPException: 400 naming the parameter that is not JSON (strawberry
+            says "Unable to parse request body as JSON" of a GET's URL).
+    """
+    decoded: dict[str, Any] = dict(params)
+    for name in ("variables", "extensions"):
+        text = decoded.get(name)
+        if not text:
+            continue
+        try:
+            decoded[name] = parse_json(text)
+        except HTTPException as error:
+            reason = error.reason.removeprefix("the request body ")
+            if reason == "Unable to parse request body as JSON":
+                reason = "is not JSON"
+            raise HTTPException(400, f"the {name} query parameter {reason}") from None
+    return decoded
+
+
 __all__ = [
     "DECODED_KEPT",
     "GET_PARAMETERS",
     "OFF_LOOP_BYTES",
     "BodiesDecodedAhead",
+    "decode_query_params",
     "refuse_repeated_parts",
 ]
