@@ -50,7 +50,8 @@ def _query_fields() -> set[str]:
 def test_every_field_a_query_reaches_is_decided() -> None:
     undecided = _query_fields() - VERSIONED_FIELDS - UNVERSIONED_FIELDS - _BELOW_UNVERSIONED
     assert undecided == set(), (
-        "decide in chorus/graphql/execution/cacheable_fields.py whether a playlist version names these "
+        "decide in chorus/graphql/execution/cacheable_fields.py whether a playlist version "
+        "names these "
         f"(or list them in UNVERSIONED_FIELDS here): {sorted(undecided)}"
     )
     assert _query_fields() >= VERSIONED_FIELDS, sorted(VERSIONED_FIELDS - _query_fields())
