@@ -33,7 +33,7 @@ from chorus.db.engine import Database
 from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.fanout import Fanout
-from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink
+from chorus.events.feed import FeedConsumer, FeedingPublisher, FeedSink, FeedSwitcher
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
@@ -166,6 +166,8 @@ async def running_workers(
             config, db, settings.feed_limits, group_id=settings.kafka_feed_group
         )
         workers.tasks.append(asyncio.create_task(consumer.run(), name="feed-consumer"))
+        switcher = FeedSwitcher(db, settings.feed_limits)
+        workers.tasks.append(asyncio.create_task(switcher.run(), name="feed-switcher"))
     try:
         yield workers
     finally:
@@ -256,7 +258,8 @@ async def embedded_events(
 ) -> AsyncIterator[Events]:
     """The embedded profile: an in-process bus fed by an in-process relay.
 
-    The relay writes the feed's pushed rows before each batch reaches the bus.
+    The relay writes the feed's pushed rows before each batch reaches the bus;
+    a :class:`~chorus.events.feed.FeedSwitcher` backfills targets going back to push.
     The relay is also woken by commits of other processes (a ``chorus import``
     beside the server: :func:`chorus.db.watch.watch_commits` on SQLite,
     :func:`~chorus.db.watch.listen_commits` on PostgreSQL),
@@ -268,7 +271,11 @@ async def embedded_events(
     await presence.start()
     publisher = BusPublisher(bus) if heads is None else HeadRaisingPublisher(bus, heads)
     relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
-    tasks = [asyncio.create_task(relay.run(), name="outbox-relay"), _commit_watch(db, relay)]
+    tasks = [
+        asyncio.create_task(relay.run(), name="outbox-relay"),
+        _commit_watch(db, relay),
+        asyncio.create_task(FeedSwitcher(db, settings.feed_limits).run(), name="feed-switcher"),
+    ]
     try:
         yield Events(bus, relay, None, [], presence)
     finally:

@@ -3,8 +3,8 @@
 The pipeline is the real one: the outbox relay publishes through the
 :class:`~chorus.events.feed.FeedingPublisher` (the embedded profile's) into a
 :class:`~chorus.events.feed.FeedSink`. Push and pull are compared on the same
-history: a feed read with every target pulled (threshold 1) against one
-with every target pushed.
+history: a feed read with every target pulled (their stored fan-out set to
+PULL for the read) against one with every target pushed.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ from chorus.db import feed
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore, follower_counts
 from chorus.db.store import PlaylistStore
-from chorus.db.tables import feed_item, outbox
+from chorus.db.switches import fan_outs
+from chorus.db.tables import feed_item, follow_count, outbox
 from chorus.domain.changes import PlaylistEvent
 from chorus.domain.commands import CreatePlaylist, RemoveMember, SetMemberRole, UpdatePlaylist
 from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound
-from chorus.domain.follows import FeedItem, FeedLimits, Target, TargetKind
+from chorus.domain.follows import FanOut, FeedItem, FeedLimits, Target, TargetKind
 from chorus.domain.model import Role, Visibility
-from chorus.events.feed import FeedingPublisher, FeedSink
+from chorus.events.feed import FeedingPublisher, FeedSink, FeedSwitcher
 from chorus.events.relay import OutboxRelay
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.feed import feed_stream, feeds_of
@@ -38,7 +39,6 @@ from tests.integration.store_helpers import ALICE, BOB, Editor, new_op
 CAROL = "carol"
 DAVE = "dave"
 PUSH = FeedLimits(push_max_followers=1_000)
-PULL = FeedLimits(push_max_followers=1)
 
 
 class Nowhere:
@@ -71,6 +71,26 @@ async def read_all(database: Database, viewer: str, limits: FeedLimits) -> list[
         before = page.items[-1].sort_key
 
 
+async def read_pulled(database: Database, viewer: str) -> list[FeedItem]:
+    """The whole feed with every target read from the log: their fan-outs are PULL meanwhile."""
+    async with database.write() as conn:
+        saved = (await conn.execute(select(follow_count))).all()
+        await conn.execute(update(follow_count).values(fan_out=FanOut.PULL))
+    try:
+        return await read_all(database, viewer, PUSH)
+    finally:
+        async with database.write() as conn:
+            for row in saved:
+                await conn.execute(
+                    update(follow_count)
+                    .where(
+                        follow_count.c.target_kind == row.target_kind,
+                        follow_count.c.target_id == row.target_id,
+                    )
+                    .values(fan_out=row.fan_out)
+                )
+
+
 def versions(items: list[FeedItem]) -> list[tuple[str, int]]:
     return [(i.playlist_id, i.version) for i in items]
 
@@ -95,7 +115,7 @@ async def test_push_and_pull_give_the_same_feed(database: Database, store: Playl
     p2 = await create(store)
     p3 = await create(store, Visibility.PRIVATE)  # dave may not read it
 
-    pulled = {u: await read_all(database, u, PULL) for u in (BOB, CAROL, DAVE)}
+    pulled = {u: await read_pulled(database, u) for u in (BOB, CAROL, DAVE)}
     sink = await relay(database, PUSH)
     assert sink.written == 3 + 2 + 2  # bob, carol, and dave's two creations (one PRIVATE)
     pushed = {u: await read_all(database, u, PUSH) for u in (BOB, CAROL, DAVE)}
@@ -164,6 +184,12 @@ async def test_crossing_the_threshold_both_ways_loses_and_repeats_nothing(
     follows = FollowStore(database, limits)
     p1 = await create(store)
     target = Target(PLAYLIST, p1.playlist_id)
+
+    async def bob_rows() -> int:
+        async with database.read() as conn:
+            where = feed_item.c.follower_id == BOB
+            return int(await conn.scalar(select(func.count()).select_from(feed_item).where(where)))
+
     await follows.follow(BOB, target)  # 1 follower: pushed
     await p1.add("e1")
     await relay(database, limits)
@@ -175,17 +201,21 @@ async def test_crossing_the_threshold_both_ways_loses_and_repeats_nothing(
         (p1.playlist_id, 1),
     ]
     assert versions(await read_all(database, CAROL, limits)) == [(p1.playlist_id, 2)]
-    await follows.unfollow(CAROL, target)  # back to 1: pushed, e2 backfilled for bob
+    await follows.unfollow(CAROL, target)  # back to 1: switching to push, still read pulled
     await p1.add("e3")
-    await relay(database, limits)
-    async with database.read() as conn:
-        rows = await conn.scalar(
-            select(func.count()).select_from(feed_item).where(feed_item.c.follower_id == BOB)
-        )
-    assert rows == 3  # e1 pushed, e2 backfilled, e3 pushed: all three are rows now
+    await relay(database, limits)  # e3 is pushed already
     expected = [(p1.playlist_id, v) for v in (3, 2, 1)]
+    assert await bob_rows() == 2  # e1 and e3; e2 is the switch's to backfill
     assert versions(await read_all(database, BOB, limits)) == expected
-    assert versions(await read_all(database, BOB, PULL)) == expected
+    switcher = FeedSwitcher(database, limits)
+    while (batch := await switcher.run_once()) is not None:
+        assert batch.target == target
+    assert switcher.switched == 1
+    assert await bob_rows() == 3  # e2 backfilled: all three are rows now
+    async with database.read() as conn:
+        assert await fan_outs(conn, [target], limits) == {target: FanOut.PUSH}
+    assert versions(await read_all(database, BOB, limits)) == expected
+    assert versions(await read_pulled(database, BOB)) == expected
     assert await read_all(database, CAROL, limits) == []
 
 
@@ -206,12 +236,10 @@ async def test_unfollow_and_lost_access_end_a_follows_effect(
     assert len(await read_all(database, BOB, PUSH)) == 1
     await private.run(RemoveMember, user_id=BOB)
     await relay(database, PUSH)
-    for limits in (PUSH, PULL):
-        assert await read_all(database, BOB, limits) == []
+    assert await read_all(database, BOB, PUSH) == [] == await read_pulled(database, BOB)
     assert len(await read_all(database, CAROL, PUSH)) == 2  # m1, and bob's removal
     await follows.unfollow(CAROL, target)
-    for limits in (PUSH, PULL):
-        assert await read_all(database, CAROL, limits) == []
+    assert await read_all(database, CAROL, PUSH) == [] == await read_pulled(database, CAROL)
 
 
 async def test_follows_are_idempotent_counted_and_bounded(
@@ -245,8 +273,9 @@ async def test_retention_hides_then_prunes_old_items(database: Database) -> None
     await follows.follow(BOB, Target(PLAYLIST, p1.playlist_id))
     await p1.add("m1")
     assert (await relay(database, PUSH)).written == 1
-    for limits in (PUSH, PULL):
-        assert await read_all(database, BOB, limits) == []  # past the 30 days
+    assert (
+        await read_all(database, BOB, PUSH) == [] == await read_pulled(database, BOB)
+    )  # past the 30 days
     assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 1
     assert await feed.prune_expired(database, PUSH, datetime.now(UTC)) == 0
 

@@ -3,13 +3,13 @@
 **Push** (:func:`push`): for each committed version, the followers of its
 playlist — and, for version 0, of its owner — get one ``feed_item`` row each,
 by one ``INSERT … SELECT … ON CONFLICT DO NOTHING`` per target, when that
-target has fewer followers than the push threshold. Delivery to the sink is
+target is pushed (or switching back to push: :mod:`chorus.db.switches`). Delivery to the sink is
 at least once (the relay and Kafka may repeat a version); the key
 ``(follower, playlist, version)`` makes a repeat write nothing.
 
-**Pull** (:func:`pulled_page`): a target at or above the threshold is read
-from the mutation log at read time, one query per target, bounded by
-retention and the page size.
+**Pull** (:func:`pulled_query`): a pulled target (or one switching back to
+push, until its backfill is done) is read from the mutation log at read time,
+one subquery per target, bounded by retention and the page size.
 
 Both sides keep to the same rule, so they give the same items for the same
 history: an item shows when it happened after the follow began and within
@@ -40,7 +40,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.engine import Database
-from chorus.db.follows import follower_counts, follows_of
+from chorus.db.follows import follows_of
+from chorus.db.switches import fan_outs
 from chorus.db.tables import (
     UTCDateTime,
     feed_item,
@@ -85,27 +86,27 @@ async def anyone_to_push(
     conn: AsyncConnection, versions: Sequence[Committed], limits: FeedLimits
 ) -> bool:
     """Whether :func:`push` may write a row for ``versions``: a target of theirs has
-    followers, fewer than the push threshold (one ``SELECT`` of the follow counts)."""
+    followers and is pushed, or switching to push (one ``SELECT`` of the follow counts)."""
     targets = {t for c in versions for t in _targets(c)}
-    counts = await follower_counts(conn, targets)
-    return any(limits.pushed(count) for count in counts.values())
+    return any(f.pushes for f in (await fan_outs(conn, targets, limits)).values())
 
 
 async def push(conn: AsyncConnection, versions: Sequence[Committed], limits: FeedLimits) -> int:
     """Write the feed rows of ``versions`` for the followers of their pushed targets.
 
-    Returns the rows written (a repeat writes none). Pulled targets (at or
-    above ``limits.push_max_followers``) write nothing: that is what keeps a
-    commit's cost from growing with its followers.
+    Returns the rows written (a repeat writes none). Pulled targets write
+    nothing: that is what keeps a commit's cost from growing with its
+    followers. A target switching back to push is pushed already: the
+    switch's backfill may have passed its followers.
     """
     targets = {t for c in versions for t in _targets(c)}
-    counts = await follower_counts(conn, targets)
+    modes = await fan_outs(conn, targets, limits)
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     written = 0
     for c in versions:
         for target in _targets(c):
-            count = counts.get(target, 0)
-            if count == 0 or not limits.pushed(count):
+            mode = modes.get(target)
+            if mode is None or not mode.pushes:
                 continue
             rows = select(
                 follow.c.follower_id,
@@ -252,6 +253,12 @@ async def prune(conn: AsyncConnection, older_than: datetime) -> int:
     return int(result.rowcount or 0)
 
 
+PARTS_PER_STATEMENT = 200
+"""Subqueries in one ``UNION ALL`` of a feed read. SQLite refuses a compound
+SELECT of more than 500 (``SQLITE_MAX_COMPOUND_SELECT``: "too many terms in
+compound SELECT"); a user may follow 1,000 pulled targets."""
+
+
 @dataclass(frozen=True, slots=True)
 class FeedPage:
     items: list[FeedItem]
@@ -269,29 +276,31 @@ async def read_feed(
     before: FeedKey | None,
     size: int,
 ) -> FeedPage:
-    """A page of the viewer's feed, newest first, in one read transaction.
+    r"""A page of the viewer's feed, newest first, in one read transaction.
 
-    Three statements: the viewer's follows, their targets' counts, and one
-    ``UNION ALL`` of the pushed rows and one bounded read (``size + 1`` rows)
-    per pulled target — never one per follower or per item, and one round
-    trip however many targets are pulled.
+    The viewer's follows, their targets' fan-outs, then ``UNION ALL``\ s of the
+    pushed rows and one bounded read (``size + 1`` rows) per pulled target,
+    :data:`PARTS_PER_STATEMENT` parts a statement — never one per follower or
+    per item: one round trip up to 199 pulled targets, 6 at the most follows
+    (1,000).
     """
     horizon = limits.horizon(now)
     async with db.read() as conn:
         follows = await follows_of(conn, viewer_id)
-        counts = await follower_counts(conn, [f.target for f in follows])
-        pulled = [f for f in follows if not limits.pushed(counts.get(f.target, 0))]
+        modes = await fan_outs(conn, [f.target for f in follows], limits)
+        pulled = [f for f in follows if f.target in modes and modes[f.target].read_from_log]
         parts = [pushed_query(viewer_id, horizon=horizon, before=before, limit=size + 1)]
         parts += [
             pulled_query(viewer_id, f, horizon=horizon, before=before, limit=size + 1)
             for f in pulled
         ]
-        # Each part keeps its own ORDER BY … LIMIT inside a subquery (SQLite
-        # allows neither on a bare member of a compound SELECT).
-        subqueries = [part.subquery() for part in parts]
-        query = union_all(*(select(*sub.c) for sub in subqueries))
-        rows = await conn.execute(query)
-        items = [_item(r) for r in rows]
+        items: list[FeedItem] = []
+        for start in range(0, len(parts), PARTS_PER_STATEMENT):
+            # Each part keeps its own ORDER BY … LIMIT inside a subquery (SQLite
+            # allows neither on a bare member of a compound SELECT).
+            chunk = [part.subquery() for part in parts[start : start + PARTS_PER_STATEMENT]]
+            rows = await conn.execute(union_all(*(select(*sub.c) for sub in chunk)))
+            items += [_item(r) for r in rows]
     page, has_next = merge([items], size)
     return FeedPage(page, has_next, len(pulled))
 

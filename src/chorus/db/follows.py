@@ -1,14 +1,12 @@
 """Follows in SQL: follow, unfollow (idempotent), counts, the viewer's follows.
 
 ``follow_count`` moves with every follow and unfollow in the same transaction,
-so the feed's push-or-pull decision and ``followerCount`` read one row. An
-unfollow that brings a target below the push threshold *backfills*: the
-target was pulled until now, so nothing was pushed for it, and its remaining
-followers get rows for its versions within retention (one ``INSERT … SELECT``,
-``ON CONFLICT DO NOTHING``) — what the pull side showed them stays in their
-feed. Following a target up to the threshold needs nothing: the rows pushed
-so far stay, the pull side adds the rest, and the read merges the two by
-``(playlist, version)``.
+so the feed's push-or-pull decision and ``followerCount`` read one row. The
+target's fan-out moves with it (:func:`chorus.db.switches.move_fan_out`, with
+hysteresis): to pull at the threshold, back to push below 90 % of it. Either
+costs the request a statement or two, never work that grows with the target's
+followers or history: the backfill of a switch back to push is done by a
+worker in batches (:func:`chorus.db.switches.switch_batch`).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from datetime import UTC, datetime
 
 from sqlalchemy import (
     ColumnElement,
-    Table,
     and_,
     delete,
     func,
@@ -27,26 +24,25 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    true,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import repository
 from chorus.db.engine import Database
+from chorus.db.switches import dialect_insert, move_fan_out
 from chorus.db.tables import (
     UTCDateTime,
     feed_item,
     follow,
     follow_count,
     playlist,
-    playlist_mutation,
 )
 from chorus.domain.access import readable
 from chorus.domain.errors import InvalidInput, NotFound
 from chorus.domain.follows import (
     DEFAULT_FEED_LIMITS,
+    FanOut,
     FeedLimits,
     Follow,
     Target,
@@ -127,7 +123,7 @@ class FollowStore:
                     created_at=made.created_at,
                 )
             )
-            await _add_to_count(conn, target, +1)
+            await self._add_to_count(conn, target, +1)
         return FollowResult(made, changed=True)
 
     async def unfollow(self, follower_id: str, target: Target) -> FollowResult:
@@ -144,13 +140,40 @@ class FollowStore:
             await conn.execute(
                 delete(follow).where(follow.c.follower_id == follower_id, *_is(target))
             )
-            after = await _add_to_count(conn, target, -1)
-            if after == self.limits.push_max_followers - 1:
-                await backfill(conn, target, self.limits.horizon(self._clock()))
+            await self._add_to_count(conn, target, -1)
             # What was pushed from this target no longer shows (the read joins
             # the follows); deleting it keeps the table to what can show.
             await _drop_pushed(conn, follower_id, target)
         return FollowResult(existing, changed=True)
+
+    async def _add_to_count(self, conn: AsyncConnection, target: Target, delta: int) -> None:
+        """Move the target's follower count by ``delta``, and its fan-out with it."""
+        # A new row starts where its first follower puts it; an existing one keeps its fan-out.
+        first = self.limits.next_fan_out(FanOut.PUSH, max(delta, 0))
+        stmt = dialect_insert(conn, follow_count).values(
+            target_kind=target.kind.value,
+            target_id=target.id,
+            follower_count=max(delta, 0),
+            fan_out=first,
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[follow_count.c.target_kind, follow_count.c.target_id],
+            set_={"follower_count": follow_count.c.follower_count + delta},
+        )
+        await conn.execute(stmt)
+        row = (
+            await conn.execute(
+                select(follow_count.c.follower_count, follow_count.c.fan_out).where(
+                    follow_count.c.target_kind == target.kind.value,
+                    follow_count.c.target_id == target.id,
+                )
+            )
+        ).one()
+        count = int(row.follower_count)
+        # Untouched since migration 0010 (NULL): it was on the side its count before put it.
+        before = self.limits.fan_out(count - delta, FanOut(row.fan_out) if row.fan_out else None)
+        if self.limits.next_fan_out(before, count) is not before or row.fan_out is None:
+            await move_fan_out(conn, target, before, count, self.limits, self._clock())
 
 
 async def _check_readable(conn: AsyncConnection, follower_id: str, target: Target) -> None:
@@ -171,75 +194,6 @@ async def _get(conn: AsyncConnection, follower_id: str, target: Target) -> Follo
         await conn.execute(select(follow).where(follow.c.follower_id == follower_id, *_is(target)))
     ).first()
     return follow_from_row(row) if row else None
-
-
-def dialect_insert(conn: AsyncConnection, table: Table) -> postgresql.Insert | sqlite.Insert:
-    """An INSERT with the dialect's ``ON CONFLICT`` clauses."""
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table)
-    return sqlite.insert(table)
-
-
-async def _add_to_count(conn: AsyncConnection, target: Target, delta: int) -> int:
-    """Move the target's follower count by ``delta``; the count after it."""
-    stmt = dialect_insert(conn, follow_count).values(
-        target_kind=target.kind.value, target_id=target.id, follower_count=max(delta, 0)
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[follow_count.c.target_kind, follow_count.c.target_id],
-        set_={"follower_count": follow_count.c.follower_count + delta},
-    )
-    await conn.execute(stmt)
-    count = await conn.scalar(
-        select(follow_count.c.follower_count).where(
-            follow_count.c.target_kind == target.kind.value,
-            follow_count.c.target_id == target.id,
-        )
-    )
-    return int(count or 0)
-
-
-def _versions_of(target: Target, horizon: datetime) -> ColumnElement[bool]:
-    """The log rows a target brings to a feed since ``horizon`` (a SELECT's FROM and WHERE)."""
-    since = playlist_mutation.c.committed_at >= literal(horizon, UTCDateTime())
-    if target.kind is TargetKind.PLAYLIST:
-        return and_(playlist_mutation.c.playlist_id == target.id, since)
-    return and_(
-        playlist_mutation.c.playlist_id.in_(
-            select(playlist.c.id).where(playlist.c.owner_id == target.id)
-        ),
-        playlist_mutation.c.version == 0,
-        since,
-    )
-
-
-async def backfill(conn: AsyncConnection, target: Target, horizon: datetime) -> int:
-    """Push the target's versions since ``horizon`` to its followers (since they followed).
-
-    Returns the rows written; rows already there are left alone.
-    """
-    rows = (
-        select(
-            follow.c.follower_id,
-            playlist_mutation.c.playlist_id,
-            playlist_mutation.c.version,
-            playlist_mutation.c.actor_id,
-            playlist_mutation.c.committed_at,
-        )
-        .select_from(follow.join(playlist_mutation, true()))
-        .where(
-            *_is(target),
-            _versions_of(target, horizon),
-            playlist_mutation.c.committed_at >= follow.c.created_at,
-        )
-    )
-    stmt = (
-        dialect_insert(conn, feed_item)
-        .from_select(["follower_id", "playlist_id", "version", "actor_id", "happened_at"], rows)
-        .on_conflict_do_nothing()
-    )
-    result = await conn.execute(stmt)
-    return int(result.rowcount or 0)
 
 
 async def _drop_pushed(conn: AsyncConnection, follower_id: str, target: Target) -> None:

@@ -248,8 +248,15 @@ follow = Table(
     Column("target_id", ID, primary_key=True),
     Column("created_at", UTCDateTime, nullable=False),
 )
-# A target's followers: the push side's INSERT … SELECT and the counts.
-Index("ix_follow_target", follow.c.target_kind, follow.c.target_id, follow.c.created_at)
+# A target's followers: the push side's INSERT … SELECT, and a switch back to
+# push walking them by follower id in batches (migration 0010).
+Index(
+    "ix_follow_target",
+    follow.c.target_kind,
+    follow.c.target_id,
+    follow.c.follower_id,
+    follow.c.created_at,
+)
 
 # Followers per target, kept with every follow and unfollow, so deciding push or
 # pull for an event and Playlist.followerCount read one row, not count them.
@@ -259,6 +266,23 @@ follow_count = Table(
     Column("target_kind", String(16), primary_key=True),
     Column("target_id", ID, primary_key=True),
     Column("follower_count", Integer, nullable=False),
+    # chorus.domain.follows.FanOut; NULL: untouched since migration 0010, by count.
+    Column("fan_out", String(8)),
+)
+
+# A target switching back from pull to push (fan_out TO_PUSH): how far the
+# worker has backfilled its followers' rows. Followers are walked by id; a
+# target with more retained versions than a batch holds is walked by
+# (playlist, version) within one follower.
+feed_switch = Table(
+    "feed_switch",
+    metadata,
+    Column("target_kind", String(16), primary_key=True),
+    Column("target_id", ID, primary_key=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("follower_after", ID),
+    Column("playlist_after", String(64)),
+    Column("version_after", Integer),
 )
 
 # The push side of the feed: one row per follower and playlist version, written

@@ -16,6 +16,12 @@ once, idempotent on ``(follower, playlist, version)``); a larger one is
 *pulled* (reading a feed reads that target's recent log). Both give the same
 items for the same history (:func:`visible_since`), so a target crossing the
 threshold in either direction loses and repeats nothing.
+
+Which side a target is on is its :class:`FanOut`, kept per target and moved
+by :meth:`FeedLimits.next_fan_out` with hysteresis: to pull at the threshold,
+back to push only below :attr:`FeedLimits.push_again_below`. Going back to
+push is a *switch* (:attr:`FanOut.TO_PUSH`): a worker backfills the followers'
+rows in batches while the target is still read as pulled.
 """
 
 from __future__ import annotations
@@ -73,6 +79,28 @@ FeedKey = tuple[datetime, str, int]
 """``(happened_at, playlist_id, version)``: the keyset of feed pages, descending."""
 
 
+class FanOut(StrEnum):
+    """How a target's versions reach its followers' feeds (stored with its follower count)."""
+
+    PUSH = "PUSH"
+    """One feed row per follower and version, written by the feed consumer."""
+    PULL = "PULL"
+    """Nothing written; a feed read reads the target's log."""
+    TO_PUSH = "TO_PUSH"
+    """Switching back to push: read as pulled until a worker has backfilled every
+    follower's rows (in batches), while new versions are already pushed."""
+
+    @property
+    def read_from_log(self) -> bool:
+        """Whether a feed read reads this target's log (else its pushed rows suffice)."""
+        return self is not FanOut.PUSH
+
+    @property
+    def pushes(self) -> bool:
+        """Whether the feed consumer writes rows for this target's new versions."""
+        return self is not FanOut.PULL
+
+
 @dataclass(frozen=True, slots=True)
 class FeedLimits:
     """The feed's settings (``CHORUS_FEED_*``, ``CHORUS_MAX_FOLLOWS_PER_USER``)."""
@@ -88,10 +116,42 @@ class FeedLimits:
     live_weight_max: int = 20_000
     """What one user's ``feedEvents`` subscriptions may weigh in one process: each weighs
     the playlists the user follows (at least 1)."""
+    switch_batch_rows: int = 2_000
+    """Feed rows one batch of a switch back to push writes, at most (one transaction)."""
 
     def pushed(self, follower_count: int) -> bool:
-        """Whether a target with ``follower_count`` followers is pushed (else pulled)."""
+        """Whether ``follower_count`` is below the threshold (the rule before hysteresis)."""
         return follower_count < self.push_max_followers
+
+    @property
+    def push_again_below(self) -> int:
+        """A pulled target is pushed again only with fewer followers than this.
+
+        90 % of the threshold (rounded up), so a target hovering at the threshold
+        does not switch back and forth; the threshold itself below 10.
+        """
+        return self.push_max_followers - self.push_max_followers // 10
+
+    def fan_out(self, follower_count: int, stored: FanOut | None) -> FanOut:
+        """A target's fan-out: the stored one, else (a target untouched since
+        migration 0010) by its count against the threshold, as before it."""
+        if stored is not None:
+            return stored
+        return FanOut.PUSH if self.pushed(follower_count) else FanOut.PULL
+
+    def next_fan_out(self, current: FanOut, follower_count: int) -> FanOut:
+        """The fan-out of a target that was ``current`` and now has ``follower_count``.
+
+        To pull at :attr:`push_max_followers` or more (free: pushed rows stay,
+        the pull adds the rest; a switch under way is abandoned); a pulled
+        target back to push below :attr:`push_again_below`, through
+        :attr:`FanOut.TO_PUSH` unless nobody is left to backfill.
+        """
+        if not self.pushed(follower_count):
+            return FanOut.PULL
+        if current is FanOut.PULL and follower_count < self.push_again_below:
+            return FanOut.TO_PUSH if follower_count > 0 else FanOut.PUSH
+        return current
 
     def horizon(self, now: datetime) -> datetime:
         """The oldest time a feed still shows."""

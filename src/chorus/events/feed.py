@@ -13,14 +13,21 @@ commits after handling), and the sink is idempotent by ``(follower,
 playlist, version)`` with ``ON CONFLICT DO NOTHING``, so a repeated batch or a
 consumer killed mid-batch and restarted writes each row once. Database errors
 fail the batch, which is handed again after a backoff.
+
+Beside the sink, in the same process, a :class:`FeedSwitcher` runs the
+switches of targets back from pull to push (:mod:`chorus.db.switches`): one
+bounded batch per write transaction, so no request waits for a switch longer
+than one batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
-from chorus.db import feed
+from chorus.db import feed, switches
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
 from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits
@@ -29,6 +36,14 @@ from chorus.events.kafka import KafkaConfig
 from chorus.events.relay import Publisher
 from chorus.events.wire import FEED_GROUP
 from chorus.metrics import FEED_ROWS_WRITTEN
+from chorus.resilience.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+SWITCH_POLL_S = 1.0
+"""How often an idle :class:`FeedSwitcher` looks for a switch to run (seconds): the
+longest a target waits for its backfill to begin. One read of a table that is
+empty but for switches under way."""
 
 
 def committed_of(event: PlaylistEvent) -> feed.Committed:
@@ -148,3 +163,76 @@ class FeedConsumer:
             DatabaseUnavailable: retried by the runner; the sink ignores repeats.
         """
         await self.sink.write([r.event for r in records])
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class FeedSwitcher:
+    """Runs targets' switches back to push, a batch per write transaction, until cancelled.
+
+    Between two batches it yields, so a writer queued for SQLite's one write
+    connection goes first: no other write waits longer than one batch
+    (``limits.switch_batch_rows`` rows). Several processes may run one: a batch
+    locks its target's rows (PostgreSQL) or holds the writer (SQLite).
+
+    Args:
+        db: the database.
+        limits: the threshold, retention and the batch size.
+        poll_s: how often to look for a switch when none is under way (seconds).
+        clock: the time source (UTC), for retention.
+
+    Attributes:
+        batches: batches run; ``rows``: feed rows they wrote; ``switched``: targets pushed.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        limits: FeedLimits = DEFAULT_FEED_LIMITS,
+        *,
+        poll_s: float = SWITCH_POLL_S,
+        clock: Callable[[], datetime] = _now,
+    ) -> None:
+        self._db = db
+        self._limits = limits
+        self._poll_s = poll_s
+        self._clock = clock
+        self.batches = 0
+        self.rows = 0
+        self.switched = 0
+
+    async def run_once(self) -> switches.SwitchBatch | None:
+        """One batch of the oldest switch; None when none is under way.
+
+        Raises:
+            DatabaseUnavailable: the batch was rolled back; running it again is safe.
+        """
+        batch = await switches.switch_batch(self._db, self._limits, self._clock())
+        if batch is not None:
+            self.batches += 1
+            self.rows += batch.rows
+            self.switched += batch.done
+            FEED_ROWS_WRITTEN.inc(batch.rows)
+        return batch
+
+    async def run(self) -> None:
+        """Run switches until cancelled; failures are logged and retried with backoff."""
+        backoff = Backoff(0.1, 10.0)
+        while True:
+            try:
+                batch = await self.run_once()
+                backoff.reset()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = backoff.next()
+                if isinstance(exc, DatabaseUnavailable):
+                    log.warning("feed switch: %s; retrying in %.1fs", exc, delay)
+                else:
+                    log.exception("feed switch failed; retrying in %.1fs", delay)
+                await asyncio.sleep(delay)
+                continue
+            # Yielding lets a writer woken by this batch's commit take the connection.
+            await asyncio.sleep(0 if batch is not None else self._poll_s)

@@ -132,8 +132,15 @@ class ApiSettings(BaseModel):
     feed_push_max_followers: int = Field(
         10_000,
         ge=1,
-        description="A target with fewer followers is pushed (one feed row per follower); "
-        "from this many on it is pulled at read time.",
+        description="A target with this many followers or more is pulled at read time; "
+        "a pulled one is pushed again (one feed row per follower) below 90 % of it.",
+    )
+    feed_switch_batch_rows: int = Field(
+        2_000,
+        ge=1,
+        le=1_000_000,
+        description="Feed rows one write transaction of a switch back to push writes, at most "
+        "(the backfill of a target that fell below 90 % of the threshold).",
     )
     max_follows_per_user: int = Field(
         1_000, ge=1, description="Playlists and users one user may follow."
@@ -164,6 +171,7 @@ class ApiSettings(BaseModel):
             page_size_max=self.feed_page_size_max,
             retention_days=self.feed_retention_days,
             live_weight_max=self.feed_live_weight_max,
+            switch_batch_rows=self.feed_switch_batch_rows,
         )
 
     @property
