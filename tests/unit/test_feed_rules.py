@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from chorus.domain.errors import InvalidInput, LimitExceeded
 from chorus.domain.follows import (
+    FanOut,
     FeedItem,
     FeedLimits,
     Follow,
@@ -50,6 +51,23 @@ def test_push_below_the_threshold_pull_from_it_on() -> None:
     limits = FeedLimits(push_max_followers=10)
     assert limits.pushed(9)
     assert not limits.pushed(10)
+
+
+def test_the_fan_out_moves_with_hysteresis() -> None:
+    limits = FeedLimits()  # pulled from 10,000 followers, pushed again below 9,000
+    assert limits.push_again_below == 9_000
+    step = limits.next_fan_out
+    assert step(FanOut.PUSH, 9_999) is FanOut.PUSH
+    assert step(FanOut.PUSH, 10_000) is FanOut.PULL
+    assert step(FanOut.PULL, 9_000) is FanOut.PULL  # within the band: no switch
+    assert step(FanOut.PULL, 8_999) is FanOut.TO_PUSH
+    assert step(FanOut.TO_PUSH, 9_500) is FanOut.TO_PUSH
+    assert step(FanOut.TO_PUSH, 10_000) is FanOut.PULL  # the switch is abandoned
+    assert step(FanOut.PULL, 0) is FanOut.PUSH  # nobody left to backfill
+    # Untouched since migration 0010: by count, as before it.
+    assert limits.fan_out(10_000, None) is FanOut.PULL
+    assert limits.fan_out(10_000, FanOut.PUSH) is FanOut.PUSH
+    assert FeedLimits(push_max_followers=2).push_again_below == 2  # no band below 10
 
 
 def test_a_follow_brings_items_since_it_began_within_retention() -> None:
