@@ -17,8 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 from websockets.asyncio.client import ClientConnection
 
+from chorus.db.engine import Database
+from chorus.db.tables import feed_item
 from tests.deadlines import patience
 from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import add, committed, create_playlist, mutate, refused, track
@@ -193,6 +196,38 @@ async def test_follow_edit_and_see_it_in_the_feed_pushed_and_pulled(
     # Unfollowing ends the follow's effect.
     assert follow(api, "ben", "PLAYLIST", crowd, UNFOLLOW)["following"] is False
     assert [i[0] for i in feed(api, "ben")] == [alone]
+
+
+async def test_the_server_switches_a_playlist_back_to_push_behind_the_unfollow(
+    api: Api, server: ChorusServer
+) -> None:
+    """Two followers: pulled; one unfollows: the server's switcher backfills the other.
+
+    Only the switcher writes hal's row: version 1 was committed while pulled.
+    """
+    band = create_playlist(api, "gus", "Band", visibility="PUBLIC")
+    for user in ("hal", "ivy"):
+        follow(api, user, "PLAYLIST", band)
+    add(api, band, [track(4)], 0, "gus")  # pulled: no feed row
+    assert feed(api, "hal") == [(band, 1, "PLAYLIST_CHANGED")]
+    follow(api, "ivy", "PLAYLIST", band, UNFOLLOW)  # one follower: switching to push
+    db = Database(server.database_url)
+    try:
+
+        async def hal_rows() -> int:
+            async with db.read() as conn:
+                where = feed_item.c.follower_id == "hal"
+                return int(
+                    await conn.scalar(select(func.count()).select_from(feed_item).where(where)) or 0
+                )
+
+        deadline = time.monotonic() + 20  # 'switched' or 'never ran', not a speed
+        while await hal_rows() < 1:
+            assert time.monotonic() < deadline, "the switch back to push never ran"
+            await asyncio.sleep(0.05)
+    finally:
+        await db.dispose()
+    assert feed(api, "hal") == [(band, 1, "PLAYLIST_CHANGED")]  # the same, now pushed
 
 
 async def test_losing_access_to_a_private_playlist_ends_its_feed(

@@ -4,7 +4,8 @@ Versions go outbox → ``chorus relay`` → Kafka → ``chorus feed`` → feed r
 all real processes on the machine's PostgreSQL and the session's Tansu. The
 consumer is killed (SIGKILL) while versions keep coming and started again:
 Kafka hands it what it had not committed, the sink writes each row once, and
-the pushed feed equals the feed pulled from the log.
+the pushed feed equals the feed pulled from the log. The same process runs
+the switch of a playlist back from pull to push.
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select, update
 
 from chorus.db import feed
 from chorus.db.engine import Database
 from chorus.db.follows import FollowStore
 from chorus.db.store import PlaylistStore
-from chorus.db.tables import feed_item
-from chorus.domain.follows import FeedItem, FeedLimits, Target, TargetKind
+from chorus.db.tables import feed_item, follow_count
+from chorus.domain.follows import FanOut, FeedItem, FeedLimits, Target, TargetKind
 from tests.full.conftest import REDIS_URL
 from tests.full.helpers import add, create_playlist, eventually, full_profile_env
 from tests.servers import ChorusServer, TansuServer
 
 PUSH = FeedLimits()
-PULL = FeedLimits(push_max_followers=1)
 FOLLOWERS = ("bob", "carol", "dave")
 
 
@@ -83,7 +83,26 @@ async def test_a_killed_feed_consumer_restarts_without_losing_or_repeating_items
 
     await eventually(all_written, timeout_s=60, what=f"{expected} feed rows")
     assert await rows(pg_database) == expected
+    pushed = {user: await whole_feed(pg_database, user, PUSH) for user in FOLLOWERS}
     for user in FOLLOWERS:
-        pushed = await whole_feed(pg_database, user, PUSH)
-        assert [i.version for i in pushed] == list(range(30, 0, -1))
-        assert pushed == await whole_feed(pg_database, user, PULL)
+        assert [i.version for i in pushed[user]] == list(range(30, 0, -1))
+    # The same history read from the log: the playlist pulled, its rows gone.
+    async with pg_database.write() as conn:
+        await conn.execute(update(follow_count).values(fan_out=FanOut.PULL))
+        await conn.execute(delete(feed_item))
+    for user in FOLLOWERS:
+        assert await whole_feed(pg_database, user, PUSH) == pushed[user]
+    # An unfollow takes it below 90 % of the threshold: the feed worker's switcher
+    # backfills the others' rows, and the feed is pushed again, unchanged.
+    await follows.unfollow(FOLLOWERS[-1], Target(TargetKind.PLAYLIST, playlist_id))
+    backfilled = (len(FOLLOWERS) - 1) * 30
+
+    async def switched() -> bool:
+        return await rows(pg_database) >= backfilled
+
+    await eventually(switched, timeout_s=60, what=f"{backfilled} backfilled rows")
+    for user in FOLLOWERS[:-1]:
+        page = await feed.read_feed(
+            pg_database, user, PUSH, now=datetime.now(UTC), before=None, size=50
+        )
+        assert (page.items, page.pulled_targets) == (pushed[user], 0)
