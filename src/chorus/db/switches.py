@@ -237,7 +237,8 @@ async def _batch(
         columns = ["follower_id", "playlist_id", "version", "actor_id", "happened_at"]
         stmt = dialect_insert(conn, feed_item).from_select(columns, rows).on_conflict_do_nothing()
         written = max(int((await conn.execute(stmt)).rowcount or 0), 0)
-    if not followers or (not more_versions and len(followers) < per_batch):
+    nothing_left = not keys and cursor.playlist_after is None  # no version within retention
+    if nothing_left or not followers or (not more_versions and len(followers) < per_batch):
         await conn.execute(
             update(follow_count).where(*_of(follow_count, target)).values(fan_out=FanOut.PUSH)
         )

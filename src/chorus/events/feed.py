@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
@@ -165,6 +166,10 @@ class FeedConsumer:
         await self.sink.write([r.event for r in records])
 
 
+MAX_REST_S = 1.0
+"""The longest a :class:`FeedSwitcher` rests between two batches (seconds)."""
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -172,9 +177,11 @@ def _now() -> datetime:
 class FeedSwitcher:
     """Runs targets' switches back to push, a batch per write transaction, until cancelled.
 
-    Between two batches it yields, so a writer queued for SQLite's one write
-    connection goes first: no other write waits longer than one batch
-    (``limits.switch_batch_rows`` rows). Several processes may run one: a batch
+    Between two batches it rests as long as the last one took (at most
+    :data:`MAX_REST_S`), so a writer queued for SQLite's one write connection
+    goes first — no other write waits longer than one batch
+    (``limits.switch_batch_rows`` rows) — and a switch holds the writer at
+    most half the time. Several processes may run one: a batch
     locks its target's rows (PostgreSQL) or holds the writer (SQLite).
 
     Args:
@@ -221,6 +228,7 @@ class FeedSwitcher:
         """Run switches until cancelled; failures are logged and retried with backoff."""
         backoff = Backoff(0.1, 10.0)
         while True:
+            started = time.monotonic()
             try:
                 batch = await self.run_once()
                 backoff.reset()
@@ -234,5 +242,9 @@ class FeedSwitcher:
                     log.exception("feed switch failed; retrying in %.1fs", delay)
                 await asyncio.sleep(delay)
                 continue
-            # Yielding lets a writer woken by this batch's commit take the connection.
-            await asyncio.sleep(0 if batch is not None else self._poll_s)
+            if batch is None:
+                await asyncio.sleep(self._poll_s)
+                continue
+            # Resting as long as the batch took leaves the writer to others at least
+            # half the time, and a writer woken by this commit takes it first.
+            await asyncio.sleep(min(time.monotonic() - started, MAX_REST_S))
