@@ -23,6 +23,7 @@ from chorus.domain.commands import CreatePlaylist
 from chorus.domain.follows import DEFAULT_FEED_LIMITS, FanOut, FeedLimits, Target, TargetKind
 from chorus.domain.model import Visibility
 from chorus.events.feed import FeedSwitcher
+from tests.deadlines import patience
 from tests.integration.store_helpers import ALICE, BOB, Editor, new_op
 from tests.integration.test_feed import read_all, read_pulled, versions
 
@@ -103,7 +104,7 @@ class Recording(FeedSwitcher):
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + 120  # 'done' or 'stuck', not a speed
+    deadline = asyncio.get_running_loop().time() + patience(120)  # 'done' or 'stuck'
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, what
         await asyncio.sleep(0.01)
