@@ -30,6 +30,7 @@ from graphql import (
 from strawberry.extensions import SchemaExtension
 
 from chorus.resolvers.context import RequestContext
+from chorus.resolvers.memo_keys import VersionedFieldsKey, versioned_fields_key
 
 VERSIONED_FIELDS = frozenset(
     {
@@ -117,19 +118,21 @@ class _FirstUnversioned(Visitor):
 class VersionedFieldsOnly(SchemaExtension):
     """Marks an answer uncacheable when it selects a field no version names."""
 
-    _verdicts: ClassVar[OrderedDict[str, str | None]] = OrderedDict()
+    _verdicts: ClassVar[OrderedDict[VersionedFieldsKey, str | None]] = OrderedDict()
+    """Per schema and document text (:func:`chorus.caches.memo_keys.versioned_fields_key`)."""
 
     def on_execute(self) -> Iterator[None]:
         context = self.execution_context
         request = context.context
         document = context.graphql_document
         if isinstance(request, RequestContext) and document is not None:
-            key = context.query or ""
+            schema = context.schema._schema
+            key = versioned_fields_key(schema, context.query or "")
             if key in self._verdicts:
                 self._verdicts.move_to_end(key)
                 field = self._verdicts[key]
             else:
-                field = unversioned_field(context.schema._schema, document)
+                field = unversioned_field(schema, document)
                 self._verdicts[key] = field
                 if len(self._verdicts) > _CACHE_SIZE:
                     self._verdicts.popitem(last=False)

@@ -82,6 +82,7 @@ from graphql import (
 )
 
 from chorus.graphql.guards.limits import RequestLimits
+from chorus.resolvers.memo_keys import CostMemoKey, cost_memo_key, read_values_key
 
 PAGE_ARGUMENTS = ("first", "last")
 """The arguments that set a field's page size."""
@@ -260,7 +261,8 @@ def operation_cost(
     }
     values = _Reads({**sent, **defaults})
     memo = _Memo.of(
-        document, (schema, operation_name, limits.page_size_default, limits.page_size_max)
+        document,
+        cost_memo_key(schema, operation_name, limits.page_size_default, limits.page_size_max),
     )
     key = memo.key(values)
     if key is not None and (known := memo.costs.get(key)) is not None:
@@ -311,12 +313,13 @@ class _Memo:
     reads: tuple[str, ...] | None = None
     """The variables the count reads (``None``: not counted yet)."""
     costs: dict[tuple[Any, ...], OperationCost] = field(default_factory=dict)
+    """By :func:`chorus.caches.memo_keys.read_values_key` of the variables read."""
 
     KEPT_COSTS = 64
     """Costs kept per document and operation: a client paging with many sizes churns them."""
 
     @classmethod
-    def of(cls, document: DocumentNode, key: tuple[Any, ...]) -> _Memo:
+    def of(cls, document: DocumentNode, key: CostMemoKey) -> _Memo:
         # By identity: a node's hash and equality walk the whole tree. The
         # weak reference's callback drops the entry before the id can be reused.
         entry = _MEMOS.get(id(document))
@@ -333,12 +336,7 @@ class _Memo:
         """The key of ``values`` (``None``: not counted yet, or a value that is not hashable)."""
         if self.reads is None:
             return None
-        key = tuple(dict.get(values, name) for name in self.reads)
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
+        return read_values_key(self.reads, values)
 
     def keep(self, values: _Reads, found: OperationCost) -> None:
         self.reads = tuple(sorted(values.read))
@@ -350,7 +348,7 @@ class _Memo:
         self.costs[key] = found
 
 
-_MEMOS: dict[int, tuple[weakref.ref[DocumentNode], dict[tuple[Any, ...], _Memo]]] = {}
+_MEMOS: dict[int, tuple[weakref.ref[DocumentNode], dict[CostMemoKey, _Memo]]] = {}
 """``id(document)`` → (the document, its memos by schema, operation name and page sizes)."""
 
 
