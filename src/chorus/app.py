@@ -175,6 +175,8 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
         # than a slow HTTP head may (strawberry's default is a minute).
         connection_init_wait_timeout=timedelta(seconds=settings.head_timeout_s),
         max_connections_per_user=settings.max_ws_connections_per_user,
+        fast_field_execution=settings.fast_field_execution,
+        introspection_answers=settings.introspection_answers,
         allowed_origins=settings.cors_origin_list,
         operation_names=OperationNames(settings.metrics_operation_name_list),
         limits=RequestLimits(

@@ -108,13 +108,19 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         limits: RequestLimits | None = None,
         operation_names: OperationNames | None = None,
         persisted: PersistedDocuments | None = None,
+        fast_field_execution: bool = True,
+        introspection_answers: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
         self._operation_names = operation_names or OperationNames()
         self.documents = DocumentCache()
         schema = build_schema(
-            limits, self._operation_names, self.documents, threaded_validation=True
+            limits,
+            self._operation_names,
+            self.documents,
+            threaded_validation=True,
+            fast_field_execution=fast_field_execution,
         )
         super().__init__(schema, **kwargs)
         self._tokens = tokens
@@ -122,7 +128,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         self._ahead = BodiesDecodedAhead(self.documents, self._max_tokens)
         self._max_connections_per_user = max_connections_per_user
         self.persisted = persisted or PersistedDocuments()
-        self.introspections = IntrospectionAnswers()
+        self.introspections = IntrospectionAnswers(enabled=introspection_answers)
         self.connections: Counter[str] = Counter()
 
     async def identify(self, header: object) -> tuple[Identity | None, str | None]:

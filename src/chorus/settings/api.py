@@ -107,6 +107,16 @@ class ApiSettings(BaseModel):
         description="Keep whole query answers by the exact versions they read "
         "(docs/caching.md); false: every query executes.",
     )
+    fast_field_execution: bool = Field(
+        True,
+        description="Read plain fields directly instead of through graphql-core's field "
+        "execution (graphql/execution/executor.py); false: graphql-core executes every field.",
+    )
+    introspection_answers: bool = Field(
+        True,
+        description="Keep the answers of introspection-only operations for the process's "
+        "life (graphql/http/introspection.py); false: every introspection executes.",
+    )
     response_cache_max_bytes: int = Field(
         64 * 1024 * 1024,
         ge=65_536,

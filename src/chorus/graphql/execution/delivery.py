@@ -188,6 +188,13 @@ class DeliveryExecutor(ChorusExecutionContext):
         return Rendered(GraphQLExecutionResult(data, None), shared=fresh.reads.shared)
 
 
+class PlainFieldsDeliveryExecutor(DeliveryExecutor):
+    """:class:`DeliveryExecutor` with every field executed by graphql-core
+    (``CHORUS_FAST_FIELD_EXECUTION=false``): the fast path's plain twin."""
+
+    fast_fields = False
+
+
 class Rendered(GraphQLExecutionResult):
     """One execution of a version for a group; ``shared``: every viewer of the group may get it."""
 
@@ -201,6 +208,7 @@ class Rendered(GraphQLExecutionResult):
 __all__ = [
     "DeliveryExecutor",
     "EncodedData",
+    "PlainFieldsDeliveryExecutor",
     "Rendered",
     "SharedEvent",
     "group_key",

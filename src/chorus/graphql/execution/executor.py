@@ -28,6 +28,11 @@ goes graphql-core's way, which then also reports the error exactly as before:
   type, or a list of non-null ones, whose ``is_type_of`` (if any) is the one
   strawberry generates (an ``isinstance`` check that needs no resolve info).
 
+The fast path can be switched off (``CHORUS_FAST_FIELD_EXECUTION=false``: a
+class whose :attr:`ChorusExecutionContext.fast_fields` is false); graphql-core
+then executes every field, the plain twin the fast path is tested against
+over the real schema (``tests/integration/test_fast_paths_differential.py``).
+
 The executor is also made collectable by reference counting alone: graphql-core
 gives resolvers two bound methods of it (``async_helpers``), a cycle through
 which the executor held its request context — the request's DataLoaders and
@@ -209,6 +214,9 @@ def _weak_helpers(executor: weakref.ref[ChorusExecutionContext]) -> GraphQLResol
 class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's execution context, with plain fields read directly."""
 
+    fast_fields = True
+    """Whether plain fields take the fast path (false: graphql-core executes them all)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Not graphql-core's bound methods: a cycle (module docstring).
@@ -224,7 +232,8 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
     ) -> AwaitableOrValue[dict[str, Any]]:
         """graphql-core's ``execute_fields``, with the fast path for plain fields."""
         manager = self.middleware_manager
-        if manager is not None and manager.middlewares:  # strawberry always sends a manager
+        # Strawberry always sends a manager: is any middleware in it?
+        if not self.fast_fields or (manager is not None and manager.middlewares):
             return super().execute_fields(
                 parent_type, source_value, path, grouped_field_set, position_context
             )

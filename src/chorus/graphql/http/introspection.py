@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 
 from chorus.graphql.http.caching import HttpOperation
 from chorus.resolvers import responses
+from chorus.resolvers.memo_keys import IntrospectionKey, introspection_key
 
 
 class IntrospectionAnswers:
@@ -17,19 +17,21 @@ class IntrospectionAnswers:
     served without parsing or executing. Executing GraphiQL's introspection
     query took ~17 ms of the loop: 100 clients without a token sending it held
     ``/healthz`` for seconds. An answer that names the viewer's budget
-    (``throttleStatus``) is not kept.
+    (``throttleStatus``) is not kept. Keys: :func:`chorus.caches.memo_keys.introspection_key`.
+
+    ``enabled=False`` (``CHORUS_INTROSPECTION_ANSWERS=false``) keeps nothing:
+    every introspection executes, the plain twin this memo is tested against
+    (``tests/integration/test_fast_paths_differential.py``).
     """
 
-    def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[str, str | None, str], tuple[bytes, str]] = OrderedDict()
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._kept: OrderedDict[IntrospectionKey, tuple[bytes, str]] = OrderedDict()
 
-    @staticmethod
-    def _key(operation: HttpOperation) -> tuple[str, str | None, str] | None:
-        try:
-            variables = json.dumps(operation.variables, sort_keys=True)
-        except (TypeError, ValueError):
+    def _key(self, operation: HttpOperation) -> IntrospectionKey | None:
+        if not self.enabled:
             return None
-        return operation.document, operation.operation_name, variables
+        return introspection_key(operation.document, operation.operation_name, operation.variables)
 
     def get(self, operation: HttpOperation) -> tuple[bytes, str] | None:
         """The kept body and its ``ETag``, if any."""

@@ -17,7 +17,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from chorus.graphql.execution.cacheable_fields import VersionedFieldsOnly
-from chorus.graphql.execution.delivery import DeliveryExecutor
+from chorus.graphql.execution.delivery import DeliveryExecutor, PlainFieldsDeliveryExecutor
 from chorus.graphql.execution.error_masking import ErrorPolicy
 from chorus.graphql.execution.operation_metrics import OperationMetrics, OperationNames
 from chorus.graphql.guards.cost_limit import QueryCostLimit
@@ -130,6 +130,7 @@ def build_schema(
     documents: DocumentCache | None = None,
     *,
     threaded_validation: bool = False,
+    fast_field_execution: bool = True,
 ) -> strawberry.Schema:
     """The Chorus schema with its request limits (DESIGN §4).
 
@@ -143,6 +144,8 @@ def build_schema(
         threaded_validation: validate a long new document in a worker thread
             (:class:`~chorus.graphql.guards.documents.ThreadedValidation`); the server's
             schema does, but then only async execution works (not ``execute_sync``).
+        fast_field_execution: read plain fields directly (``CHORUS_FAST_FIELD_EXECUTION``,
+            :mod:`chorus.graphql.execution.executor`); false: graphql-core executes each.
 
     The order of the extensions is the order of the checks: tokens while
     parsing, then the document's shape, then a viewer for anything but
@@ -162,7 +165,9 @@ def build_schema(
         types=[PlaylistEntry],
         # Plain leaves skip graphql-core's per-field machinery (graphql/execution/executor.py)
         # and a live event is executed once per delivery group (graphql/execution/delivery.py).
-        execution_context_class=DeliveryExecutor,
+        execution_context_class=(
+            DeliveryExecutor if fast_field_execution else PlainFieldsDeliveryExecutor
+        ),
         extensions=[
             # First, so its time covers parsing, validation and the limits.
             lambda: OperationMetrics(names),
