@@ -17,12 +17,18 @@ as one item; :func:`apply` applies it there, in the group's transaction:
   per-operation results inside) and one outbox event. The first refusal rolls
   the savepoint back: nothing of the batch is written, the others in the
   group are not touched.
+
+Without group commit (``CHORUS_GROUP_COMMIT=false``) a batch that is not
+atomic takes the plain way: each operation a command of its own, in a
+transaction of its own (:meth:`chorus.db.store.PlaylistStore.apply_batch`),
+through the same :func:`one_by_one`; an atomic batch, one version by
+definition, is applied as here, in a group of its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from chorus.db import repository, writer
@@ -50,7 +56,7 @@ async def apply(state: GroupState, queued: QueuedBatch) -> BatchAnswer:
     if queued.batch.atomic:
         answers = await _atomic(state, queued)
     else:
-        answers = await _one_by_one(state, queued)
+        answers = await one_by_one(queued, state.one)
     # The version only to someone who may read the playlist: a stranger is
     # answered as if it did not exist (a PRIVATE playlist's version is news).
     header = state.header
@@ -69,7 +75,17 @@ def _located(error: DomainError, index: int, op: Operation) -> DomainError:
     return error
 
 
-async def _one_by_one(state: GroupState, queued: QueuedBatch) -> list[Committed | DomainError]:
+OneCommand = Callable[[QueuedCommand, DomainError | None], Awaitable[Committed | DomainError]]
+"""Replay, refuse (the error given: refused before it was queued, unless it replays) or
+commit one command; a domain error is the answer, never raised."""
+
+
+async def one_by_one(queued: QueuedBatch, one: OneCommand) -> list[Committed | DomainError]:
+    """A batch that is not atomic, each operation through ``one`` in order: one answer each.
+
+    ``one`` is the group's (:meth:`GroupState.one`) or, without group commit,
+    a command's own transaction; temporary ids are resolved here, between them.
+    """
     made: dict[str, str | None] = {}
     answers: list[Committed | DomainError] = []
     for i, op in enumerate(queued.batch.operations):
@@ -81,7 +97,7 @@ async def _one_by_one(state: GroupState, queued: QueuedBatch) -> list[Committed 
         else:
             digest = request_hash(command)
             waiting = QueuedCommand(command, queued.actor_id, digest, queued.traceparent)
-            answer = await state.one(waiting, queued.refused.get(i))
+            answer = await one(waiting, queued.refused.get(i))
             if isinstance(answer, DomainError):
                 answer = _located(answer, i, op)
         if op.client_entry_ids:

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import idempotency, repository, writer
+from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, finish_even_if_cancelled
 from chorus.db.groups import GroupCommit
 from chorus.db.idempotency import Committed
@@ -61,6 +61,7 @@ from chorus.domain.handlers import (
     decide,
 )
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
+from chorus.domain.model import role_can_read
 from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
 from chorus.tracing import current_traceparent
@@ -179,12 +180,15 @@ class PlaylistStore:
     async def apply_batch(
         self, batch: Batch, actor_id: str, refused: Mapping[int, DomainError] | None = None
     ) -> BatchAnswer:
-        """Apply a batch of edits (``applyOperations``) in order, in one transaction.
+        """Apply a batch of edits (``applyOperations``) in order.
 
         Through the owner queue like any command, as one item weighing its
-        operations (:mod:`chorus.db.batches`); without group commit, in a
-        transaction of its own. ``refused``: operations (by index) refused
-        before, answered with their error unless they committed already.
+        operations, in its group's transaction (:mod:`chorus.db.batches`).
+        Without group commit, the plain way: each operation of a batch that
+        is not atomic in a transaction of its own, as :meth:`execute` commits
+        a command; an atomic batch in a transaction of its own. ``refused``:
+        operations (by index) refused before, answered with their error unless
+        they committed already.
 
         Returns:
             One answer per operation (a commit, maybe replayed, or its domain
@@ -200,6 +204,8 @@ class PlaylistStore:
         queued = QueuedBatch(batch, actor_id, refused or {})
         if self.owners is not None:
             answer = await self.owners.submit(batch.playlist_id, actor_id, queued)
+        elif not batch.atomic:
+            answer = await self._apply_plain(queued)
         else:
             (alone,) = await finish_even_if_cancelled(self._groups(batch.playlist_id, [queued]))
             if isinstance(alone, BaseException):
@@ -207,6 +213,25 @@ class PlaylistStore:
             answer = alone
         assert isinstance(answer, BatchAnswer)
         return answer
+
+    async def _apply_plain(self, queued: QueuedBatch) -> BatchAnswer:
+        """A batch that is not atomic, one command and one transaction per operation."""
+
+        async def one(c: QueuedCommand, refusal: DomainError | None) -> Committed | DomainError:
+            try:
+                run = self._execute(c.command, c.actor_id, refusal)
+                return await finish_even_if_cancelled(run)
+            except DomainError as error:
+                return error
+
+        answers = await batches.one_by_one(queued, one)
+        # The version only to someone who may read the playlist (as batches.apply).
+        playlist_id, actor_id = queued.batch.playlist_id, queued.actor_id
+        async with self.db.read() as conn:
+            header = await repository.get_playlist(conn, playlist_id)
+            role = await repository.get_role(conn, playlist_id, actor_id) if header else None
+        visible = header is not None and role_can_read(role, header)
+        return BatchAnswer(tuple(answers), header.version if header and visible else None)
 
     @property
     def keeps_liked_songs(self) -> bool:
@@ -287,7 +312,10 @@ class PlaylistStore:
                 self.db, exc, actor_id, command.operation_id, digest
             )
 
-    async def _execute(self, command: PlaylistCommand, actor_id: str) -> Committed:
+    async def _execute(
+        self, command: PlaylistCommand, actor_id: str, refusal: DomainError | None = None
+    ) -> Committed:
+        """``command`` in a transaction of its own; ``refusal``: raised unless it replays."""
         check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         if (
@@ -301,6 +329,8 @@ class PlaylistStore:
                 header = await repository.get_playlist(conn, command.playlist_id, for_update=True)
                 if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
                     return stored
+                if refusal is not None:
+                    raise refusal
                 role = await repository.get_role(conn, command.playlist_id, actor_id)
                 view = repository.SqlPlaylistView(conn, command.playlist_id)
                 decision = await decide(command, header, role, view, self._context(actor_id))
