@@ -13,8 +13,8 @@ API process keeps three memos, each for as long as it runs:
 
 This package knows nothing of GraphQL (the import contracts in
 ``pyproject.toml``): the keys are made of plain values, and a schema is an
-opaque identity — the schema object itself, whose hash and equality are its
-identity, so a memo of one schema is never read for another.
+opaque identity (the schema object itself, whose hash and equality are its
+identity, or its ``id`` where the memo must not keep it alive).
 """
 
 from __future__ import annotations
