@@ -17,8 +17,9 @@ from chorus.db import feed, pages
 from chorus.db.follows import FollowStore
 from chorus.db.pages import Page
 from chorus.domain.changes import Change, entries_in
-from chorus.domain.errors import DomainError, RateLimited
+from chorus.domain.errors import DomainError
 from chorus.domain.follows import FeedKey, Follow, Target, TargetKind
+from chorus.resolvers.admission import MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable, TooMuchHistory
 from chorus.resolvers.queries import charge_history
@@ -26,13 +27,16 @@ from chorus.subscriptions.feed import FeedEvent, feed_stream, feeds_of
 
 
 @dataclass(frozen=True, slots=True)
-class FollowOutcome:
-    """What a follow or unfollow did, or why it did not."""
+class FollowState:
+    """Whether the viewer follows ``target`` now, and whether this mutation changed it."""
 
     target: Target
     following: bool
     changed: bool = False
-    error: DomainError | None = None
+
+
+FollowOutcome = MutationOutcome[FollowState]
+"""What a follow or unfollow did, or (``error``) why it did not."""
 
 
 def _store(ctx: RequestContext) -> FollowStore:
@@ -44,35 +48,34 @@ def _store(ctx: RequestContext) -> FollowStore:
 async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutcome:
     """Follow (``on=True``) or unfollow ``target`` as the viewer.
 
+    A follow is a mutation like any other (``CHORUS_RATE_LIMIT_PER_MINUTE``):
+    it is admitted by :func:`~chorus.resolvers.admission.admit`, without an
+    operation id, so there is no stored result to replay.
+
     Raises:
         Unauthenticated: no valid token.
     """
     viewer = ctx.viewer()
     store = _store(ctx)
-    limiter = ctx.services.rate_limiter
-    if limiter is not None and not limiter.allow(viewer):
-        # A follow is a mutation like any other (CHORUS_RATE_LIMIT_PER_MINUTE);
-        # it has no operation id, so there is no stored result to replay.
-        wait = limiter.retry_after_ms(viewer)
-        refused = RateLimited(
-            f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms",
-            retry_after_ms=wait,
-        )
-        return FollowOutcome(target, following=not on, error=refused)
+    unchanged = FollowState(target, following=not on)
+    refused = (await admit(ctx)).answer
+    if refused is not None:
+        assert isinstance(refused, DomainError)  # nothing to replay
+        return MutationOutcome(unchanged, refused)
     try:
         if on:
             done = await store.follow(viewer, target)
         else:
             done = await store.unfollow(viewer, target)
     except DomainError as error:
-        return FollowOutcome(target, following=not on, error=error)
+        return MutationOutcome(unchanged, error)
     with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
         ctx.loaders.follower_count.clear(target)
     hub = ctx.services.hub
     if done.changed and hub is not None:
         feeds_of(hub).follows_changed(viewer)  # this viewer's live feed here, at once
         await hub.bus.announce_follows(viewer)  # and in the other API processes
-    return FollowOutcome(target, following=on, changed=done.changed)
+    return MutationOutcome(FollowState(target, following=on, changed=done.changed))
 
 
 async def following(

@@ -1,14 +1,14 @@
-"""Mutations: one domain command each, committed by the store.
+"""Mutations: one domain command each, admitted (:mod:`chorus.resolvers.admission`),
+committed by the store.
 
-Domain failures come back inside :class:`MutationResult` (they become
-``userErrors``); request-level failures (no token, catalog down) raise.
+Domain failures come back inside the :class:`~chorus.resolvers.admission.MutationOutcome`
+(they become ``userErrors``); request-level failures (no token, catalog down) raise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from chorus.catalog.protocol import CatalogUnavailable
 from chorus.db.store import Committed
 from chorus.domain.commands import (
     AddEntries,
@@ -17,190 +17,91 @@ from chorus.domain.commands import (
     PlaylistCommand,
     UnlikeMedia,
 )
-from chorus.domain.errors import (
-    DomainError,
-    InvalidInput,
-    MediaNotFound,
-    OperationIdReused,
-    RateLimited,
-)
-from chorus.domain.limits import Limits
-from chorus.domain.validation import check_id
+from chorus.domain.errors import DomainError, MediaNotFound
+from chorus.resolvers.admission import Admission, Answer, MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
+from chorus.resolvers.errors import ServiceUnavailable
+from chorus.resolvers.media_check import Field, unknown_media
+
+CommandOutcome = MutationOutcome[Committed | None]
+"""A playlist command's outcome: its commit (``None`` on an error)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MutationResult:
-    """What a mutation did: a commit (maybe replayed) or a domain error."""
-
-    operation_id: str
-    committed: Committed | None = None
-    error: DomainError | None = None
-    playlist_id: str | None = None
-
-
-def well_formed_media(media_id: str, limits: Limits) -> bool:
-    """Whether the catalog may be asked for ``media_id`` (the domain refuses the others)."""
-    try:
-        check_id(media_id, ("mediaIds",), limits, "a media id")
-    except InvalidInput:
-        return False
-    return True
+def outcome_of(
+    operation_id: str, answer: Answer | None, playlist_id: str | None = None
+) -> CommandOutcome:
+    """The outcome of one command's answer (a commit or a domain error)."""
+    if isinstance(answer, DomainError):
+        return MutationOutcome(None, answer, operation_id, playlist_id)
+    return MutationOutcome(answer, None, operation_id, playlist_id)
 
 
-async def _check_media(
-    ctx: RequestContext, media_ids: tuple[str, ...], field: tuple[str, ...] = ("mediaIds",)
-) -> None:
-    """Raises :class:`MediaNotFound` for the first media id the catalog does not know.
-
-    Malformed ids are left to the domain, which refuses them as ``INVALID_INPUT``
-    after its access checks; some (a lone surrogate, NUL) no catalog could even look up.
-    """
-    wanted = [m for m in dict.fromkeys(media_ids) if well_formed_media(m, ctx.services.limits)]
-    try:
-        known = await ctx.services.catalog.get_many(wanted)
-    except CatalogUnavailable:
-        raise ServiceUnavailable(CATALOG_UNAVAILABLE) from None
-    for i, media_id in enumerate(media_ids):
-        if media_id in wanted and media_id not in known:
-            at = (*field, str(i)) if field == ("mediaIds",) else field
-            raise MediaNotFound(f"media {media_id!r} is not in the catalog", field=at)
-
-
-async def _check_media_unless_replay(
-    ctx: RequestContext, command: AddEntries | LikeMedia, actor: str
-) -> Committed | None:
-    """Check the media of ``command``; if the catalog refuses, answer a committed retry instead.
-
-    A retry must learn whether its edit committed even while the catalog is
-    down (or has since dropped a track), so only a failed check pays for the
-    operation-id look-up.
+async def _check_media(ctx: RequestContext, command: AddEntries | LikeMedia) -> None:
+    """Raises :class:`MediaNotFound` for ``command``'s first media id the catalog does not know.
 
     Raises:
-        ServiceUnavailable, MediaNotFound: the check failed and ``command``
-            has not committed; ``OperationIdReused``: its id committed with
-            another input.
+        ServiceUnavailable: the catalog does not answer.
     """
-    try:
-        if isinstance(command, LikeMedia):
-            await _check_media(ctx, (command.media_id,), ("mediaId",))
-        else:
-            await _check_media(ctx, command.media_ids)
-    except (ServiceUnavailable, MediaNotFound):
-        stored = await ctx.services.store.replay(command, actor)
-        if stored is None:
-            raise
-        return stored
-    return None
+    adds: list[tuple[int, Sequence[str], Field]]
+    if isinstance(command, LikeMedia):
+        adds = [(0, (command.media_id,), lambda _: ("mediaId",))]
+    else:
+        adds = [(0, command.media_ids, lambda j: ("mediaIds", str(j)))]
+    for refused in (await unknown_media(ctx, adds)).values():
+        raise refused
 
 
-async def _charge(
-    ctx: RequestContext, command: CreatePlaylist | PlaylistCommand, actor: str
-) -> Committed | DomainError | None:
-    """Take the command's token from the actor's rate limit, if one is set.
+async def _run(admission: Admission, command: CreatePlaylist | PlaylistCommand) -> Answer:
+    """Run an admitted ``command``: its commit, or the domain error that refused it.
 
-    ``None``: go ahead (a token taken, or no limit). When the bucket is
-    empty, a retry of a command that already committed is still answered:
-    its stored result (``replayed``), or ``OPERATION_ID_REUSED`` for the same
-    operation id with another input; otherwise ``RATE_LIMITED``, and nothing
-    is committed.
+    A command that adds media has them checked first; if the catalog
+    refuses (down, or a track since dropped), a retry that already committed
+    is still answered with its stored result: only a failed check pays for
+    the operation-id look-up.
     """
-    limiter = ctx.services.rate_limiter
-    if limiter is None or limiter.allow(actor):
-        return None
+    ctx, actor, store = admission.ctx, admission.actor, admission.ctx.services.store
     try:
-        stored = await ctx.services.store.replay(command, actor)
+        if isinstance(command, CreatePlaylist):
+            return await store.create(command, actor)
+        if isinstance(command, LikeMedia | AddEntries):
+            try:
+                await _check_media(ctx, command)
+            except (ServiceUnavailable, MediaNotFound):
+                stored = await store.replay(command, actor)
+                if stored is None:
+                    raise
+                return stored
+        committed = await store.execute(command, actor)
     except DomainError as error:
         return error
-    if stored is not None:
-        return stored
-    wait = limiter.retry_after_ms(actor)
-    return RateLimited(
-        f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms "
-        "with the same operationId",
-        retry_after_ms=wait,
-    )
+    ctx.loaders.forget(command.playlist_id)
+    return committed
 
 
-def _refund_if_free(ctx: RequestContext, actor: str, answer: Committed | DomainError) -> None:
-    """A replay (or a reused operation id) found under the lock cost nothing: give its token back.
-
-    This is the race of a retry with its own first attempt: both took a
-    token, the first committed, the retry waited for it and replays.
-    """
-    limiter = ctx.services.rate_limiter
-    free = isinstance(answer, OperationIdReused) or (
-        isinstance(answer, Committed) and answer.replayed
-    )
-    if limiter is not None and free:
-        limiter.refund(actor)
-
-
-async def create_playlist(ctx: RequestContext, command: CreatePlaylist) -> MutationResult:
-    """Create a playlist owned by the viewer.
-
-    A retry of a committed create returns its stored result and costs none
-    of the rate limit (:func:`_charge`).
-
-    Raises:
-        Unauthenticated: no valid token.
-    """
-    actor = ctx.viewer()
-    admitted = await _charge(ctx, command, actor)
-    if isinstance(admitted, DomainError):
-        return MutationResult(command.operation_id, error=admitted)
-    if admitted is not None:
-        committed = admitted
-    else:
-        try:
-            committed = await ctx.services.store.create(command, actor)
-        except DomainError as error:
-            _refund_if_free(ctx, actor, error)
-            return MutationResult(command.operation_id, error=error)
-        _refund_if_free(ctx, actor, committed)
-    return MutationResult(
-        command.operation_id, committed, playlist_id=committed.outcome.playlist_id
-    )
-
-
-async def execute(ctx: RequestContext, command: PlaylistCommand) -> MutationResult:
-    """Run ``command`` as the viewer.
+async def execute(ctx: RequestContext, command: CreatePlaylist | PlaylistCommand) -> CommandOutcome:
+    """Run ``command`` (a create, or a command on a playlist) as the viewer.
 
     A retry of a committed command returns its stored result and costs none
-    of the rate limit (:func:`_charge`).
+    of the rate limit (:func:`~chorus.resolvers.admission.admit`).
 
     Raises:
         Unauthenticated: no valid token.
         ServiceUnavailable: adding media while the catalog does not answer.
     """
-    actor = ctx.viewer()
-    admitted = await _charge(ctx, command, actor)
-    if isinstance(admitted, DomainError):
-        return MutationResult(command.operation_id, error=admitted, playlist_id=command.playlist_id)
-    if admitted is not None:
-        return MutationResult(command.operation_id, admitted, playlist_id=command.playlist_id)
-    try:
-        if isinstance(command, LikeMedia) or (
-            isinstance(command, AddEntries)
-            and len(command.media_ids) <= ctx.services.limits.max_media_per_add
-        ):
-            stored = await _check_media_unless_replay(ctx, command, actor)
-            if stored is not None:
-                _refund_if_free(ctx, actor, stored)
-                return MutationResult(command.operation_id, stored, playlist_id=command.playlist_id)
-        committed = await ctx.services.store.execute(command, actor)
-    except DomainError as error:
-        _refund_if_free(ctx, actor, error)
-        return MutationResult(command.operation_id, error=error, playlist_id=command.playlist_id)
-    _refund_if_free(ctx, actor, committed)
-    ctx.loaders.forget(command.playlist_id)
-    return MutationResult(command.operation_id, committed, playlist_id=command.playlist_id)
+    pid = None if isinstance(command, CreatePlaylist) else command.playlist_id
+    admission = await admit(ctx, (command,))
+    answer = admission.answer
+    if answer is None:
+        answer = await _run(admission, command)
+        admission.settle((answer,))
+    if pid is None and isinstance(answer, Committed):
+        pid = answer.outcome.playlist_id
+    return outcome_of(command.operation_id, answer, pid)
 
 
 async def like(
     ctx: RequestContext, operation_id: str, media_id: str, *, like: bool
-) -> MutationResult:
+) -> CommandOutcome:
     """Like (``like=True``) or unlike ``media_id`` in the viewer's Liked Songs.
 
     Raises:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from chorus.db import pages
-from chorus.domain.errors import DomainError, NotFound, RateLimited
+from chorus.domain.errors import DomainError, NotFound
 from chorus.domain.model import Playlist, Visibility, role_can_read
 from chorus.domain.presence import Listing, PresenceState, listing
+from chorus.resolvers.admission import MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.errors import ServiceUnavailable
 from chorus.subscriptions.presence import Presence
@@ -54,12 +55,18 @@ async def playlist_presence(ctx: RequestContext, playlist: Playlist) -> Listing:
 
 
 @dataclass(frozen=True, slots=True)
-class PresenceOutcome:
-    """What ``setPresence`` did: the declared state, for how long, or why not."""
+class Declared:
+    """The state ``setPresence`` declared (``None``: withdrawn or refused), for how long."""
 
     state: PresenceState | None
     expires_in_s: float
-    error: DomainError | None = None
+
+
+PresenceOutcome = MutationOutcome[Declared]
+"""What ``setPresence`` did, or (``error``) why not."""
+
+NOTHING = Declared(None, 0)
+"""What a refused ``setPresence`` declared."""
 
 
 async def set_presence(
@@ -68,7 +75,8 @@ async def set_presence(
     """Declare the viewer's state on a playlist it may read, for ``CHORUS_PRESENCE_TTL_S``.
 
     ``state`` ``None`` withdraws the declaration (a live subscription still
-    shows the viewer as VIEWING).
+    shows the viewer as VIEWING). Admitted by :func:`~chorus.resolvers.admission.admit`
+    (a rate-limit token; no operation id, nothing to replay).
 
     Raises:
         Unauthenticated: no valid token.
@@ -76,23 +84,19 @@ async def set_presence(
     """
     viewer = ctx.viewer()
     presence = _presence(ctx)
-    limiter = ctx.services.rate_limiter
-    if limiter is not None and not limiter.allow(viewer):
-        wait = limiter.retry_after_ms(viewer)
-        limited = RateLimited(
-            f"more than {limiter.per_minute} mutations a minute; retry in about {wait} ms",
-            retry_after_ms=wait,
-        )
-        return PresenceOutcome(None, 0, limited)
+    refused = (await admit(ctx)).answer
+    if refused is not None:
+        assert isinstance(refused, DomainError)  # nothing to replay
+        return MutationOutcome(NOTHING, refused)
     header = await ctx.loaders.playlist.load(playlist_id)
     role = await ctx.loaders.role.load(playlist_id)
     if header is None or not role_can_read(role, header):
-        return PresenceOutcome(None, 0, NotFound("playlist not found", field=("playlistId",)))
+        return MutationOutcome(NOTHING, NotFound("playlist not found", field=("playlistId",)))
     try:
         await presence.declare(playlist_id, viewer, state)
     except (RedisError, OSError):
         raise ServiceUnavailable(UNAVAILABLE) from None
-    return PresenceOutcome(state, presence.ttl_s if state is not None else 0)
+    return MutationOutcome(Declared(state, presence.ttl_s if state is not None else 0))
 
 
 async def presence_events(ctx: RequestContext, playlist_id: str) -> AsyncGenerator[PresenceItem]:

@@ -9,7 +9,7 @@ Inputs are in :mod:`chorus.graphql.schema.playlists.inputs`, payloads in
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import strawberry
 
@@ -56,15 +56,50 @@ from chorus.graphql.schema.playlists.payloads import (
 )
 from chorus.graphql.schema.presence.types import SetPresenceInput, SetPresencePayload
 from chorus.resolvers import batch, follows, mutations, presence
-from chorus.resolvers.batch import BatchResult
-from chorus.resolvers.mutations import MutationResult
+from chorus.resolvers.admission import MutationOutcome
+from chorus.resolvers.mutations import CommandOutcome as Outcome
+
+
+class _PlaylistInput(Protocol):
+    """An input of a command on a playlist."""
+
+    @property
+    def playlist_id(self) -> str: ...
+
+    @property
+    def operation_id(self) -> str: ...
+
+
+In = TypeVar("In", bound=_PlaylistInput)
+Command = TypeVar("Command", bound=cmd.PlaylistCommand)
 
 
 def _unset(value: Any) -> Any:
     return cmd.UNSET if value is strawberry.UNSET else value
 
 
-def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
+# --- each input to its command: the playlist id decoded, the operation id as given ---------
+
+
+def _add_entries(i: AddEntriesInput, pid: str) -> cmd.AddEntries:
+    placement = arguments.placement(i.after, i.before, pid)
+    return cmd.AddEntries(
+        pid, i.operation_id, i.base_version, tuple(i.media_ids), placement, i.strict
+    )
+
+
+def _move_entries(i: MoveEntriesInput, pid: str) -> cmd.MoveEntries:
+    entry_ids = arguments.input_entry_ids(i.entry_ids, pid)
+    placement = arguments.placement(i.after, i.before, pid)
+    return cmd.MoveEntries(pid, i.operation_id, i.base_version, entry_ids, placement, i.strict)
+
+
+def _remove_entries(i: RemoveEntriesInput, pid: str) -> cmd.RemoveEntries:
+    entry_ids = arguments.input_entry_ids(i.entry_ids, pid)
+    return cmd.RemoveEntries(pid, i.operation_id, i.base_version, entry_ids, i.strict)
+
+
+def _update_playlist(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
     arguments.not_null(i, "title", "visibility", "collaborative")
     return cmd.UpdatePlaylist(
         pid,
@@ -78,8 +113,24 @@ def _update(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
     )
 
 
-async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> MutationResult:
-    """Decode ``input.playlist_id``, build the command with it and run it.
+def _set_member_role(i: SetMemberRoleInput, pid: str) -> cmd.SetMemberRole:
+    return cmd.SetMemberRole(pid, i.operation_id, i.base_version, i.user_id, i.role, i.strict)
+
+
+def _remove_member(i: RemoveMemberInput, pid: str) -> cmd.RemoveMember:
+    return cmd.RemoveMember(pid, i.operation_id, i.base_version, i.user_id, i.strict)
+
+
+def _revert_playlist(i: RevertPlaylistInput, pid: str) -> cmd.RevertPlaylist:
+    return cmd.RevertPlaylist(pid, i.operation_id, i.base_version, i.to_version, i.strict)
+
+
+def _delete_playlist(i: DeletePlaylistInput, pid: str) -> cmd.DeletePlaylist:
+    return cmd.DeletePlaylist(pid, i.operation_id, i.base_version, i.strict)
+
+
+async def _run(info: ChorusInfo, input: In, to_command: Callable[[In, str], Command]) -> Outcome:
+    """Decode ``input.playlist_id``, turn ``input`` into its command and execute it.
 
     Raises:
         Unauthenticated: no valid token, checked first: a caller without one
@@ -87,9 +138,9 @@ async def _run(info: ChorusInfo, input: Any, build: Callable[[str], Any]) -> Mut
     """
     info.context.viewer()
     try:
-        command = build(arguments.input_playlist_id(input.playlist_id))
+        command = to_command(input, arguments.input_playlist_id(input.playlist_id))
     except DomainError as error:
-        return MutationResult(input.operation_id, error=error)
+        return MutationOutcome(None, error, input.operation_id)
     return await mutations.execute(info.context, command)
 
 
@@ -107,39 +158,17 @@ class Mutation:
             input.visibility,
             input.collaborative,
         )
-        result = await mutations.create_playlist(info.context, command)
+        result = await mutations.execute(info.context, command)
         return CreatePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def add_entries(self, info: ChorusInfo, input: AddEntriesInput) -> AddEntriesPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.AddEntries(
-                pid,
-                input.operation_id,
-                input.base_version,
-                tuple(input.media_ids),
-                arguments.placement(input.after, input.before, pid),
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _add_entries)
         return AddEntriesPayload(**common_fields(result), entries=placed_entries(result))
 
     @strawberry.mutation
     async def move_entries(self, info: ChorusInfo, input: MoveEntriesInput) -> MoveEntriesPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.MoveEntries(
-                pid,
-                input.operation_id,
-                input.base_version,
-                arguments.input_entry_ids(input.entry_ids, pid),
-                arguments.placement(input.after, input.before, pid),
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _move_entries)
         return MoveEntriesPayload(
             **common_fields(result),
             entries=placed_entries(result),
@@ -150,17 +179,7 @@ class Mutation:
     async def remove_entries(
         self, info: ChorusInfo, input: RemoveEntriesInput
     ) -> RemoveEntriesPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.RemoveEntries(
-                pid,
-                input.operation_id,
-                input.base_version,
-                arguments.input_entry_ids(input.entry_ids, pid),
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _remove_entries)
         return RemoveEntriesPayload(
             **common_fields(result),
             skipped_entry_ids=skipped_ids(result),
@@ -171,75 +190,35 @@ class Mutation:
     async def update_playlist(
         self, info: ChorusInfo, input: UpdatePlaylistInput
     ) -> UpdatePlaylistPayload:
-        result = await _run(info, input, lambda pid: _update(input, pid))
+        result = await _run(info, input, _update_playlist)
         return UpdatePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def set_member_role(
         self, info: ChorusInfo, input: SetMemberRoleInput
     ) -> SetMemberRolePayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.SetMemberRole(
-                pid,
-                input.operation_id,
-                input.base_version,
-                input.user_id,
-                input.role,
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _set_member_role)
         return SetMemberRolePayload(**common_fields(result))
 
     @strawberry.mutation
     async def remove_member(
         self, info: ChorusInfo, input: RemoveMemberInput
     ) -> RemoveMemberPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.RemoveMember(
-                pid,
-                input.operation_id,
-                input.base_version,
-                input.user_id,
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _remove_member)
         return RemoveMemberPayload(**common_fields(result))
 
     @strawberry.mutation
     async def revert_playlist(
         self, info: ChorusInfo, input: RevertPlaylistInput
     ) -> RevertPlaylistPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.RevertPlaylist(
-                pid,
-                input.operation_id,
-                input.base_version,
-                input.to_version,
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _revert_playlist)
         return RevertPlaylistPayload(**common_fields(result))
 
     @strawberry.mutation
     async def delete_playlist(
         self, info: ChorusInfo, input: DeletePlaylistInput
     ) -> DeletePlaylistPayload:
-        result = await _run(
-            info,
-            input,
-            lambda pid: cmd.DeletePlaylist(
-                pid,
-                input.operation_id,
-                input.base_version,
-                input.strict,
-            ),
-        )
+        result = await _run(info, input, _delete_playlist)
         return DeletePlaylistPayload(**common_fields(result))
 
     @strawberry.mutation(
@@ -255,7 +234,7 @@ class Mutation:
         try:
             built = build_batch(input, info.context.services.limits)
         except DomainError as error:
-            return ApplyOperationsPayload.of(input, BatchResult(None, error=error))
+            return ApplyOperationsPayload.of(input, MutationOutcome(None, error))
         result = await batch.apply_operations(info.context, built)
         return ApplyOperationsPayload.of(input, result)
 
@@ -289,7 +268,7 @@ class Mutation:
         try:
             pid = arguments.input_playlist_id(input.playlist_id)
         except DomainError as error:
-            return SetPresencePayload.from_outcome(presence.PresenceOutcome(None, 0, error))
+            return SetPresencePayload.from_outcome(MutationOutcome(presence.NOTHING, error))
         outcome = await presence.set_presence(info.context, pid, input.state)
         return SetPresencePayload.from_outcome(outcome)
 
@@ -303,7 +282,6 @@ async def _follow(info: ChorusInfo, kind: TargetKind, target_id: str, *, on: boo
     try:
         target = arguments.follow_target(kind, target_id)
     except DomainError as error:
-        return FollowPayload.from_outcome(
-            follows.FollowOutcome(Target(kind, target_id), following=False, error=error)
-        )
+        unknown = follows.FollowState(Target(kind, target_id), following=False)
+        return FollowPayload.from_outcome(MutationOutcome(unknown, error))
     return FollowPayload.from_outcome(await follows.follow(info.context, target, on=on))

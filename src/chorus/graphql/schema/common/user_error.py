@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import strawberry
 
 from chorus.domain.errors import DomainError, RateLimited, VersionConflict
 from chorus.domain.errors import ErrorCode as ErrorCodeEnum
+from chorus.resolvers.admission import MutationOutcome
 
 ErrorCode = strawberry.enum(ErrorCodeEnum, name="ErrorCode", description="Why a mutation failed.")
 
@@ -38,4 +41,9 @@ class UserError:
         )
 
 
-__all__ = ["ErrorCode", "UserError"]
+def user_errors(outcome: MutationOutcome[Any]) -> list[UserError]:
+    """The ``userErrors`` of any mutation's outcome: its refusal, or none."""
+    return [UserError.from_error(e) for e in outcome.errors]
+
+
+__all__ = ["ErrorCode", "UserError", "user_errors"]

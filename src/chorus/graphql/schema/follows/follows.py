@@ -21,7 +21,7 @@ from chorus.domain.follows import TargetKind as TargetKindEnum
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.connections import PageInfo
 from chorus.graphql.schema.common.types import ChorusInfo, User
-from chorus.graphql.schema.common.user_error import UserError
+from chorus.graphql.schema.common.user_error import UserError, user_errors
 from chorus.graphql.schema.history.changes import PlaylistChange, change_type
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
@@ -74,12 +74,11 @@ class FollowPayload:
 
     @classmethod
     def from_outcome(cls, outcome: FollowOutcome) -> FollowPayload:
-        errors = [UserError.from_error(outcome.error)] if outcome.error else []
         return cls(
-            following=outcome.following,
-            changed=outcome.changed,
-            user_errors=errors,
-            target_record=outcome.target,
+            following=outcome.value.following,
+            changed=outcome.value.changed,
+            user_errors=user_errors(outcome),
+            target_record=outcome.value.target,
         )
 
 

@@ -19,7 +19,6 @@ from chorus.domain import commands as cmd
 from chorus.domain.commands import Placement
 from chorus.domain.errors import (
     AnchorNotFound,
-    DomainError,
     InvalidInput,
     LimitExceeded,
     NotFound,
@@ -27,10 +26,12 @@ from chorus.domain.errors import (
 from chorus.domain.limits import Limits
 from chorus.graphql.schema.common import arguments, ids
 from chorus.graphql.schema.common.types import ChorusInfo, PlaylistEntry, Visibility
-from chorus.graphql.schema.common.user_error import UserError
+from chorus.graphql.schema.common.user_error import UserError, user_errors
+from chorus.graphql.schema.playlists.payloads import outcome_fields, placed_entries, skipped_ids
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
-from chorus.resolvers.batch import BatchResult, Committed
+from chorus.resolvers.batch import BatchOutcome
+from chorus.resolvers.mutations import CommandOutcome, outcome_of
 
 _ENTRY_ID = (
     "an entry id of this playlist or a clientEntryId declared by an earlier addEntries "
@@ -113,29 +114,11 @@ class BatchOperationPayload:
     user_errors: list[UserError]
 
     @classmethod
-    def of(cls, operation_id: str, answer: Committed | DomainError) -> BatchOperationPayload:
-        if isinstance(answer, DomainError):
-            return cls(
-                operation_id=strawberry.ID(operation_id),
-                version=None,
-                replayed=False,
-                rebased=False,
-                entries=[],
-                skipped_entry_ids=[],
-                user_errors=[UserError.from_error(answer)],
-            )
-        outcome = answer.outcome
-        pid = outcome.playlist_id
+    def of(cls, outcome: CommandOutcome) -> BatchOperationPayload:
         return cls(
-            operation_id=strawberry.ID(operation_id),
-            version=outcome.version,
-            replayed=answer.replayed,
-            rebased=outcome.rebased,
-            entries=[PlaylistEntry.from_record(pid, e) for e in outcome.entries],
-            skipped_entry_ids=[
-                strawberry.ID(ids.entry_global_id(pid, e)) for e in outcome.skipped_entry_ids
-            ],
-            user_errors=[],
+            **outcome_fields(outcome),
+            entries=placed_entries(outcome),
+            skipped_entry_ids=skipped_ids(outcome),
         )
 
 
@@ -162,20 +145,19 @@ class ApplyOperationsPayload:
         return Playlist.from_record(record) if record else None
 
     @classmethod
-    def of(cls, input: ApplyOperationsInput, result: BatchResult) -> ApplyOperationsPayload:
-        if result.answer is None:
-            errors = [UserError.from_error(result.error)] if result.error else []
-            return cls(results=[], version=None, user_errors=errors, playlist_id=None)
-        answers = result.answer.answers
+    def of(cls, input: ApplyOperationsInput, outcome: BatchOutcome) -> ApplyOperationsPayload:
+        if outcome.value is None:
+            return cls(results=[], version=None, user_errors=user_errors(outcome), playlist_id=None)
+        answers = outcome.value.answers
         results = [
-            BatchOperationPayload.of(_operation_id(op), a)
+            BatchOperationPayload.of(outcome_of(_operation_id(op), a))
             for op, a in zip(input.operations, answers, strict=True)
         ]
         return cls(
             results=results,
-            version=result.answer.version,
+            version=outcome.value.version,
             user_errors=[],
-            playlist_id=result.playlist_id,
+            playlist_id=outcome.playlist_id,
         )
 
 

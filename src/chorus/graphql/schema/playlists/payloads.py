@@ -8,17 +8,18 @@ null and nothing was committed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import strawberry
 
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.types import ChorusInfo, PlaylistEntry
-from chorus.graphql.schema.common.user_error import UserError
+from chorus.graphql.schema.common.user_error import UserError, user_errors
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
 from chorus.resolvers.errors import PayloadReadRefused
-from chorus.resolvers.mutations import MutationResult
+from chorus.resolvers.mutations import CommandOutcome
 
 
 @strawberry.interface(description="What every mutation returns.")
@@ -48,47 +49,51 @@ class MutationPayload:
         return Playlist.from_record(record) if record else None
 
 
-def common_fields(result: MutationResult) -> dict[str, Any]:
-    """The :class:`MutationPayload` fields of a result, as keyword arguments of any payload."""
-    committed = result.committed
+def outcome_fields(outcome: CommandOutcome) -> dict[str, Any]:
+    """What a command did, as keyword arguments: ``operationId``, ``version``, ``replayed``,
+    ``rebased``, ``userErrors`` (of a payload, or of one operation of a batch)."""
+    committed = outcome.value
     return {
-        "operation_id": strawberry.ID(result.operation_id),
+        "operation_id": strawberry.ID(outcome.operation_id or ""),
         "version": committed.outcome.version if committed else None,
         "replayed": committed.replayed if committed else False,
         "rebased": committed.outcome.rebased if committed else False,
-        "user_errors": [UserError.from_error(result.error)] if result.error else [],
-        "playlist_id": result.playlist_id,
+        "user_errors": user_errors(outcome),
     }
 
 
-def placed_entries(result: MutationResult) -> list[PlaylistEntry]:
+def common_fields(outcome: CommandOutcome) -> dict[str, Any]:
+    """The :class:`MutationPayload` fields of an outcome, as keyword arguments of any payload."""
+    return {**outcome_fields(outcome), "playlist_id": outcome.playlist_id}
+
+
+def placed_entries(outcome: CommandOutcome) -> list[PlaylistEntry]:
     """The entries a committed add or move placed, in list order; none on an error."""
-    if result.committed is None:
+    if outcome.value is None:
         return []
-    outcome = result.committed.outcome
-    return [PlaylistEntry.from_record(outcome.playlist_id, e) for e in outcome.entries]
+    done = outcome.value.outcome
+    return [PlaylistEntry.from_record(done.playlist_id, e) for e in done.entries]
 
 
-def removed_ids(result: MutationResult) -> list[strawberry.ID]:
+def entry_global_ids(playlist_id: str, entry_ids: Sequence[str]) -> list[strawberry.ID]:
+    """The global IDs of ``entry_ids`` of a playlist."""
+    return [strawberry.ID(ids.entry_global_id(playlist_id, e)) for e in entry_ids]
+
+
+def removed_ids(outcome: CommandOutcome) -> list[strawberry.ID]:
     """Global IDs of the entries a committed remove made tombstones; none on an error."""
-    if result.committed is None:
+    if outcome.value is None:
         return []
-    outcome = result.committed.outcome
-    return [
-        strawberry.ID(ids.entry_global_id(outcome.playlist_id, e))
-        for e in outcome.removed_entry_ids
-    ]
+    done = outcome.value.outcome
+    return entry_global_ids(done.playlist_id, done.removed_entry_ids)
 
 
-def skipped_ids(result: MutationResult) -> list[strawberry.ID]:
+def skipped_ids(outcome: CommandOutcome) -> list[strawberry.ID]:
     """Global IDs of the targets a committed move or remove skipped; none on an error."""
-    if result.committed is None:
+    if outcome.value is None:
         return []
-    outcome = result.committed.outcome
-    return [
-        strawberry.ID(ids.entry_global_id(outcome.playlist_id, e))
-        for e in outcome.skipped_entry_ids
-    ]
+    done = outcome.value.outcome
+    return entry_global_ids(done.playlist_id, done.skipped_entry_ids)
 
 
 @strawberry.type

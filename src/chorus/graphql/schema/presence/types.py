@@ -15,7 +15,7 @@ from chorus.domain.presence import Listing, UserPresence
 from chorus.domain.presence import PresenceState as PresenceStateEnum
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.types import User
-from chorus.graphql.schema.common.user_error import UserError
+from chorus.graphql.schema.common.user_error import UserError, user_errors
 from chorus.resolvers.presence import PresenceOutcome
 from chorus.subscriptions.presence_stream import PresenceItem, PresenceSnapshot
 
@@ -113,7 +113,7 @@ class SetPresencePayload:
     @classmethod
     def from_outcome(cls, outcome: PresenceOutcome) -> SetPresencePayload:
         return cls(
-            state=outcome.state,
-            expires_in_seconds=outcome.expires_in_s,
-            user_errors=[UserError.from_error(outcome.error)] if outcome.error else [],
+            state=outcome.value.state,
+            expires_in_seconds=outcome.value.expires_in_s,
+            user_errors=user_errors(outcome),
         )
