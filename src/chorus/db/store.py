@@ -24,6 +24,11 @@ wait in its owner queue (:mod:`chorus.db.owners`), and the owner commits
 what is queued in one transaction (:mod:`chorus.db.groups`), exactly as if
 they had been committed one by one in queue order. The idempotency record a
 retry is answered from is :mod:`chorus.db.idempotency`'s.
+
+Operation ids are decided before a command gets here, once: by the
+mutation's admission (:mod:`chorus.resolvers.admission`), which refuses a
+malformed one before any look-up; the domain's handlers refuse one too, for
+callers that come straight here (an importer, a bench).
 """
 
 from __future__ import annotations
@@ -62,7 +67,6 @@ from chorus.domain.handlers import (
 )
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import role_can_read
-from chorus.domain.validation import check_operation_id
 from chorus.metrics import COMMITS
 from chorus.tracing import current_traceparent
 
@@ -165,7 +169,6 @@ class PlaylistStore:
         """
         if self.owners is None:
             return await finish_even_if_cancelled(self._execute(command, actor_id))
-        check_operation_id(command.operation_id, self.limits)
         if (
             isinstance(command, LikeMedia | UnlikeMedia)
             and self._library_secret is not None
@@ -178,7 +181,12 @@ class PlaylistStore:
         return answer
 
     async def apply_batch(
-        self, batch: Batch, actor_id: str, refused: Mapping[int, DomainError] | None = None
+        self,
+        batch: Batch,
+        actor_id: str,
+        refused: Mapping[int, DomainError] | None = None,
+        *,
+        checked: bool = False,
     ) -> BatchAnswer:
         """Apply a batch of edits (``applyOperations``) in order.
 
@@ -194,13 +202,18 @@ class PlaylistStore:
             One answer per operation (a commit, maybe replayed, or its domain
             error) and the playlist's version once the batch was applied.
 
+        ``checked``: ``batch`` already passed :func:`chorus.domain.batch.check_batch`
+        (:func:`chorus.resolvers.batch.apply_operations` checks it before charging
+        the rate limit), so it is not checked again.
+
         Raises:
             InvalidInput, LimitExceeded: the batch is malformed as a whole
                 (:func:`chorus.domain.batch.check_batch`); nothing was applied.
             RateLimited: the playlist's owner queue is full; nothing was queued.
             DatabaseUnavailable: the database cannot be reached.
         """
-        check_batch(batch, self.limits)
+        if not checked:
+            check_batch(batch, self.limits)
         queued = QueuedBatch(batch, actor_id, refused or {})
         if self.owners is not None:
             answer = await self.owners.submit(batch.playlist_id, actor_id, queued)
@@ -285,19 +298,17 @@ class PlaylistStore:
         after it is not seen, so a ``None`` means "not committed when looked
         up", which is what a refusal (``RATE_LIMITED``) may then truthfully
         say. :meth:`execute` and :meth:`create` look up again under the lock.
+        ``command``'s operation id was admitted (:mod:`chorus.resolvers.admission`).
 
         Raises:
-            InvalidInput: a malformed operation id.
             OperationIdReused: the operation id committed a different request.
         """
-        check_operation_id(command.operation_id, self.limits)
         async with self.db.read() as conn:
             return await idempotency.stored(
                 conn, actor_id, command.operation_id, request_hash(command)
             )
 
     async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
-        check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         try:
             async with self.db.write() as conn:
@@ -316,7 +327,6 @@ class PlaylistStore:
         self, command: PlaylistCommand, actor_id: str, refusal: DomainError | None = None
     ) -> Committed:
         """``command`` in a transaction of its own; ``refusal``: raised unless it replays."""
-        check_operation_id(command.operation_id, self.limits)
         digest = request_hash(command)
         if (
             isinstance(command, LikeMedia | UnlikeMedia)

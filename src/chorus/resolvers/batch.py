@@ -58,7 +58,7 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchOutcome:
         return MutationOutcome(None, admission.answer, playlist_id=batch.playlist_id)
     try:
         refused = await _unknown_media(ctx, batch)
-        answer = await ctx.services.store.apply_batch(batch, admission.actor, refused)
+        answer = await ctx.services.store.apply_batch(batch, admission.actor, refused, checked=True)
     except DomainError as error:
         admission.refund()
         return MutationOutcome(None, error, playlist_id=batch.playlist_id)
