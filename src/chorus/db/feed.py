@@ -7,9 +7,10 @@ target is pushed (or switching back to push: :mod:`chorus.db.switches`). Deliver
 at least once (the relay and Kafka may repeat a version); the key
 ``(follower, playlist, version)`` makes a repeat write nothing.
 
-**Pull** (:func:`pulled_query`): a pulled target (or one switching back to
-push, until its backfill is done) is read from the mutation log at read time,
-one subquery per target, bounded by retention and the page size.
+**Pull** (:func:`pulled_statement`): a pulled target (or one switching back
+to push, until its backfill is done) is read from the mutation log at read
+time, one bounded read per target (retention, the page size), each the same
+statement built once per process with every value a bound parameter.
 
 Both sides keep to the same rule, so they give the same items for the same
 history: an item shows when it happened after the follow began and within
@@ -19,22 +20,24 @@ retention, while the follow lasts and the viewer may read the playlist
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Select,
     and_,
+    bindparam,
     delete,
     exists,
     literal,
     or_,
     select,
     tuple_,
-    union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -132,7 +135,7 @@ async def push(conn: AsyncConnection, versions: Sequence[Committed], limits: Fee
     return written
 
 
-def _readable_by(viewer_id: str) -> ColumnElement[bool]:
+def _readable_by(viewer_id: str | BindParameter[str]) -> ColumnElement[bool]:
     """The playlist (``playlist``, joined) is one the viewer may read in a feed."""
     member = exists().where(
         playlist_member.c.playlist_id == playlist.c.id, playlist_member.c.user_id == viewer_id
@@ -211,22 +214,36 @@ def pushed_query(
     )
 
 
-def pulled_query(
-    viewer_id: str, followed: Follow, *, horizon: datetime, before: FeedKey | None, limit: int
-) -> Select[Any]:
-    """Up to ``limit`` items a pulled target brings, older than ``before``, newest first.
+@functools.cache
+def pulled_statement(kind: TargetKind, paged: bool) -> Select[Any]:
+    """The bounded read of one pulled target, newest first, built once per process.
 
-    One bounded read of the mutation log (``ix_playlist_mutation_committed`` for a
-    playlist, ``ix_playlist_owner_id`` for a user's creations).
+    Up to ``:limit`` items the target ``:target`` (a playlist, or a user's
+    creations: version 0 of their playlists) brings since ``:since`` (the
+    follow's start or the retention horizon, the later), readable by
+    ``:viewer``; with ``paged``, older than ``(:before_at, :before_playlist,
+    :before_version)``. One index range (``ix_playlist_mutation_committed``
+    for a playlist, ``ix_playlist_owner_id`` for a user's creations).
+
+    Every value is a bound parameter, so a feed read of 1,000 pulled targets
+    builds no statement and compiles none (SQLAlchemy's cache holds the one
+    compiled form): building 1,000 subqueries held the event loop for seconds.
     """
     m = playlist_mutation
-    since = max(followed.created_at, horizon)
-    target = followed.target
-    where: list[ColumnElement[bool]] = [m.c.committed_at >= literal(since, UTCDateTime())]
-    if target.kind is TargetKind.PLAYLIST:
-        where.append(m.c.playlist_id == target.id)
+    where: list[ColumnElement[bool]] = [m.c.committed_at >= bindparam("since", type_=UTCDateTime())]
+    if kind is TargetKind.PLAYLIST:
+        where.append(m.c.playlist_id == bindparam("target"))
     else:
-        where += [playlist.c.owner_id == target.id, m.c.version == 0]
+        where += [playlist.c.owner_id == bindparam("target"), m.c.version == 0]
+    if paged:
+        where.append(
+            tuple_(m.c.committed_at, m.c.playlist_id, m.c.version)
+            < tuple_(
+                bindparam("before_at", type_=UTCDateTime()),
+                bindparam("before_playlist"),
+                bindparam("before_version"),
+            )
+        )
     return (
         select(
             m.c.playlist_id,
@@ -235,14 +252,25 @@ def pulled_query(
             m.c.committed_at.label("happened_at"),
         )
         .join(playlist, playlist.c.id == m.c.playlist_id)
-        .where(
-            *where,
-            *_before(before, m.c.committed_at, m.c.playlist_id, m.c.version),
-            _readable_by(viewer_id),
-        )
+        .where(*where, _readable_by(bindparam("viewer")))
         .order_by(m.c.committed_at.desc(), m.c.playlist_id.desc(), m.c.version.desc())
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
+
+
+def pulled_parameters(
+    viewer_id: str, followed: Follow, *, horizon: datetime, before: FeedKey | None, limit: int
+) -> dict[str, Any]:
+    """The values :func:`pulled_statement` reads for one followed target."""
+    values: dict[str, Any] = {
+        "target": followed.target.id,
+        "since": max(followed.created_at, horizon),
+        "viewer": viewer_id,
+        "limit": limit,
+    }
+    if before is not None:
+        values["before_at"], values["before_playlist"], values["before_version"] = before
+    return values
 
 
 async def prune(conn: AsyncConnection, older_than: datetime) -> int:
@@ -251,12 +279,6 @@ async def prune(conn: AsyncConnection, older_than: datetime) -> int:
         delete(feed_item).where(feed_item.c.happened_at < literal(older_than, UTCDateTime()))
     )
     return int(result.rowcount or 0)
-
-
-PARTS_PER_STATEMENT = 200
-"""Subqueries in one ``UNION ALL`` of a feed read. SQLite refuses a compound
-SELECT of more than 500 (``SQLITE_MAX_COMPOUND_SELECT``: "too many terms in
-compound SELECT"); a user may follow 1,000 pulled targets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,31 +298,28 @@ async def read_feed(
     before: FeedKey | None,
     size: int,
 ) -> FeedPage:
-    r"""A page of the viewer's feed, newest first, in one read transaction.
+    """A page of the viewer's feed, newest first, in one read transaction.
 
-    The viewer's follows, their targets' fan-outs, then ``UNION ALL``\ s of the
-    pushed rows and one bounded read (``size + 1`` rows) per pulled target,
-    :data:`PARTS_PER_STATEMENT` parts a statement — never one per follower or
-    per item: one round trip up to 199 pulled targets, 6 at the most follows
-    (1,000).
+    The viewer's follows, their targets' fan-outs, the pushed rows (one
+    statement), then one bounded read per pulled target (``size + 1`` rows,
+    :func:`pulled_statement`) — never one per follower or per item. Each read
+    is its own round trip, so the event loop is never held longer than one
+    statement's work, however many targets are pulled (at most
+    ``CHORUS_MAX_FOLLOWS_PER_USER``, 1,000).
     """
     horizon = limits.horizon(now)
     async with db.read() as conn:
         follows = await follows_of(conn, viewer_id)
         modes = await fan_outs(conn, [f.target for f in follows], limits)
         pulled = [f for f in follows if f.target in modes and modes[f.target].read_from_log]
-        parts = [pushed_query(viewer_id, horizon=horizon, before=before, limit=size + 1)]
-        parts += [
-            pulled_query(viewer_id, f, horizon=horizon, before=before, limit=size + 1)
-            for f in pulled
-        ]
-        items: list[FeedItem] = []
-        for start in range(0, len(parts), PARTS_PER_STATEMENT):
-            # Each part keeps its own ORDER BY … LIMIT inside a subquery (SQLite
-            # allows neither on a bare member of a compound SELECT).
-            chunk = [part.subquery() for part in parts[start : start + PARTS_PER_STATEMENT]]
-            rows = await conn.execute(union_all(*(select(*sub.c) for sub in chunk)))
-            items += [_item(r) for r in rows]
+        pushed = pushed_query(viewer_id, horizon=horizon, before=before, limit=size + 1)
+        items = [_item(r) for r in await conn.execute(pushed)]
+        for followed in pulled:
+            statement = pulled_statement(followed.target.kind, before is not None)
+            values = pulled_parameters(
+                viewer_id, followed, horizon=horizon, before=before, limit=size + 1
+            )
+            items += [_item(r) for r in await conn.execute(statement, values)]
     page, has_next = merge([items], size)
     return FeedPage(page, has_next, len(pulled))
 
