@@ -263,3 +263,35 @@ async def test_a_feed_of_the_most_follows_all_pulled_reads(
         assert page.has_next
         assert versions(page.items) == [(pid, 0) for pid in newest_first[50 * page_number :][:50]]
         before = page.items[-1].sort_key
+
+
+async def test_raising_the_threshold_keeps_a_pulled_feed(
+    database: Database, store: PlaylistStore
+) -> None:
+    """Issue 30's fresh attacker pass, F3: a feed pulled at threshold 2 lost every
+    item when the server restarted with the default threshold (the count alone
+    said "pushed", and nothing had been pushed). The stored fan-out keeps it
+    pulled until a follow or unfollow moves it, and then the switcher backfills."""
+    low = FeedLimits(push_max_followers=2)
+    made = await store.create(CreatePlaylist(new_op(), "Hit", visibility=Visibility.PUBLIC), ALICE)
+    editor = Editor(store, made.outcome.playlist_id)
+    target = Target(TargetKind.PLAYLIST, editor.playlist_id)
+    for follower in (BOB, "carol"):
+        await FollowStore(database, low).follow(follower, target)
+    for i in range(3):
+        await editor.add(f"m{i}")
+    assert await fan_out(database, target) is FanOut.PULL
+    assert await feed_rows(database) == 0  # nothing pushed while pulled
+    seen = versions(await read_all(database, BOB, low))
+    assert len(seen) == 3
+
+    assert versions(await read_all(database, BOB, DEFAULT_FEED_LIMITS)) == seen  # restarted
+
+    await FollowStore(database, DEFAULT_FEED_LIMITS).unfollow("carol", target)
+    assert await fan_out(database, target) is FanOut.TO_PUSH
+    assert versions(await read_all(database, BOB, DEFAULT_FEED_LIMITS)) == seen  # mid-switch
+    switcher = FeedSwitcher(database, DEFAULT_FEED_LIMITS)
+    while await switcher.run_once():
+        pass
+    assert await fan_out(database, target) is FanOut.PUSH
+    assert versions(await read_all(database, BOB, DEFAULT_FEED_LIMITS)) == seen  # pushed
