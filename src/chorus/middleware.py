@@ -249,26 +249,35 @@ def forwarded_address(item: str) -> str | None:
     taken: host names, ``unknown``, obfuscated identifiers (RFC 7239's
     ``_hidden``), an IPv6 address with a zone (``fe80::1%eth0``: a zone is a
     name on the proxy's own host, and any text after ``%`` would be kept),
-    anything longer than an address with a port.
+    anything longer than an address with a port, a port above 65535. An
+    IPv4-mapped IPv6 address (``::ffff:203.0.113.7``) is its IPv4 address, as
+    a dual-stack proxy reports an IPv4 client.
     """
     text = item.strip()
     if not text or len(text) > _LONGEST_ADDRESS or "%" in text:
         return None
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
-        if not bracket or (rest and not (rest[0] == ":" and _PORT.fullmatch(rest[1:]))):
+        if not bracket or (rest and not (rest[0] == ":" and _is_port(rest[1:]))):
             return None
         text = host
         if ":" not in text:
             return None  # brackets hold IPv6 only
     elif text.count(":") == 1:
         text, _, port = text.partition(":")
-        if not _PORT.fullmatch(port):
+        if not _is_port(port):
             return None
     try:
-        return str(ipaddress.ip_address(text))
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def _is_port(text: str) -> bool:
+    return _PORT.fullmatch(text) is not None and int(text) <= 65_535
 
 
 class ForwardedClient:

@@ -49,7 +49,11 @@ def test_trusted_proxies_are_networks_with_their_ipv4_mapped_form_read_by_chorus
         (" 203.0.113.7:4711 ", "203.0.113.7"),
         ("[2001:db8::7]:4711", "2001:db8::7"),
         ("[2001:DB8::7]", "2001:db8::7"),
-        ("::ffff:10.0.0.5", "::ffff:a00:5"),
+        ("::ffff:10.0.0.5", "10.0.0.5"),  # IPv4-mapped: the IPv4 client
+        ("[::ffff:127.0.0.1]:80", "127.0.0.1"),
+        ("203.0.113.7:65535", "203.0.113.7"),
+        ("203.0.113.7:65536", None),  # no such port
+        ("[2001:db8::7]:99999", None),
         ("evil-host", None),
         ("unknown", None),
         ("_hidden", None),
