@@ -49,15 +49,23 @@ if ! _chorus_installed; then
     started=$SECONDS
     echo "== setting up $VENV from uv.lock (first run or changed lock: about a minute)" >&2
     _chorus_uv
-    # Never download a Python (no network but the package registries) and
-    # use the machine's python3 as the README says.
-    UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT="$VENV" \
-      "$UV_VENV/bin/uv" sync --project "$root" --locked --no-install-project --quiet \
-      --python "$(command -v python3)" ${extras:+--extra "$extras"}
+    # The interpreter itself, not a shim (pyenv's python3 is a script): uv
+    # compares it with the one .venv was made from, and a shim path never
+    # matches, which would remove and rebuild .venv on every install.
+    python="$(python3 -c 'import sys; print(sys.executable)')"
+    # Never download a Python (no network but the package registries).
+    export UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT="$VENV"
+    if ! "$UV_VENV/bin/uv" lock --check --offline --quiet --project "$root" 2>/dev/null; then
+      echo "pyproject.toml and uv.lock disagree: run '$UV_VENV/bin/uv lock' after changing" \
+        "a dependency, or undo the change (docs/development.md, \"Adding a dependency\")." >&2
+      echo "Nothing was installed; .venv is as it was." >&2
+      exit 1
+    fi
+    "$UV_VENV/bin/uv" sync --project "$root" --locked --no-install-project --quiet \
+      --python "$python" ${extras:+--extra "$extras"}
     # chorus itself last, built by the locked setuptools just installed.
-    UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT="$VENV" \
-      "$UV_VENV/bin/uv" sync --project "$root" --locked --quiet \
-      --python "$(command -v python3)" ${extras:+--extra "$extras"}
+    "$UV_VENV/bin/uv" sync --project "$root" --locked --quiet \
+      --python "$python" ${extras:+--extra "$extras"}
     rm -f "$VENV"/.chorus-installed*
     cp "$root/uv.lock" "$stamp"
     echo "== $VENV ready in $((SECONDS - started)) s" >&2

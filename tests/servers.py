@@ -158,6 +158,8 @@ class ChorusServer:
             self.process.kill()
             self.process.wait()
         self.process = None
+        if hasattr(self, "_log_file"):
+            self._log_file.close()  # start() opens it again
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

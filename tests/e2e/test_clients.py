@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import pytest
 
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.servers import ChorusServer
 
@@ -230,3 +230,49 @@ def test_the_readme_javascript_example_runs_on_node_as_written(
         example.wait(timeout=10)
         example.stdout.close()
     assert stderr.read_text() == ""
+
+
+def test_the_readme_javascript_example_resumes_after_a_restart_without_repeats(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The new user's finding: graphql-ws gave up on a refused reconnect, and its own
+    retry re-sent ``sinceVersion`` 0, printing every version again. The example
+    resubscribes itself from the last version applied: across a ``kill -9`` and a
+    restart it prints each version once."""
+    with running_server("sqlite", tmp_path_factory) as server:
+        api = Api(server)
+        pid = create_playlist(api, title="README")
+        entries = add(api, pid, [track(1), track(2)], 0)["entries"]
+        env = {
+            **os.environ,
+            "CHORUS_TOKEN": api.token("alice"),
+            "CHORUS_PLAYLIST": pid,
+            "CHORUS_WS_URL": server.url.replace("http://", "ws://"),
+        }
+        script = CLIENTS / "__generated__" / "watch-restart.mjs"
+        script.parent.mkdir(exist_ok=True)
+        script.write_text(readme_js())
+        with (tmp_path / "stderr").open("w") as errors:
+            example = subprocess.Popen(
+                [node(), str(script)],
+                cwd=CLIENTS,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+            )
+        try:
+            assert example.stdout
+            events = lines_of(example.stdout)
+            assert json.loads(next(events))["version"] == 1
+            server.kill()
+            server.start()  # the same port and data; the example retries meanwhile
+            mutate(api, "removeEntries", playlistId=pid, baseVersion=1, entryIds=[entries[0]["id"]])
+            mutate(api, "removeEntries", playlistId=pid, baseVersion=2, entryIds=[entries[1]["id"]])
+            assert [json.loads(next(events))["version"] for _ in range(2)] == [2, 3]
+        finally:
+            example.kill()
+            example.wait(timeout=10)
+            if example.stdout:
+                example.stdout.close()
+            api.http.close()
