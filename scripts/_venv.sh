@@ -46,6 +46,12 @@ if ! _chorus_installed; then
     flock 9
   fi
   if ! _chorus_installed; then  # another script may have installed meanwhile
+    if [ -z "$extras" ] && [ -f "$VENV/.chorus-installed-test" ]; then
+      # The lock changed and .venv held the test tools: keep them (a plain sync
+      # is exact and would remove them until the next ./scripts/test).
+      extras=test
+      stamp="$VENV/.chorus-installed-test"
+    fi
     started=$SECONDS
     echo "== setting up $VENV from uv.lock (first run or changed lock: about a minute)" >&2
     _chorus_uv

@@ -148,3 +148,25 @@ async def test_sigterm_drains_for_drain_s_and_sigint_stops_at_once() -> None:
     stopped.handle_exit(signal.SIGINT, None)
     assert stopped.drain.draining
     assert stopped.should_exit
+
+
+def test_unknown_chorus_variables_are_named_with_a_close_setting() -> None:
+    from chorus.settings import unknown_variables
+
+    lines = unknown_variables(
+        {
+            "CHORUS_RATE_LIMT_PER_MINUTE": "5",  # a typo
+            "CHORUS_port": "9",  # read case-insensitively
+            "CHORUS_NOTHING_LIKE_IT": "1",
+            "CHORUS_PORT": "8000",  # a setting
+            "CHORUS_TEST_POSTGRES_URL": "x",  # the tests'
+            "CHORUS_TOKEN": "t",  # the README's watch.mjs
+            "PATH": "/bin",
+        }
+    )
+    assert lines == [
+        "CHORUS_NOTHING_LIKE_IT is not a Chorus setting and is ignored",
+        "CHORUS_RATE_LIMT_PER_MINUTE is not a Chorus setting and is ignored "
+        "(did you mean CHORUS_RATE_LIMIT_PER_MINUTE?)",
+        "CHORUS_port is read as CHORUS_PORT: write setting names in upper case",
+    ]

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from pydantic import ValidationError
 
-from chorus.settings import Settings
+from chorus.settings import Settings, unknown_variables
 
 if TYPE_CHECKING:
     from chorus.drain import Drain
@@ -40,6 +40,8 @@ def require_full_profile(settings: Settings, what: str) -> None:
 
 
 def load_settings() -> Settings:
+    for line in unknown_variables(os.environ):
+        print(f"chorus: warning: {line}", file=sys.stderr)
     try:
         return Settings()
     except ValidationError as exc:

@@ -21,6 +21,8 @@ A check of one value stays with its field; the checks across settings are :class
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from typing import Self
 
 from pydantic import model_validator
@@ -41,8 +43,10 @@ __all__ = [
     "FULL_PROFILE_SETTINGS",
     "MAX_KEEP_DAYS",
     "MAX_SETTING_INTEGER",
+    "NOT_SETTINGS",
     "OPERATION_NAME",
     "Settings",
+    "unknown_variables",
 ]
 
 
@@ -150,3 +154,44 @@ class Settings(
                 f"CHORUS_OWNER_QUEUE_SIZE ({self.owner_queue_size})"
             )
         return self
+
+
+NOT_SETTINGS = frozenset(
+    {
+        # The scripts' own (scripts/_venv.sh) and the tests' (CHORUS_TEST_*).
+        "CHORUS_VENV",
+        "CHORUS_UV_VENV",
+        "CHORUS_EXTRAS",
+        "CHORUS_TEST_PATIENCE",
+        # The README's watch.mjs reads these; they are often exported in the same shell.
+        "CHORUS_TOKEN",
+        "CHORUS_PLAYLIST",
+        "CHORUS_SINCE",
+        "CHORUS_WS_URL",
+    }
+)
+"""``CHORUS_*`` variables that are not settings but are expected in an environment."""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """Lines about ``CHORUS_*`` variables in ``environ`` that no setting reads, or that
+    only match one in another case (``CHORUS_port``), each with a close setting's name.
+
+    Such a variable is ignored (a typo like ``CHORUS_RATE_LIMT_PER_MINUTE``
+    would silently leave a limit at its default), so ``chorus`` says so on
+    stderr at start; it never stops a process for it. Shape: one line each.
+    """
+    known = {f"CHORUS_{name.upper()}" for name in Settings.model_fields}
+    lines = []
+    for name in sorted(environ):
+        if not name.upper().startswith("CHORUS_") or name in known or name in NOT_SETTINGS:
+            continue
+        if name.upper().startswith("CHORUS_TEST_"):
+            continue
+        if name.upper() in known:
+            lines.append(f"{name} is read as {name.upper()}: write setting names in upper case")
+            continue
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.8)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"{name} is not a Chorus setting and is ignored{hint}")
+    return lines
