@@ -333,4 +333,4 @@ async def test_lists_of_playlists_are_never_kept_in_the_response_cache(
     context = RequestContext(services, "alice")
     result = await schema.execute(query, context_value=context)
     assert result.errors is None
-    assert context.reads.uncacheable is not None
+    assert context.reads.record.uncacheable is not None

@@ -216,7 +216,7 @@ async def test_a_feed_read_leaves_nothing_for_the_collector(
             assert result.errors is None
             edges = result.data["viewer"]["feed"]["edges"]
             assert sum(len(c["entries"]) for e in edges for c in e["node"]["changes"]) == 60
-            left += [weakref.ref(context), weakref.ref(context.loaders)]
+            left += [weakref.ref(context), weakref.ref(context.reads.loaders)]
             del context, result, edges
         assert [r() for r in left if r() is not None] == []
     finally:

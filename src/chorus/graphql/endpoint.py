@@ -77,7 +77,7 @@ from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE
 from chorus.middleware import error_response
 from chorus.resolvers import responses
-from chorus.resolvers.context import RequestContext, Services
+from chorus.resolvers.context import RequestContext, RequestIdentity, Services
 from chorus.resolvers.errors import NO_TOKEN
 from chorus.tracing import tracer
 
@@ -154,7 +154,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             return RequestContext(services, None, "send the token in connection_init")
         identity, error = await self.identify(request.headers.get("authorization"))
         context = RequestContext(services, identity.user_id if identity else None, error)
-        context.auth_unavailable = isinstance(error, auth.Unavailable)
+        context.identity.auth_unavailable = isinstance(error, auth.Unavailable)
         request.state.chorus_context = context  # what the HTTP cache reads after execution
         return context
 
@@ -212,9 +212,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if self.at_connection_limit(viewer):
             raise ConnectionRejectionError({"reason": TOO_MANY_CONNECTIONS})
         self.connections[viewer] += 1
-        context.viewer_id, context.auth_error = viewer, None
-        context.expires_at = identity.expires_at
-        context.renew_loaders()
+        context.identity = RequestIdentity(viewer, expires_at=identity.expires_at)
+        context.renew_reads()
         return {"requestId": current_request_id()}
 
     async def reject_websocket(self, request: WebSocket) -> WebSocket:
@@ -240,7 +239,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
 
     def release(self, context: RequestContext) -> None:
         """A WebSocket closed: give its viewer's connection back."""
-        viewer = context.viewer_id
+        viewer = context.identity.viewer_id
         if viewer is not None and self.connections[viewer] > 0:
             self.connections[viewer] -= 1
             if not self.connections[viewer]:
@@ -340,14 +339,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         response, context, taken = await run_unraced(self.run, request, services)
         if (
             context is None
-            or context.operation_type != "query"
+            or context.operation.type != "query"
             or response.status_code != 200
             or response.media_type != "application/json"
         ):
             response.headers["Cache-Control"] = NO_STORE
             return response
         body = bytes(response.body)
-        if context.introspection_only and not getattr(request.state, "chorus_errors", True):
+        if context.operation.introspection_only and not getattr(
+            request.state, "chorus_errors", True
+        ):
             self.introspections.keep(operation, body)
         kept = None
         if asked is not None and not getattr(request.state, "chorus_errors", True):

@@ -66,5 +66,5 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchOutcome:
         admission.refund()
         raise
     admission.settle(answer.answers, reused_is_free=False)
-    ctx.loaders.forget(batch.playlist_id)
+    ctx.reads.forget(batch.playlist_id)
     return MutationOutcome(answer, playlist_id=batch.playlist_id)

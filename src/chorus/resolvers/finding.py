@@ -28,7 +28,7 @@ async def viewer_playlists(ctx: RequestContext, window: PlaylistWindow) -> Page[
         Unauthenticated: no valid token.
     """
     viewer = ctx.viewer()
-    ctx.reads.refuse(LISTS_UNCACHED)
+    ctx.reads.record.refuse(LISTS_UNCACHED)
     return await finding.viewer_playlists(ctx.services.db, viewer, window)
 
 
@@ -41,8 +41,8 @@ async def user_playlists(
         Unauthenticated: no valid token.
     """
     viewer = ctx.viewer()
-    ctx.reads.refuse(LISTS_UNCACHED)
-    ctx.reads.depends_on_viewer()
+    ctx.reads.record.refuse(LISTS_UNCACHED)
+    ctx.reads.record.depends_on_viewer()
     return await finding.user_playlists(ctx.services.db, owner_id, viewer, window)
 
 
@@ -53,7 +53,7 @@ async def search_playlists(ctx: RequestContext, key: str, window: PlaylistWindow
         Unauthenticated: no valid token.
     """
     ctx.viewer()
-    ctx.reads.refuse(LISTS_UNCACHED)
+    ctx.reads.record.refuse(LISTS_UNCACHED)
     return await finding.search_public(ctx.services.db, key, window)
 
 
@@ -70,21 +70,21 @@ async def total_duration_ms(ctx: RequestContext, playlist: Playlist) -> int | No
         is not cached) or the playlist is gone.
     """
     durations = ctx.services.durations
-    ctx.reads.read_media()
+    ctx.reads.record.read_media()
     known = durations.get(playlist.id, playlist.version)
     if known is not None:
-        ctx.reads.version(playlist.id, playlist.version)
+        ctx.reads.record.version(playlist.id, playlist.version)
         return known
     found = await finding.media_counts(ctx.services.db, playlist.id)
     if found is None:
-        ctx.reads.refuse("a playlist deleted while it was read")
+        ctx.reads.record.refuse("a playlist deleted while it was read")
         return None
     version, counts = found
-    ctx.reads.version(playlist.id, version)
+    ctx.reads.record.version(playlist.id, version)
     try:
         media = await ctx.services.catalog.get_many(list(counts))
     except CatalogUnavailable:
-        ctx.reads.refuse("the catalog did not answer")
+        ctx.reads.record.refuse("the catalog did not answer")
         return None
     total = 0
     for media_id, count in counts.items():

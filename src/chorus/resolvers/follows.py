@@ -70,7 +70,7 @@ async def follow(ctx: RequestContext, target: Target, *, on: bool) -> FollowOutc
     except DomainError as error:
         return MutationOutcome(unchanged, error)
     with contextlib.suppress(KeyError):  # strawberry raises for a key never loaded
-        ctx.loaders.follower_count.clear(target)
+        ctx.reads.loaders.follower_count.clear(target)
     hub = ctx.services.hub
     if done.changed and hub is not None:
         feeds_of(hub).follows_changed(viewer)  # this viewer's live feed here, at once
@@ -110,7 +110,7 @@ async def feed_item_changes(
         TooMuchHistory: the request already read its budget of history
             (:func:`chorus.resolvers.queries.charge_history`).
     """
-    found = await ctx.loaders.feed_changes.load((playlist_id, version))
+    found = await ctx.reads.loaders.feed_changes.load((playlist_id, version))
     if not charge_history(ctx, entries_in(found)):
         raise TooMuchHistory(
             "this request read its budget of history; read this version's changes in "
@@ -133,5 +133,5 @@ async def feed_events(ctx: RequestContext) -> AsyncGenerator[FeedEvent, None]:
     stream = feed_stream(ctx.services.db, ctx.services.hub, viewer, ctx.services.feed_limits)
     async with contextlib.aclosing(stream):
         async for item in stream:
-            ctx.renew_loaders()
+            ctx.renew_reads()
             yield item

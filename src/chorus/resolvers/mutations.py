@@ -74,7 +74,7 @@ async def _run(admission: Admission, command: CreatePlaylist | PlaylistCommand) 
         committed = await store.execute(command, actor)
     except DomainError as error:
         return error
-    ctx.loaders.forget(command.playlist_id)
+    ctx.reads.forget(command.playlist_id)
     return committed
 
 

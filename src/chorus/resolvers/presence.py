@@ -41,7 +41,7 @@ async def playlist_presence(ctx: RequestContext, playlist: Playlist) -> Listing:
         Unauthenticated: no valid token.
         ServiceUnavailable: presence is off here, or its store (Redis) did not answer.
     """
-    ctx.reads.refuse("presence is live, no version names it")
+    ctx.reads.record.refuse("presence is live, no version names it")
     viewer = ctx.viewer()
     presence = _presence(ctx)
     roles = await pages.member_roles(ctx.services.db, playlist.id)
@@ -88,8 +88,8 @@ async def set_presence(
     if refused is not None:
         assert isinstance(refused, DomainError)  # nothing to replay
         return MutationOutcome(NOTHING, refused)
-    header = await ctx.loaders.playlist.load(playlist_id)
-    role = await ctx.loaders.role.load(playlist_id)
+    header = await ctx.reads.loaders.playlist.load(playlist_id)
+    role = await ctx.reads.loaders.role.load(playlist_id)
     if header is None or not role_can_read(role, header):
         return MutationOutcome(NOTHING, NotFound("playlist not found", field=("playlistId",)))
     try:

@@ -3,10 +3,10 @@
 Each function takes the request context and arguments :mod:`chorus.graphql`
 has already checked and decoded (:mod:`chorus.graphql.schema.common.arguments`): page
 sizes, keyset positions, offsets. It makes one read and returns domain values
-or a page; none refuses an argument. SQL reads go through
-:mod:`chorus.db.pages`, each in its own read transaction; a PUBLIC playlist's
-header and first page may come from its Redis snapshot instead, as
-:mod:`chorus.resolvers.snapshots` decides.
+or a page; none refuses an argument. A playlist's header and first page are
+asked of the request's :class:`~chorus.resolvers.read_source.ReadSource`,
+which chooses snapshot, memo, DataLoader or SQL; the other reads go through
+:mod:`chorus.db.pages`, each in its own read transaction.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from chorus.resolvers.errors import (
     ServiceUnavailable,
     TooMuchHistory,
 )
-from chorus.resolvers.snapshots import fill_on_miss, snapshot_first_page, snapshot_header
 from chorus.subscriptions.catchup import CatchUpPage, read_since
 
 
@@ -67,26 +66,12 @@ async def visible_playlist(
         Unauthenticated: no valid token.
     """
     ctx.viewer()
-    snapshot = await snapshot_header(ctx, playlist_id, min_version)
-    if snapshot is not None:
-        ctx.reads.playlist(snapshot.playlist)
-        return snapshot.playlist
-    if first_page is None:
-        playlist = await ctx.loaders.playlist.load(playlist_id)
-    else:
-        found = await pages.playlist_and_first_page(ctx.services.db, playlist_id, first_page)
-        playlist = found[0] if found else None
-        if found is not None:
-            ctx.loaders.playlist.prime(playlist_id, found[0])
-            ctx.loaders.first_pages[playlist_id] = (found[0], first_page, found[1])
+    playlist = await ctx.reads.playlist(playlist_id, min_version, first_page=first_page)
     if playlist is None:
-        ctx.reads.refuse("a playlist that does not exist")
         return None
-    ctx.reads.playlist(playlist)
     if playlist.visibility is Visibility.PUBLIC and not playlist.deleted:
-        fill_on_miss(ctx, playlist)
         return playlist  # every viewer may read it: the role is not needed to decide
-    role = await ctx.loaders.role.load(playlist_id)
+    role = await ctx.reads.role(playlist_id)
     return playlist if role_can_read(role, playlist) else None
 
 
@@ -105,7 +90,7 @@ async def liked_songs(ctx: RequestContext) -> Playlist:
 
 async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> Entry | None:
     """A live entry of a visible playlist, or ``None``."""
-    ctx.reads.refuse("an entry read by id does not name its version")
+    ctx.reads.record.refuse("an entry read by id does not name its version")
     return await pages.live_entry(ctx.services.db, playlist.id, entry_id)
 
 
@@ -124,23 +109,9 @@ async def entries_page(
         size, from_end: the checked page size; ``from_end`` for Relay ``last``.
         after, before: exclusive keyset bounds decoded from cursors.
     """
-    if after is None and before is None and not from_end:
-        cached = snapshot_first_page(ctx, playlist, size)
-        if cached is None:
-            read = ctx.loaders.first_pages.get(playlist.id)
-            if read is not None and read[0] is playlist and read[1] == size:
-                cached = read[2]
-        if cached is not None:
-            ctx.reads.version(playlist.id, cached.version)
-            return cached
-    page = await pages.entries_page(
-        ctx.services.db, playlist.id, size=size, after=after, before=before, from_end=from_end
+    return await ctx.reads.entries_page(
+        playlist, size=size, from_end=from_end, after=after, before=before
     )
-    if page is None:
-        ctx.reads.refuse("a playlist deleted while it was read")
-        return EntriesPage((), False, False, 0, playlist.version)
-    ctx.reads.version(playlist.id, page.version)
-    return page
 
 
 HISTORY_UNCACHED = "history depends on retention, not only on the version"
@@ -158,23 +129,24 @@ async def playlist_at(
         here: :func:`chorus.graphql.schema.common.arguments.check_at_version`); ``None``
         when the playlist is gone.
     """
-    ctx.reads.refuse(HISTORY_UNCACHED)
+    ctx.reads.record.refuse(HISTORY_UNCACHED)
     key = (playlist.id, version)
-    async with ctx.rewinding:
-        if (kept := ctx.rewinds.get(key)) is not None:
+    budget = ctx.reads.budget
+    async with budget.rewinding:
+        if (kept := budget.rewinds.get(key)) is not None:
             return kept
-        left = REWIND_ENTRIES_PER_REQUEST - ctx.rewound_entries
-        if ctx.cost_allowance is not None:
-            points = max(0, ctx.cost_allowance - ctx.extra_cost)
+        left = REWIND_ENTRIES_PER_REQUEST - budget.rewound_entries
+        if budget.cost_allowance is not None:
+            points = max(0, budget.cost_allowance - budget.extra_cost)
             left = min(left, REWIND_ENTRIES_FREE + REWIND_ENTRIES_PER_POINT * points)
         found = await pages.playlist_at(ctx.services.db, playlist.id, version, max_entries=left)
         if isinstance(found, TooHeavy):
             raise _too_heavy(version, found)
         if isinstance(found, AtVersion):
-            ctx.rewinds[key] = found
-            ctx.rewound_entries += found.entries
+            budget.rewinds[key] = found
+            budget.rewound_entries += found.entries
             beyond = max(0, found.entries - REWIND_ENTRIES_FREE)
-            ctx.extra_cost += -(-beyond // REWIND_ENTRIES_PER_POINT)
+            budget.extra_cost += -(-beyond // REWIND_ENTRIES_PER_POINT)
         return found
 
 
@@ -202,7 +174,7 @@ async def entries_page_at(
     before: SortKey | None,
 ) -> EntriesPage | NotKept | None:
     """A keyset page of the entries live at ``at``'s version, with its count and version."""
-    ctx.reads.refuse(HISTORY_UNCACHED)
+    ctx.reads.record.refuse(HISTORY_UNCACHED)
     found = await pages.entries_page_at(
         ctx.services.db,
         at.rewound.playlist.id,
@@ -221,7 +193,7 @@ async def entries_page_at(
 async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
     """The media of these entries by media id, in one catalog batch (``None``: unknown, down)."""
     ids = list(dict.fromkeys(e.media_id for e in entries))
-    found = await ctx.loaders.media.load_many(ids)
+    found = await ctx.reads.loaders.media.load_many(ids)
     return dict(zip(ids, found, strict=True))
 
 
@@ -229,7 +201,7 @@ async def members_page(
     ctx: RequestContext, playlist: Playlist, *, size: int, after: str | None
 ) -> Page[Member]:
     """Members of a visible playlist by user id, after the user id ``after``."""
-    ctx.reads.refuse("a members page does not name its version")
+    ctx.reads.record.refuse("a members page does not name its version")
     return await pages.members_page(ctx.services.db, playlist.id, size=size, after_user=after)
 
 
@@ -243,7 +215,7 @@ async def changes(
         when the playlist is gone. ``since_version`` is not checked against the
         current version here (:func:`chorus.graphql.schema.common.arguments.check_since_version`).
     """
-    ctx.reads.refuse(HISTORY_UNCACHED)
+    ctx.reads.record.refuse(HISTORY_UNCACHED)
     page = await read_since(ctx.services.db, playlist.id, since_version, limit=max(size, 1))
     if page is not None and size == 0:
         return dataclasses.replace(page, versions=[], has_more=bool(page.versions))
@@ -257,8 +229,8 @@ def _within_history_budget(ctx: RequestContext, page: CatchUpPage) -> CatchUpPag
     per request, and the query cost limit. The query cost counts a version's
     entries at the largest page size; a batch or a revert may hold up to
     ``max_batch_entries``, and what a version holds beyond that page size is
-    charged to the request as it is read (``ctx.extra_cost``), within what the
-    limit leaves (``ctx.cost_allowance``).
+    charged to the request as it is read (``ctx.reads.budget.extra_cost``), within what the
+    limit leaves (``ctx.reads.budget.cost_allowance``).
 
     Raises:
         TooMuchHistory: the request's earlier fields spent the whole budget.
@@ -286,7 +258,7 @@ def charge_history(ctx: RequestContext, entries: int) -> bool:
     """Charge a version of ``entries`` entries read from the log, if the request may read it.
 
     The query cost counts a version's entries at the largest page size; what
-    it holds beyond is charged to ``ctx.extra_cost``, within what the query
+    it holds beyond is charged to ``ctx.reads.budget.extra_cost``, within what the query
     cost limit leaves, and at most :data:`HISTORY_ENTRIES_PER_REQUEST` entries
     are read in all. The first version of a request always goes (a batch or a
     revert holds at most ``max_batch_entries``), so a sync makes progress.
@@ -295,14 +267,15 @@ def charge_history(ctx: RequestContext, entries: int) -> bool:
         Whether it was charged (``False``: over the budget, nothing charged).
     """
     extra = max(0, entries - ctx.services.limits.page_size_max)
-    allowance = ctx.cost_allowance
-    over = ctx.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST or (
-        allowance is not None and ctx.extra_cost + extra > allowance
+    budget = ctx.reads.budget
+    allowance = budget.cost_allowance
+    over = budget.history_entries + entries > HISTORY_ENTRIES_PER_REQUEST or (
+        allowance is not None and budget.extra_cost + extra > allowance
     )
-    if over and (ctx.history_entries or ctx.extra_cost):
+    if over and (budget.history_entries or budget.extra_cost):
         return False
-    ctx.history_entries += entries
-    ctx.extra_cost += extra
+    budget.history_entries += entries
+    budget.extra_cost += extra
     return True
 
 
@@ -316,7 +289,7 @@ async def search_media(
         ServiceUnavailable: the catalog does not answer.
     """
     ctx.viewer()
-    ctx.reads.refuse("search results have no version")
+    ctx.reads.record.refuse("search results have no version")
     try:
         # The catalog pages at least one item; ``first: 0`` still wants the total.
         found = await ctx.services.catalog.search(query, offset=offset, limit=max(size, 1))

@@ -129,7 +129,7 @@ async def remember(
         taken: :func:`ticket` before the answer was computed.
         operation: the operation-name label of the metrics.
     """
-    cache, heads, reads = services.responses, services.heads, ctx.reads
+    cache, heads, reads = services.responses, services.heads, ctx.reads.record
     if cache is None or heads is None or reads.uncacheable is not None:
         return None
     if not await heads.read_at(reads.versions, taken):

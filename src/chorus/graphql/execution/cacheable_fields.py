@@ -139,7 +139,7 @@ class VersionedFieldsOnly(SchemaExtension):
                 if len(self._verdicts) > _CACHE_SIZE:
                     self._verdicts.popitem(last=False)
             if field is not None:
-                request.reads.refuse(f"{field} is not named by a playlist version")
+                request.reads.record.refuse(f"{field} is not named by a playlist version")
         yield
 
 

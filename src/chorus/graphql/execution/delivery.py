@@ -25,7 +25,6 @@ ordering, catch-up, gap repair, resync and the access check are unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Hashable, Mapping
 from contextvars import ContextVar
@@ -164,7 +163,7 @@ class DeliveryExecutor(ChorusExecutionContext):
         return hub.renders.render(
             event.group,
             event.version,
-            context.viewer_id or "",
+            context.identity.viewer_id or "",
             lambda: self._render(context, event, serially),
         )
 
@@ -173,7 +172,7 @@ class DeliveryExecutor(ChorusExecutionContext):
     ) -> Rendered:
         # Its own context: fresh DataLoaders (one media lookup for the group)
         # and its own record of what it read, whatever else runs on the socket.
-        fresh = dataclasses.replace(context)
+        fresh = context.fork()
         self.context_value = fresh
         self.root_value = event.make()
         result = super().execute_operation(serially)
@@ -185,7 +184,7 @@ class DeliveryExecutor(ChorusExecutionContext):
         data = EncodedData(result.data)
         data.encoded = json.dumps({"data": result.data})
         data.committed_at = event.committed_at
-        return Rendered(GraphQLExecutionResult(data, None), shared=fresh.reads.shared)
+        return Rendered(GraphQLExecutionResult(data, None), shared=fresh.reads.record.shared)
 
 
 class PlainFieldsDeliveryExecutor(DeliveryExecutor):

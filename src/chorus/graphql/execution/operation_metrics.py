@@ -135,8 +135,8 @@ class OperationMetrics(SchemaExtension):
         context = self.execution_context.context
         if isinstance(context, RequestContext):
             # The HTTP view caches and tags only query answers (graphql/http/caching.py).
-            context.operation_type = self._operation_type()
-            context.operation_name = self.execution_context.operation_name
+            context.operation.type = self._operation_type()
+            context.operation.name = self.execution_context.operation_name
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
             SUBSCRIPTIONS.labels(self._label()).inc()
         yield
@@ -193,11 +193,11 @@ def describe_operation(span: Span, request: Request, response: Response) -> None
     """
     sent, identity = getattr(request.state, "chorus_operation", (None, None))
     context: RequestContext | None = getattr(request.state, "chorus_context", None)
-    name = (context.operation_name if context is not None else None) or sent
+    name = (context.operation.name if context is not None else None) or sent
     note_access(identity.user_id if identity is not None else None, name)
     if not span.is_recording():
         return
-    kind = context.operation_type if context is not None else None
+    kind = context.operation.type if context is not None else None
     if kind is None and response.status_code in (200, 304) and sent is not None:
         kind = "query"  # answered from the response cache, which keeps only queries
     name = (name or "")[:MAX_SPAN_NAME]

@@ -64,8 +64,9 @@ class QueryCostLimit(SchemaExtension):
                 if refusal is not None:
                     context.result = ExecutionResult(data=None, errors=[refusal])
                 elif found is not None and isinstance(context.context, RequestContext):
-                    context.context.cost_allowance = self.limits.max_query_cost - found.cost
-                    context.context.introspection_only = found.introspection_only
+                    allowance = self.limits.max_query_cost - found.cost
+                    context.context.reads.budget.cost_allowance = allowance
+                    context.context.operation.introspection_only = found.introspection_only
         yield
 
     def _over(self, cost: int) -> GraphQLError:
@@ -81,22 +82,22 @@ class QueryCostLimit(SchemaExtension):
         if cost > maximum:
             return self._over(cost)
         request = self.execution_context.context
-        if not isinstance(request, RequestContext) or request.viewer_id is None:
+        if not isinstance(request, RequestContext) or request.identity.viewer_id is None:
             return None
-        budget = request.services.query_budget
+        budget, viewer = request.services.query_budget, request.identity.viewer_id
         if budget is None:
             return None
-        allowed = found.introspection_only or budget.allow(request.viewer_id, cost)
+        allowed = found.introspection_only or budget.allow(viewer, cost)
         if self.execution_context.operation_type is OperationType.MUTATION:
             # Edits have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which a
             # retry of a committed edit does not spend: refusing it here would
             # refuse the retry that learns whether it committed. What its
             # payload reads is a query, though: over budget, ``playlist`` is refused.
             if allowed and not found.introspection_only:
-                request.query_cost = cost
-            request.payload_reads_refused = not allowed
+                request.reads.budget.query_cost = cost
+            request.reads.budget.payload_reads_refused = not allowed
             return None
-        available = budget.available(request.viewer_id)
+        available = budget.available(viewer)
         self.report["throttleStatus"] = {
             "maximumAvailable": budget.per_minute,
             "currentlyAvailable": int(available),
@@ -104,7 +105,7 @@ class QueryCostLimit(SchemaExtension):
         }
         if allowed:
             if not found.introspection_only:
-                request.query_cost = cost
+                request.reads.budget.query_cost = cost
             return None
         return GraphQLError(
             f"the query costs {cost}, over the {int(available)} left of the budget of "
@@ -116,9 +117,9 @@ class QueryCostLimit(SchemaExtension):
         if self.report is None:
             return {}
         request = self.execution_context.context
-        if isinstance(request, RequestContext) and request.cost_allowance is not None:
+        if isinstance(request, RequestContext) and request.reads.budget.cost_allowance is not None:
             # What it took as it ran: the versions it read may have held more
             # entries than the requested cost counts them at.
-            actual = self.report["requestedQueryCost"] + request.extra_cost
+            actual = self.report["requestedQueryCost"] + request.reads.budget.extra_cost
             self.report["actualQueryCost"] = actual
         return {"cost": self.report}

@@ -52,14 +52,15 @@ async def run_unraced(
     response = await run(request)
     context: RequestContext | None = getattr(request.state, "chorus_context", None)
     for _ in range(RACED_READ_ATTEMPTS - 1):
-        if context is None or context.operation_type != "query" or not context.reads.raced:
+        if context is None or context.operation.type != "query" or not context.reads.record.raced:
             break
         # An edit committed between two reads of one playlist (its header,
         # then a page): the answer would show two versions as one. Reads
         # have no effects, so the query runs again, at no cost to the viewer.
         budget = services.query_budget
-        if budget is not None and context.viewer_id is not None and context.query_cost:
-            budget.refund(context.viewer_id, context.query_cost)
+        viewer, spent = context.identity.viewer_id, context.reads.budget.query_cost
+        if budget is not None and viewer is not None and spent:
+            budget.refund(viewer, spent)
         taken = responses.ticket(services)
         response = await run(request)
         context = getattr(request.state, "chorus_context", None)

@@ -136,7 +136,7 @@ class Query:
 
     @strawberry.field(description="The authenticated user.")
     def viewer(self, info: ChorusInfo) -> Viewer:
-        info.context.reads.depends_on_viewer()
+        info.context.reads.record.depends_on_viewer()
         return Viewer(user=User(id=strawberry.ID(info.context.viewer())))
 
     @strawberry.field(

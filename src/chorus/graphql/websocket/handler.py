@@ -266,7 +266,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
 
     async def _init_and_watch_expiry(self, message: ConnectionInitMessage) -> None:
         await super().handle_connection_init(message)
-        expires_at = self.context.expires_at
+        expires_at = self.context.identity.expires_at
         if self.connection_acknowledged and expires_at is not None:
             self._expiry = asyncio.create_task(self._close_at(expires_at))
 

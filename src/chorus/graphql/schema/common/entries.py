@@ -61,9 +61,11 @@ async def entry_connection(
         # One batched catalog call for the page, and no coroutine per entry.
         found = await queries.media_of(info.context, page.items)
         liked: dict[str, bool] = {}
-        if info.context.viewer_id is not None and _selects(info, LIKED_PATH):
+        if info.context.identity.viewer_id is not None and _selects(info, LIKED_PATH):
             known = [i for i, m in found.items() if m]
-            liked = dict(zip(known, await info.context.loaders.liked.load_many(known), strict=True))
+            liked = dict(
+                zip(known, await info.context.reads.loaders.liked.load_many(known), strict=True)
+            )
         media = {i: Media.from_record(m, liked.get(i)) if m else None for i, m in found.items()}
     # One batch woke every page of the document at once; completing each
     # (~100 µs an entry) is shared out over the loop's turns.

@@ -58,7 +58,9 @@ class User:
 
     @strawberry.field(description="Users following this user.")
     async def follower_count(self, info: ChorusInfo) -> int:
-        return await info.context.loaders.follower_count.load(Target(TargetKind.USER, self.id))
+        return await info.context.reads.loaders.follower_count.load(
+            Target(TargetKind.USER, self.id)
+        )
 
     @strawberry.field(
         description="Playlists this user owns that the viewer may read: the PUBLIC ones and "
@@ -97,11 +99,11 @@ class Media:
     def viewer_has_liked(self, info: ChorusInfo) -> bool:
         info.context.viewer()
         # The viewer's own: an answer (or a live event) holding it is not shared.
-        info.context.reads.depends_on_viewer()
+        info.context.reads.record.depends_on_viewer()
         if self.liked is not None:
             return self.liked
         # Awaited by graphql-core, as PlaylistEntry.media's load is.
-        return cast(bool, info.context.loaders.liked.load(self.id))
+        return cast(bool, info.context.reads.loaders.liked.load(self.id))
 
     liked: strawberry.Private[bool | None] = None
     """The viewer's ``viewerHasLiked``, when the page that made this fetched it (else ``None``)."""
@@ -171,7 +173,7 @@ class PlaylistEntry(Node):
         return cast(Media | None, self._load_media(info))
 
     async def _load_media(self, info: ChorusInfo) -> Media | None:
-        record = await info.context.loaders.media.load(self.media_id)
+        record = await info.context.reads.loaders.media.load(self.media_id)
         return Media.from_record(record) if record else None
 
 

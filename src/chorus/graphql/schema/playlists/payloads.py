@@ -40,7 +40,7 @@ class MutationPayload:
     async def playlist(self, info: ChorusInfo) -> Playlist | None:
         if self.playlist_id is None:
             return None
-        if info.context.payload_reads_refused:
+        if info.context.reads.budget.payload_reads_refused:
             raise PayloadReadRefused(
                 "the payload's read is over your query budget (CHORUS_QUERY_COST_PER_MINUTE); "
                 "the edit's own answer is in the other fields"

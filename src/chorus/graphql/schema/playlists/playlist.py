@@ -107,7 +107,7 @@ class Playlist(Node):
     @strawberry.field(description="Users following this playlist.")
     async def follower_count(self, info: ChorusInfo) -> int:
         target = Target(TargetKind.PLAYLIST, self.record.id)
-        return await info.context.loaders.follower_count.load(target)
+        return await info.context.reads.loaders.follower_count.load(target)
 
     @strawberry.field(
         description="The sum of the live entries' catalog durations, in milliseconds (a whole "
@@ -122,8 +122,8 @@ class Playlist(Node):
 
     @strawberry.field(description="The viewer's role; null when not a member.")
     async def viewer_role(self, info: ChorusInfo) -> Role | None:  # type: ignore[valid-type]
-        info.context.reads.depends_on_viewer()
-        return await info.context.loaders.role.load(self.record.id)
+        info.context.reads.record.depends_on_viewer()
+        return await info.context.reads.role(self.record.id)
 
     @strawberry.field(
         description="Entries in list order, as a Relay connection over the "

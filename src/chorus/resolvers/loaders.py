@@ -1,0 +1,95 @@
+"""Per-request DataLoaders: one batched query or catalog call per kind of key.
+
+Created with each request's :class:`~chorus.resolvers.read_source.ReadSource`
+(and each subscription event's), so nothing is cached across requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from strawberry.dataloader import DataLoader
+
+from chorus.catalog.protocol import CatalogUnavailable, Media
+from chorus.db import feed, pages
+from chorus.domain.changes import Change
+from chorus.domain.follows import Target
+from chorus.domain.model import Playlist, Role
+from chorus.resolvers.reads import ReadSet
+from chorus.resolvers.services import Services
+
+
+class Loaders:
+    """Per-request DataLoaders: one batched query or catalog call per kind of key.
+
+    The batch functions are methods of a :class:`_Batches`, not of this
+    object: a DataLoader holding a bound method of the object that holds the
+    DataLoader is a reference cycle, and then every value a request loaded
+    (a feed page's changes: tens of MB) outlived the request until a full
+    collection, which a serving process makes rare (``cli.process.GC_THRESHOLDS``).
+    """
+
+    def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
+        batches = _Batches(services, viewer_id, reads)
+        self.playlist = DataLoader[str, Playlist | None](batches.playlists)
+        self.role = DataLoader[str, Role | None](batches.roles)
+        self.media = DataLoader[str, Media | None](batches.media)
+        self.liked = DataLoader[str, bool](batches.liked)
+        """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
+        self.follower_count = DataLoader[Target, int](batches.follower_counts)
+        """Followers of a playlist or user (one query per batch)."""
+        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](batches.feed_changes)
+        """The changes of a feed item's version, from the log (one query per page)."""
+
+    def forget(self, playlist_id: str) -> None:
+        """Drop what was loaded about a playlist (after the request committed a change to it)."""
+        for loader in (self.playlist, self.role):
+            with contextlib.suppress(KeyError):
+                loader.clear(playlist_id)
+        self.liked.clear_all()  # a like or unlike may have changed any answer
+
+
+class _Batches:
+    """The batch functions of one request's :class:`Loaders` (and nothing that holds them)."""
+
+    def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
+        self._services = services
+        self._viewer_id = viewer_id
+        self._reads = reads
+
+    async def playlists(self, ids: list[str]) -> list[Playlist | None]:
+        found = await pages.playlists_by_id(self._services.db, ids)
+        return [found.get(i) for i in ids]
+
+    async def roles(self, playlist_ids: list[str]) -> list[Role | None]:
+        if self._viewer_id is None:
+            return [None] * len(playlist_ids)
+        found = await pages.roles_of(self._services.db, self._viewer_id, playlist_ids)
+        return [found.get(i) for i in playlist_ids]
+
+    async def liked(self, media_ids: list[str]) -> list[bool]:
+        if self._viewer_id is None or not self._services.store.keeps_liked_songs:
+            return [False] * len(media_ids)
+        # Not created yet reads as an empty playlist: no row, no entries.
+        playlist_id = self._services.store.liked_songs_id(self._viewer_id)
+        liked = await pages.media_in(self._services.db, playlist_id, media_ids)
+        return [m in liked for m in media_ids]
+
+    async def follower_counts(self, targets: list[Target]) -> list[int]:
+        found = await pages.follower_counts(self._services.db, targets)
+        return [found.get(t, 0) for t in targets]
+
+    async def feed_changes(self, keys: list[tuple[str, int]]) -> list[tuple[Change, ...]]:
+        found = await feed.changes_at(self._services.db, keys)
+        return [found.get(k, ()) for k in keys]
+
+    async def media(self, media_ids: list[str]) -> list[Media | None]:
+        # A failing catalog must not fail the request: entries come back
+        # with media null (DESIGN §8).
+        self._reads.read_media()
+        try:
+            found = await self._services.catalog.get_many(media_ids)
+        except CatalogUnavailable:
+            self._reads.refuse("the catalog did not answer")
+            return [None] * len(media_ids)
+        return [found.get(i) for i in media_ids]
