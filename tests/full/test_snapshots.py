@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 from prometheus_client import REGISTRY
-from sqlalchemy import event
 
 from chorus.caches.reader import SnapshotCache
 from chorus.caches.snapshot import Snapshot
@@ -38,6 +37,7 @@ from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resolvers.context import RequestContext, Services
 from tests.deadlines import patience
 from tests.servers import RedisServer
+from tests.sql_log import read_statements
 
 schema = build_schema()
 NO_KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:9")  # apply() never connects
@@ -127,15 +127,8 @@ def reads(result: str) -> float:
 @pytest.fixture
 def sql_statements(pg_database: Database) -> Iterator[list[str]]:
     """Every SQL statement the database runs during the test."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    engine = pg_database.read_engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(engine, "before_cursor_execute", record)
+    with read_statements(pg_database) as seen:
+        yield seen
 
 
 async def test_writes_are_idempotent_by_version(

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
 
 import pytest
 import redis.asyncio as redis
-from sqlalchemy import event
 
 from chorus.caches.reader import SnapshotCache
 from chorus.catalog.protocol import Media, MediaPage
@@ -27,6 +25,7 @@ from chorus.events.projector import CacheProjector
 from chorus.resilience.breaker import CircuitBreaker
 from chorus.resolvers.read_source import ReadSource
 from chorus.resolvers.services import Services
+from tests.sql_log import read_statements
 
 REDIS_URL = os.environ.get("CHORUS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 NO_KAFKA = KafkaConfig(bootstrap_servers="127.0.0.1:9")  # apply() never connects
@@ -61,15 +60,8 @@ async def cache(redis_client: redis.Redis) -> AsyncIterator[SnapshotCache]:
 @pytest.fixture
 def statements(database: Database) -> Iterator[list[str]]:
     """Every SQL statement the database reads with during the test."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    engine = database.read_engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(engine, "before_cursor_execute", record)
+    with read_statements(database) as seen:
+        yield seen
 
 
 async def playlist(database: Database, visibility: Visibility) -> tuple[str, int]:

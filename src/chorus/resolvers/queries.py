@@ -59,8 +59,8 @@ async def visible_playlist(
             playlist read from SQL is returned all the same, and the caller
             refuses it (:func:`chorus.graphql.schema.common.arguments.check_min_version`).
         first_page: the size of the first page of entries the query asks
-            with it: header and page are read in one transaction, and
-            :func:`entries_page` answers from what was read.
+            with it: header and page are read in one transaction, and the
+            read source's ``entries_page`` answers from what was read.
 
     Raises:
         Unauthenticated: no valid token.
@@ -92,26 +92,6 @@ async def live_entry(ctx: RequestContext, playlist: Playlist, entry_id: str) -> 
     """A live entry of a visible playlist, or ``None``."""
     ctx.reads.record.refuse("an entry read by id does not name its version")
     return await pages.live_entry(ctx.services.db, playlist.id, entry_id)
-
-
-async def entries_page(
-    ctx: RequestContext,
-    playlist: Playlist,
-    *,
-    size: int,
-    from_end: bool,
-    after: SortKey | None,
-    before: SortKey | None,
-) -> EntriesPage:
-    """A keyset page of live entries, with the version and count it was read at.
-
-    Args:
-        size, from_end: the checked page size; ``from_end`` for Relay ``last``.
-        after, before: exclusive keyset bounds decoded from cursors.
-    """
-    return await ctx.reads.entries_page(
-        playlist, size=size, from_end=from_end, after=after, before=before
-    )
 
 
 HISTORY_UNCACHED = "history depends on retention, not only on the version"

@@ -161,6 +161,11 @@ class ReadSource:
 
         The first page comes from the snapshot that answered ``playlist``, else
         from the page read with its header; any other page is SQL.
+
+        Args:
+            playlist: a header this source returned (visible to the viewer).
+            size, from_end: the checked page size; ``from_end`` for Relay ``last``.
+            after, before: exclusive keyset bounds decoded from cursors.
         """
         if after is None and before is None and not from_end:
             cached = self._snapshots.first_page(playlist, size)

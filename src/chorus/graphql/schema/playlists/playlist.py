@@ -139,8 +139,7 @@ class Playlist(Node):
         before: str | None = None,
     ) -> PlaylistEntryConnection:
         asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
-        page = await queries.entries_page(
-            info.context,
+        page = await info.context.reads.entries_page(
             self.record,
             size=asked.size,
             from_end=asked.from_end,
