@@ -1,4 +1,4 @@
-"""The delivery groups' memo (subscriptions/groups.py): one rendering per version and audience."""
+"""RenderMemo (subscriptions/delivery_groups.py): one rendering per version and audience."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from chorus.subscriptions.groups import Groups, RenderMemo
+from chorus.subscriptions.delivery_groups import Groups, RenderMemo
 
 
 @dataclass

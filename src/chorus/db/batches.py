@@ -1,6 +1,6 @@
 """A batch of edits (``applyOperations``) inside a group's transaction.
 
-The owner queue hands a batch to the group commit (:mod:`chorus.db.groups`)
+The owner queue hands a batch to the group commit (:mod:`chorus.db.group_commit`)
 as one item; :func:`apply` applies it there, in the group's transaction:
 
 * **not atomic**: each operation in order, exactly like the same command

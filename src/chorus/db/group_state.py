@@ -3,7 +3,7 @@
 :class:`GroupState` holds what the group has decided and not written yet;
 :class:`GroupView` is the view of the playlist its handlers read: the rows
 of the group's last write with the entries added since merged in.
-:mod:`chorus.db.groups` runs the group; :mod:`chorus.db.batches` applies a
+:mod:`chorus.db.group_commit` runs the group; :mod:`chorus.db.batches` applies a
 batch inside one.
 """
 

@@ -1,6 +1,6 @@
 """The idempotency record: a committed command's stored answer, looked up by operation id.
 
-Every commit path (:mod:`chorus.db.store`'s one command, :mod:`chorus.db.groups`'
+Every commit path (:mod:`chorus.db.store`'s one command, :mod:`chorus.db.group_commit`'
 group) writes a mutation-log row that is also the command's idempotency record:
 its ``request_hash`` and stored ``result``, keyed by ``(actor id, operation id)``
 (operation ids are scoped to their actor, so nothing leaks). A retry of the

@@ -21,7 +21,7 @@ and replay it. A domain error rolls everything back.
 **Group commit** (the default; ``group_commit=False`` keeps the one-command
 path above, which stays the reference): commands on an existing playlist
 wait in its owner queue (:mod:`chorus.db.owners`), and the owner commits
-what is queued in one transaction (:mod:`chorus.db.groups`), exactly as if
+what is queued in one transaction (:mod:`chorus.db.group_commit`), exactly as if
 they had been committed one by one in queue order. The idempotency record a
 retry is answered from is :mod:`chorus.db.idempotency`'s.
 
@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, finish_even_if_cancelled
-from chorus.db.groups import GroupCommit
+from chorus.db.group_commit import GroupCommit
 from chorus.db.idempotency import Committed
 from chorus.db.owners import OwnerQueues
 from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand, weight

@@ -10,7 +10,7 @@ full (a slow consumer: ``queue_size`` versions, or versions holding
 far behind. The entry bound is what keeps a stalled socket's memory small
 when versions are heavy (a batch or a revert holds up to 1,000 entries).
 
-**Direct writes.** A membership with a :class:`~chorus.subscriptions.groups.DirectSink`
+**Direct writes.** A membership with a :class:`~chorus.subscriptions.delivery_groups.DirectSink`
 (a ``graphql-transport-ws`` socket) whose stream is parked, in sync
 (it sent the version just before) and has nothing queued does not need its
 stream woken for the next version of its delivery group: the hub wakes one
@@ -43,7 +43,7 @@ from chorus.domain.committed import CommittedVersion
 from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
 from chorus.subscriptions.catchup import CatchUpSlots
-from chorus.subscriptions.groups import DirectSink, Groups, RenderMemo
+from chorus.subscriptions.delivery_groups import DirectSink, Groups, RenderMemo
 
 log = logging.getLogger("chorus.hub")
 
@@ -149,7 +149,10 @@ class Hub:
         self._lock = asyncio.Lock()
         self._access: dict[int, SharedAccess] = {}
         self.renders = RenderMemo()
-        """One rendering of a version per delivery group (:mod:`chorus.subscriptions.groups`)."""
+        """One rendering of a version per delivery group.
+
+        See :mod:`chorus.subscriptions.delivery_groups`.
+        """
         self.groups = Groups()
         """The delivery groups of this process's subscriptions, by size."""
         self.catch_ups = CatchUpSlots(catch_ups_per_viewer)

@@ -32,7 +32,7 @@ from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
 from chorus.subscriptions.catchup import read_since
-from chorus.subscriptions.groups import DirectSink
+from chorus.subscriptions.delivery_groups import DirectSink
 from chorus.subscriptions.hub import Hub, Membership, changes_access
 from chorus.subscriptions.presence import Presence
 

@@ -7,7 +7,7 @@ two places, neither a fork of strawberry:
 
 * :class:`DeliveryExecutor` is the schema's graphql-core executor. An item
   that ``playlistEvents`` yields as a :class:`SharedEvent` is executed
-  through the hub's :class:`~chorus.subscriptions.groups.RenderMemo`: the
+  through the hub's :class:`~chorus.subscriptions.delivery_groups.RenderMemo`: the
   first subscriber of a group (same playlist, document, variables, operation
   name) to reach a version executes it, in a fresh request context, and
   encodes its ``next`` payload once; the others of the group get that
@@ -43,7 +43,7 @@ from graphql import (
 
 from chorus.graphql.execution.executor import ChorusExecutionContext
 from chorus.resolvers.context import RequestContext
-from chorus.subscriptions.groups import DirectSink
+from chorus.subscriptions.delivery_groups import DirectSink
 
 CURRENT_SINK: ContextVar[DirectSink | None] = ContextVar("chorus_direct_sink", default=None)
 """The socket sink of the operation whose task this is (``None``: none, every event goes its way).

@@ -1,6 +1,6 @@
 """A socket the hub writes a group's rendering to without waking its stream.
 
-:class:`SocketSink` is the :class:`~chorus.subscriptions.groups.DirectSink`
+:class:`SocketSink` is the :class:`~chorus.subscriptions.delivery_groups.DirectSink`
 of one ``playlistEvents`` operation on a ``graphql-transport-ws`` socket
 served by uvicorn's ``websockets-sansio`` protocol: the frame (the encoded
 payload with this operation's id spliced in, :func:`next_frame`) is framed
