@@ -40,7 +40,7 @@ from sqlalchemy import delete, func, select
 from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.db import pages
 from chorus.db.engine import Database
-from chorus.db.history import AtVersion
+from chorus.db.history_reads import AtVersion
 from chorus.db.migrate import upgrade_async
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import playlist_checkpoint, playlist_checkpoint_entry
@@ -52,8 +52,8 @@ from chorus.domain.commands import (
     RemoveEntries,
     UpdatePlaylist,
 )
-from chorus.domain.history import CHECKPOINT_EVERY
 from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.version_history import CHECKPOINT_EVERY
 from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services

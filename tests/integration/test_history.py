@@ -18,10 +18,10 @@ from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.db import pages
 from chorus.db.compaction import compact
 from chorus.db.engine import Database
-from chorus.db.history import AtVersion
+from chorus.db.history_reads import AtVersion
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import playlist_checkpoint, playlist_checkpoint_entry, playlist_mutation
-from chorus.domain import history
+from chorus.domain import version_history
 from chorus.domain.changes import PlaylistCreated, decode_change
 from chorus.domain.commands import (
     AddEntries,
@@ -59,7 +59,7 @@ AT = """query($id: ID!, $v: Int!, $first: Int, $after: String, $last: Int, $befo
 
 @pytest.fixture(autouse=True)
 def small_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(history, "CHECKPOINT_EVERY", EVERY)
+    monkeypatch.setattr(version_history, "CHECKPOINT_EVERY", EVERY)
 
 
 async def run(database: Database, query: str, viewer: str = "alice", **variables: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Rewinding (chorus.domain.history) against folding the log forward from version 0.
+"""Rewinding (chorus.domain.version_history) against folding the log forward from version 0.
 
 Property: for any history of edits (adds, moves, removes, details, members,
 reverts) and any anchor ``c`` at or after a version ``v``, rewinding the
@@ -29,8 +29,8 @@ from chorus.domain.commands import (
     UpdatePlaylist,
 )
 from chorus.domain.fold import PlaylistState
-from chorus.domain.history import Rewound, Window, checkpoint_due, left_out, overlay, rewind
 from chorus.domain.model import Role, Visibility
+from chorus.domain.version_history import Rewound, Window, checkpoint_due, left_out, overlay, rewind
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist, run_sync
 
 STEP = st.tuples(

@@ -1,10 +1,10 @@
 """History checkpoints: a playlist's header and live list as one version left them.
 
 :func:`keep` runs in the commit's transaction (:func:`chorus.db.writer.write_records`)
-every :data:`~chorus.domain.history.CHECKPOINT_EVERY` versions: one ``INSERT``
+every :data:`~chorus.domain.version_history.CHECKPOINT_EVERY` versions: one ``INSERT``
 of the header and one ``INSERT … SELECT`` of the live rows, so its cost is one
 row per live entry, paid once per that many versions. A history read
-(:mod:`chorus.db.history`) rewinds from the first checkpoint at or after the
+(:mod:`chorus.db.history_reads`) rewinds from the first checkpoint at or after the
 version it wants; retention (:mod:`chorus.db.compaction`) deletes those below
 the log floor, which no read can use.
 """

@@ -24,13 +24,13 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db import follows, history, listing, repository
+from chorus.db import follows, history_reads, listing, repository
 from chorus.db.engine import Database
-from chorus.db.history import AtVersion, NotKept, TooHeavy
+from chorus.db.history_reads import AtVersion, NotKept, TooHeavy
 from chorus.domain.follows import Follow, Target, TargetKind
-from chorus.domain.history import Window
 from chorus.domain.model import Entry, Member, Playlist, Role
 from chorus.domain.ports import SortKey
+from chorus.domain.version_history import Window
 
 T = TypeVar("T")
 
@@ -221,16 +221,16 @@ async def _entries_in(
 async def playlist_at(
     db: Database, playlist_id: str, version: int, *, max_entries: int | None = None
 ) -> AtVersion | NotKept | TooHeavy | None:
-    """The playlist at an older ``version`` (:func:`chorus.db.history.rewound_at`).
+    """The playlist at an older ``version`` (:func:`chorus.db.history_reads.rewound_at`).
 
     Returns:
-        ``None`` when there is no such playlist; :class:`~chorus.db.history.NotKept`
+        ``None`` when there is no such playlist; :class:`~chorus.db.history_reads.NotKept`
         when ``version`` is above the head or below the log floor;
-        :class:`~chorus.db.history.TooHeavy` when the versions to undo hold
+        :class:`~chorus.db.history_reads.TooHeavy` when the versions to undo hold
         more than ``max_entries`` entries of changes.
     """
     async with db.read() as conn:
-        return await history.rewound_at(conn, playlist_id, version, max_entries=max_entries)
+        return await history_reads.rewound_at(conn, playlist_id, version, max_entries=max_entries)
 
 
 async def entries_page_at(
@@ -251,18 +251,20 @@ async def entries_page_at(
     the rewind is read again in this transaction.
 
     Returns:
-        The page with the count and version of ``at``; :class:`~chorus.db.history.NotKept`
+        The page with the count and version of ``at``; :class:`~chorus.db.history_reads.NotKept`
         when compaction took the version meanwhile; ``None``: no such playlist.
     """
     version = at.rewound.playlist.version
     async with db.read() as conn:
-        if not await history.anchor_holds(conn, playlist_id, at.anchor):
+        if not await history_reads.anchor_holds(conn, playlist_id, at.anchor):
             # Within what the first rewind was allowed: the request paid for that.
-            again = await history.rewound_at(conn, playlist_id, version, max_entries=max_entries)
+            again = await history_reads.rewound_at(
+                conn, playlist_id, version, max_entries=max_entries
+            )
             if not isinstance(again, AtVersion):
                 return again
             at = again
-        rows = await history.window(
+        rows = await history_reads.window(
             conn, playlist_id, at, Window(after, before), limit=size + 1, from_end=from_end
         )
         more = len(rows) > size
@@ -270,14 +272,14 @@ async def entries_page_at(
         # The far side, as entries_page: is anything at or beyond the cursor we came from?
         if from_end:
             beyond = before is not None and bool(
-                await history.window(
+                await history_reads.window(
                     conn, playlist_id, at, Window(after=before, inclusive=True), limit=1
                 )
             )
             has_next, has_previous = beyond, more
         else:
             beyond = after is not None and bool(
-                await history.window(
+                await history_reads.window(
                     conn, playlist_id, at, Window(before=after, inclusive=True), limit=1
                 )
             )

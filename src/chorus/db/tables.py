@@ -167,7 +167,7 @@ Index(
 # A followed user's playlists, for the feed's pull side.
 Index("ix_playlist_owner_id", playlist.c.owner_id)
 
-# History checkpoints (chorus.domain.history): every CHECKPOINT_EVERY versions, the
+# History checkpoints (chorus.domain.version_history): every CHECKPOINT_EVERY versions, the
 # header and the whole live list as that version left them, so a read of an
 # older version undoes at most that many log rows. Deleted below the log floor
 # by compaction. The entries' key is the keyset order a window reads in.

@@ -35,8 +35,8 @@ from chorus.domain.changes import (
 )
 from chorus.domain.finding import title_key
 from chorus.domain.handlers import Decision, Outcome
-from chorus.domain.history import checkpoint_due
 from chorus.domain.model import Entry, Playlist, Role
+from chorus.domain.version_history import checkpoint_due
 
 
 def _header_values(p: Playlist) -> dict[str, Any]:
@@ -382,7 +382,7 @@ async def write_records(conn: AsyncConnection, records: Sequence[Record]) -> Non
 
     One ``INSERT`` per table however many records (SQLAlchemy's
     "insertmanyvalues"), so the outbox's ids keep the versions' order. When
-    the records reach a checkpoint's version (:func:`chorus.domain.history.checkpoint_due`),
+    the records reach a checkpoint's version (:func:`chorus.domain.version_history.checkpoint_due`),
     the entry rows, which are at the last record's version, are kept as one.
 
     Raises:

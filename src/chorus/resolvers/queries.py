@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from chorus.catalog.protocol import CatalogUnavailable, Media
 from chorus.db import pages
-from chorus.db.history import AtVersion, NotKept, TooHeavy
+from chorus.db.history_reads import AtVersion, NotKept, TooHeavy
 from chorus.db.pages import EntriesPage, Page
 from chorus.domain.changes import entries_in
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
@@ -104,7 +104,7 @@ async def playlist_at(
     """A visible playlist as it was at ``version``, rewound from its nearest anchor.
 
     Returns:
-        The header and rewind at ``version``; :class:`~chorus.db.history.NotKept`
+        The header and rewind at ``version``; :class:`~chorus.db.history_reads.NotKept`
         when ``version`` is out of range or below the log floor (not checked
         here: :func:`chorus.graphql.schema.common.arguments.check_at_version`); ``None``
         when the playlist is gone.

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import strawberry
 
 from chorus.catalog.protocol import MAX_SEARCH_OFFSET, MAX_SEARCH_QUERY_LENGTH
-from chorus.db.history import NotKept
+from chorus.db.history_reads import NotKept
 from chorus.domain.commands import Placement
 from chorus.domain.errors import AnchorNotFound, InvalidInput, NotFound
 from chorus.domain.follows import FeedKey, FeedLimits, Target, TargetKind

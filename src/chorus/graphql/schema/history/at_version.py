@@ -1,7 +1,7 @@
 """``Playlist.atVersion``: a playlist as it was at an older version.
 
 The header comes from the rewind :func:`chorus.resolvers.queries.playlist_at`
-read (:mod:`chorus.domain.history`); ``entries`` pages the list of that
+read (:mod:`chorus.domain.version_history`); ``entries`` pages the list of that
 version with the head's connection, cursors and checks
 (:mod:`chorus.graphql.schema.common.entries`), reusing the rewind while its anchor holds.
 """
@@ -12,7 +12,7 @@ from datetime import datetime
 
 import strawberry
 
-from chorus.db.history import AtVersion
+from chorus.db.history_reads import AtVersion
 from chorus.db.pages import EntriesPage
 from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.connections import PlaylistEntryConnection

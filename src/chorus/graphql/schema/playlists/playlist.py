@@ -13,10 +13,10 @@ import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from chorus.domain.follows import Target, TargetKind
-from chorus.domain.history import CHECKPOINT_EVERY
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Member
 from chorus.domain.model import Playlist as PlaylistRecord
+from chorus.domain.version_history import CHECKPOINT_EVERY
 from chorus.graphql.schema.common import arguments, ids
 from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection, connection
 from chorus.graphql.schema.common.entries import entry_connection

@@ -3,10 +3,10 @@
 A read at version ``v`` (:func:`rewound_at`) takes the first checkpoint at or
 after ``v`` (:mod:`chorus.db.checkpoints`), or the head when none lies before
 it, reads the log rows ``v … anchor`` through the log's primary key and
-rewinds (:func:`chorus.domain.history.rewind`). A page (:func:`window`) then
+rewinds (:func:`chorus.domain.version_history.rewind`). A page (:func:`window`) then
 reads the anchor's rows in the page's keyset window — the live rows
 (``ix_playlist_entry_order``) or the checkpoint's (its primary key) — and
-lays the rewound entries over them (:func:`chorus.domain.history.overlay`).
+lays the rewound entries over them (:func:`chorus.domain.version_history.overlay`).
 Every function runs in the caller's transaction.
 
 A rewind costs what the versions it undoes hold: 500 versions of 1,000
@@ -32,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from chorus.db import checkpoints, repository
 from chorus.db.tables import playlist_checkpoint_entry, playlist_entry, playlist_mutation
 from chorus.domain.changes import Change, entries_in
-from chorus.domain.history import Rewound, Window, left_out, overlay, rewind
 from chorus.domain.model import Entry, Playlist
+from chorus.domain.version_history import Rewound, Window, left_out, overlay, rewind
 
 OFF_LOOP_ROWS = 20
 """Rewinds of more log rows than this decode and undo in a worker thread."""
