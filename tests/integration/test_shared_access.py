@@ -1,7 +1,7 @@
 """Access after a version that changed it: one read for every stream of the process (DESIGN §6).
 
 The streams of :mod:`tests.integration.test_stream`'s rig, on both
-databases; :class:`~chorus.subscriptions.access.SharedAccess` counts its SQL
+databases; :class:`~chorus.subscriptions.reader_checks.SharedAccess` counts its SQL
 reads, so the test can say that thirty streams cost one.
 """
 
@@ -13,7 +13,7 @@ from chorus.db.engine import Database
 from chorus.domain.commands import RemoveMember, SetMemberRole
 from chorus.domain.errors import Forbidden
 from chorus.domain.model import Role, Visibility
-from chorus.subscriptions.access import Readers, SharedAccess
+from chorus.subscriptions.reader_checks import Readers, SharedAccess
 from tests.integration.test_stream import Subscriber, rig, versions
 
 MEMBERS = [f"member{n}" for n in range(30)]

@@ -8,7 +8,7 @@ version into one :class:`~chorus.domain.follows.FeedItem` and hands it to
 every subscription's queue. So what a user's subscriptions cost — hub
 memberships, reads, the follow set — does not grow with how many they open,
 and a version costs no SQL unless it changes who may read the playlist
-(then one shared read, :class:`~chorus.subscriptions.access.SharedAccess`).
+(then one shared read, :class:`~chorus.subscriptions.reader_checks.SharedAccess`).
 
 **Follows** are not polled. A follow or unfollow made through this process
 tells the source at once (:meth:`FeedSources.follows_changed`); one made

@@ -40,10 +40,10 @@ from chorus.domain.changes import (
     entries_in,
 )
 from chorus.domain.committed import CommittedVersion
-from chorus.subscriptions.access import SharedAccess
 from chorus.subscriptions.bus import Bus
 from chorus.subscriptions.catchup import CatchUpSlots
 from chorus.subscriptions.delivery_groups import DirectSink, Groups, RenderMemo
+from chorus.subscriptions.reader_checks import SharedAccess
 
 log = logging.getLogger("chorus.hub")
 

@@ -15,7 +15,7 @@ The stream:
 
 After a version that changes access (members, visibility, deletion) the
 readers are read again (once per version for the process,
-:class:`~chorus.subscriptions.access.SharedAccess`): a viewer who lost access
+:class:`~chorus.subscriptions.reader_checks.SharedAccess`): a viewer who lost access
 gets :class:`~chorus.domain.errors.Forbidden` and nothing more; a new or
 removed member moves between listed and counted.
 """
@@ -31,9 +31,9 @@ from chorus.domain.changes import DetailsUpdated, MembersChanged, PlaylistDelete
 from chorus.domain.errors import Forbidden, NotFound
 from chorus.domain.model import Visibility
 from chorus.domain.presence import Listing, UserPresence, listed, listing
-from chorus.subscriptions.access import Readers
 from chorus.subscriptions.hub import Hub, Membership
 from chorus.subscriptions.presence import Presence, Watch
+from chorus.subscriptions.reader_checks import Readers
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,7 @@ class _Stream:
             self.playlist_id, version.version, self.viewer
         ):
             # One read of the playlist's readers per version for every stream
-            # of this process, not one per subscriber (subscriptions/access.py).
+            # of this process, not one per subscriber (subscriptions/reader_checks.py).
             raise Forbidden("you no longer have access to this playlist")
 
     async def catch_up(self, *, far: str | None = None) -> AsyncIterator[StreamItem]:
