@@ -26,9 +26,9 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
-from chorus.domain.finding import title_key
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role, Visibility
+from chorus.domain.playlist_search import title_key
 from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services

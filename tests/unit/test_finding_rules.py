@@ -9,7 +9,7 @@ from graphql import parse
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chorus.domain.finding import (
+from chorus.domain.playlist_search import (
     Direction,
     OrderField,
     PlaylistKey,

@@ -1,8 +1,8 @@
-"""Batched and paged reads for the API: playlists by id, roles, members (lists: db/finding.py).
+"""Batched and paged reads for the API: playlists by id, roles, members.
 
 Batched reads serve the per-request DataLoaders (one query per batch); paged
 reads are keyset pages over an index, ``limit`` rows after an exclusive
-keyset position.
+keyset position. Lists of playlists are in :mod:`chorus.db.playlist_list_reads`.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from chorus.domain.finding import MAX_TITLE_KEY_LENGTH
 from chorus.domain.limits import MAX_ID_LENGTH
+from chorus.domain.playlist_search import MAX_TITLE_KEY_LENGTH
 from chorus.domain.positions import MAX_LENGTH
 
 metadata = MetaData(
@@ -65,7 +65,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 POSITION_KEY = String(MAX_LENGTH).with_variant(String(MAX_LENGTH, collation="C"), "postgresql")
 # Title keys compare by code point too: the title search is a range of them
-# (chorus.domain.finding.prefix_end), and PostgreSQL's locale order is not that.
+# (chorus.domain.playlist_search.prefix_end), and PostgreSQL's locale order is not that.
 TITLE_KEY = String(MAX_TITLE_KEY_LENGTH).with_variant(
     String(MAX_TITLE_KEY_LENGTH, collation="C"), "postgresql"
 )
@@ -92,7 +92,7 @@ playlist = Table(
     Column("deleted_at", UTCDateTime),
     # PLAYLIST, or a system playlist such as LIKED_SONGS (chorus.domain.library).
     Column("kind", String(16), nullable=False, server_default="PLAYLIST"),
-    # The title case-folded (chorus.domain.finding.title_key), written with the
+    # The title case-folded (chorus.domain.playlist_search.title_key), written with the
     # title: ordering by title and searching titles ignore case on both dialects.
     Column("title_key", TITLE_KEY, nullable=False, server_default=""),
 )

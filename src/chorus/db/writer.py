@@ -33,9 +33,9 @@ from chorus.domain.changes import (
     entry_from_wire,
     entry_to_wire,
 )
-from chorus.domain.finding import title_key
 from chorus.domain.handlers import Decision, Outcome
 from chorus.domain.model import Entry, Playlist, Role
+from chorus.domain.playlist_search import title_key
 from chorus.domain.version_history import checkpoint_due
 
 

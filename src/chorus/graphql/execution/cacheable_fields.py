@@ -55,7 +55,7 @@ VERSIONED_FIELDS = frozenset(
                 "owner",
                 "viewerRole",
                 "entries",
-                # The sum over the version's entries (resolvers.finding names the
+                # The sum over the version's entries (resolvers.playlist_lists names the
                 # version it read) and catalog durations (read_media: freshness).
                 "totalDurationMs",
             ]

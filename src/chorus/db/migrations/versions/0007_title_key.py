@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from chorus.db.tables import TITLE_KEY
-from chorus.domain.finding import title_key
+from chorus.domain.playlist_search import title_key
 
 revision = "0007"
 down_revision = "0006"

@@ -31,7 +31,7 @@ import unicodedata
 from datetime import datetime
 
 from chorus.domain import positions
-from chorus.domain.finding import (
+from chorus.domain.playlist_search import (
     MAX_TITLE_KEY_LENGTH,
     NEWEST_FIRST,
     Direction,

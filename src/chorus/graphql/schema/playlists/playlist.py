@@ -31,7 +31,7 @@ from chorus.graphql.schema.common.types import (
 from chorus.graphql.schema.history.at_version import PlaylistAtVersion
 from chorus.graphql.schema.history.changes import PlaylistChangeBatch
 from chorus.graphql.schema.presence.types import PlaylistPresence
-from chorus.resolvers import finding, presence, queries
+from chorus.resolvers import playlist_lists, presence, queries
 from chorus.resolvers.errors import BadUserInput
 
 
@@ -117,7 +117,7 @@ class Playlist(Node):
         "version (catalog changes show within CHORUS_MEDIA_FRESHNESS_S)."
     )
     async def total_duration_ms(self, info: ChorusInfo) -> float | None:
-        total = await finding.total_duration_ms(info.context, self.record)
+        total = await playlist_lists.total_duration_ms(info.context, self.record)
         return None if total is None else float(total)
 
     @strawberry.field(description="The viewer's role; null when not a member.")

@@ -5,7 +5,7 @@
 :class:`PlaylistConnection` with keyset cursors that carry their order
 (:func:`chorus.graphql.schema.common.ids.ordered_playlist_cursor`); the fields here check
 their arguments (:mod:`chorus.graphql.schema.search.playlist_orders`), make one read
-(:mod:`chorus.resolvers.finding`) and render the page.
+(:mod:`chorus.resolvers.playlist_lists`) and render the page.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import strawberry
 
 from chorus.catalog.protocol import MAX_SEARCH_QUERY_LENGTH
 from chorus.db.pages import Page
-from chorus.domain.finding import Direction, OrderField, PlaylistKey, title_key
-from chorus.domain.finding import PlaylistOrder as Order
 from chorus.domain.model import Playlist as PlaylistRecord
+from chorus.domain.playlist_search import Direction, OrderField, PlaylistKey, title_key
+from chorus.domain.playlist_search import PlaylistOrder as Order
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.connections import Connection, edges_and_page_info
 from chorus.graphql.schema.common.types import ChorusInfo
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.graphql.schema.search import playlist_orders as playlist_arguments
-from chorus.resolvers import finding
+from chorus.resolvers import playlist_lists
 
 PlaylistOrderField = strawberry.enum(
     OrderField,
@@ -99,7 +99,7 @@ async def viewer_playlists(
     window = playlist_arguments.playlists_request(
         info.context.services.limits, _order(order_by), first, after, last, before
     )
-    page = await finding.viewer_playlists(info.context, window)
+    page = await playlist_lists.viewer_playlists(info.context, window)
     return playlist_connection(page, window.order)
 
 
@@ -116,7 +116,7 @@ async def user_playlists(
     window = playlist_arguments.playlists_request(
         info.context.services.limits, _order(order_by), first, after, last, before
     )
-    page = await finding.user_playlists(info.context, owner_id, window)
+    page = await playlist_lists.user_playlists(info.context, owner_id, window)
     return playlist_connection(page, window.order)
 
 
@@ -144,5 +144,5 @@ async def search_playlists(
     )
     info.context.viewer()
     key = playlist_arguments.title_query(query)
-    page = await finding.search_playlists(info.context, key, window)
+    page = await playlist_lists.search_playlists(info.context, key, window)
     return playlist_connection(page, order)

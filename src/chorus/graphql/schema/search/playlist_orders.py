@@ -7,7 +7,8 @@ module short. A refusal is ``BAD_USER_INPUT``.
 
 from __future__ import annotations
 
-from chorus.domain.finding import (
+from chorus.domain.limits import Limits
+from chorus.domain.playlist_search import (
     Direction,
     OrderField,
     PlaylistKey,
@@ -15,7 +16,6 @@ from chorus.domain.finding import (
     PlaylistWindow,
     title_key,
 )
-from chorus.domain.limits import Limits
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.arguments import NOT_A_CURSOR, page_size, search_query
 from chorus.resolvers.errors import BadUserInput

@@ -1,4 +1,4 @@
-"""Lists of playlists in any :class:`~chorus.domain.finding.PlaylistOrder`, paged both ways.
+"""Lists of playlists in any :class:`~chorus.domain.playlist_search.PlaylistOrder`, paged both ways.
 
 Three lists share one keyset pager (:func:`_page`):
 
@@ -28,7 +28,8 @@ from chorus.db.engine import Database
 from chorus.db.pages import Page
 from chorus.db.repository import playlist_from_row
 from chorus.db.tables import TITLE_KEY, UTCDateTime, playlist, playlist_entry, playlist_member
-from chorus.domain.finding import (
+from chorus.domain.model import Playlist, PlaylistKind, Visibility
+from chorus.domain.playlist_search import (
     BY_TITLE,
     Direction,
     OrderField,
@@ -37,7 +38,6 @@ from chorus.domain.finding import (
     PlaylistWindow,
     prefix_end,
 )
-from chorus.domain.model import Playlist, PlaylistKind, Visibility
 
 _COLUMNS = {
     OrderField.CREATED_AT: playlist.c.created_at,
@@ -134,8 +134,10 @@ async def search_public(db: Database, key: str, window: PlaylistWindow) -> Page[
     """The ``window`` of PUBLIC playlists whose title key starts with ``key``.
 
     Args:
-        key: a title key (:func:`~chorus.domain.finding.title_key`); empty: every PUBLIC one.
-        window: its order must be :data:`~chorus.domain.finding.BY_TITLE`, ``(title key, id)``.
+        key: a title key (:func:`~chorus.domain.playlist_search.title_key`);
+            empty: every PUBLIC one.
+        window: its order must be :data:`~chorus.domain.playlist_search.BY_TITLE`,
+            ``(title key, id)``.
 
     Raises:
         ValueError: a window of another order (its keysets would not fit the search's range).

@@ -1,6 +1,6 @@
 """Finding playlists: the orders a list of playlists pages in, and the title search rule.
 
-Pure rules shared by the SQL reads (:mod:`chorus.db.finding`) and the API
+Pure rules shared by the SQL reads (:mod:`chorus.db.playlist_list_reads`) and the API
 (:mod:`chorus.graphql.schema.search.playlist_connection`):
 
 * a list of playlists is ordered by one :class:`OrderField` in one
