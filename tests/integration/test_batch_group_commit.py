@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from chorus.db.queued import BatchAnswer
+from chorus.db.owner_queue_items import BatchAnswer
 from chorus.db.store import PlaylistStore
 from chorus.domain.batch import Batch, Operation
 from chorus.domain.commands import AddEntries, MoveEntries, Placement

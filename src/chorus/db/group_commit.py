@@ -37,7 +37,7 @@ from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cancelled
 from chorus.db.group_state import GroupState, GroupView
 from chorus.db.idempotency import Committed
-from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
+from chorus.db.owner_queue_items import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
 from chorus.db.tables import UTCDateTime
 from chorus.domain.errors import DomainError
 from chorus.domain.handlers import Context, Outcome

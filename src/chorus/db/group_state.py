@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import idempotency, repository, writer
 from chorus.db.idempotency import Committed
-from chorus.db.queued import QueuedCommand
+from chorus.db.owner_queue_items import QueuedCommand
 from chorus.domain.changes import Change, MembersChanged
 from chorus.domain.commands import RevertPlaylist
 from chorus.domain.errors import DomainError

@@ -45,8 +45,15 @@ from chorus.db import batches, idempotency, repository, writer
 from chorus.db.engine import Database, finish_even_if_cancelled
 from chorus.db.group_commit import GroupCommit
 from chorus.db.idempotency import Committed
+from chorus.db.owner_queue_items import (
+    Answer,
+    BatchAnswer,
+    Queued,
+    QueuedBatch,
+    QueuedCommand,
+    weight,
+)
 from chorus.db.owners import OwnerQueues
-from chorus.db.queued import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand, weight
 from chorus.domain import library
 from chorus.domain.batch import Batch, check_batch
 from chorus.domain.commands import (
