@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from chorus.db import repository, writer
 from chorus.db.idempotency import Committed, Stored
 from chorus.db.owner_queue_items import BatchAnswer, QueuedBatch, QueuedCommand
-from chorus.db.writer import outcome_from_json, outcome_to_json
+from chorus.db.stored_results import outcome_from_json, outcome_to_json
 from chorus.domain.batch import Batch, Operation, atomic_hash, field_of, remember, resolve
 from chorus.domain.commands import request_hash
 from chorus.domain.errors import DomainError, InvalidInput, OperationIdReused

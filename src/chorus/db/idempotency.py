@@ -19,8 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.engine import Database
+from chorus.db.stored_results import outcome_from_json
 from chorus.db.tables import playlist_mutation
-from chorus.db.writer import outcome_from_json
 from chorus.domain.errors import OperationIdReused
 from chorus.domain.handlers import Outcome
 

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints
+from chorus.db.stored_results import outcome_to_json
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import (
     WIRE_VERSION,
@@ -30,10 +31,8 @@ from chorus.domain.changes import (
     PlaylistDeleted,
     PlaylistEvent,
     encode_change,
-    entry_from_wire,
-    entry_to_wire,
 )
-from chorus.domain.handlers import Decision, Outcome
+from chorus.domain.handlers import Decision
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.playlist_search import title_key
 from chorus.domain.version_history import checkpoint_due
@@ -57,46 +56,6 @@ def _entry_values(playlist_id: str, e: Entry) -> dict[str, Any]:
         "added_at": e.added_at,
         "removed_at": None,
     }
-
-
-def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
-    """The stored result of a commit, replayed on a retry."""
-    return {
-        "v": WIRE_VERSION,
-        "playlist_id": outcome.playlist_id,
-        "version": outcome.version,
-        "rebased": outcome.rebased,
-        "entries": [entry_to_wire(e) for e in outcome.entries],
-        "skipped_entry_ids": list(outcome.skipped_entry_ids),
-        "removed_entry_ids": list(outcome.removed_entry_ids),
-    }
-
-
-def outcome_from_json(data: dict[str, Any], payload: dict[str, Any] | None = None) -> Outcome:
-    """The :class:`Outcome` that :func:`outcome_to_json` stored.
-
-    Args:
-        data: the log row's ``result``.
-        payload: the same row's ``payload`` (its canonical changes); read only
-            for a result stored before results kept ``removed_entry_ids``
-            (:mod:`chorus.db.idempotency` passes it), whose removed entries are
-            those of its ``EntriesRemoved`` changes.
-    """
-    if "removed_entry_ids" in data:
-        removed = tuple(data["removed_entry_ids"])
-    else:
-        changes = payload["changes"] if payload else []
-        removed = tuple(
-            e["entry_id"] for c in changes if c["type"] == "EntriesRemoved" for e in c["entries"]
-        )
-    return Outcome(
-        playlist_id=data["playlist_id"],
-        version=data["version"],
-        rebased=data["rebased"],
-        entries=tuple(entry_from_wire(e) for e in data["entries"]),
-        skipped_entry_ids=tuple(data["skipped_entry_ids"]),
-        removed_entry_ids=removed,
-    )
 
 
 async def _upsert_entries(
