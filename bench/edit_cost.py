@@ -42,7 +42,7 @@ from chorus.domain.commands import (
     PlaylistCommand,
     RemoveEntries,
 )
-from chorus.domain.handlers import Outcome
+from chorus.domain.decisions import Outcome
 
 ACTOR = "bench"
 BATCH = 100

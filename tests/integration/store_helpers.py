@@ -32,8 +32,8 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
+from chorus.domain.decisions import Outcome
 from chorus.domain.fold import PlaylistState
-from chorus.domain.handlers import Outcome
 from chorus.domain.model import Entry, Playlist, Role
 
 ALICE = "alice"

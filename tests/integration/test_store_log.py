@@ -20,8 +20,8 @@ from chorus.db.store import Committed, PlaylistStore
 from chorus.db.tables import outbox, playlist_mutation
 from chorus.domain.changes import Change, decode_change
 from chorus.domain.commands import AddEntries, RevertPlaylist
+from chorus.domain.decisions import Decision
 from chorus.domain.errors import InvalidInput
-from chorus.domain.handlers import Decision
 from tests.integration.store_helpers import (
     ALICE,
     fold_log,

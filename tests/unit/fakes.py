@@ -20,15 +20,9 @@ from chorus.domain import changes as ch
 from chorus.domain import positions
 from chorus.domain.changes import ChangeWire, decode_change, encode_change
 from chorus.domain.commands import CreatePlaylist, PlaylistCommand, SetMemberRole
+from chorus.domain.decisions import Context, Decision, Outcome
 from chorus.domain.fold import PlaylistState
-from chorus.domain.handlers import (
-    Context,
-    Decision,
-    Outcome,
-    create_liked_songs,
-    create_playlist,
-    decide,
-)
+from chorus.domain.handlers import create_liked_songs, create_playlist, decide
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import Entry, Role, Visibility
 

@@ -48,6 +48,7 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
+from chorus.domain.decisions import Decision
 from chorus.domain.errors import (
     AnchorNotFound,
     DomainError,
@@ -57,7 +58,6 @@ from chorus.domain.errors import (
     VersionConflict,
 )
 from chorus.domain.fold import PlaylistState
-from chorus.domain.handlers import Decision
 from chorus.domain.model import Role
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from chorus.domain import positions
 from chorus.domain.changes import EntriesAdded, EntriesMoved
 from chorus.domain.commands import AddEntries, MoveEntries, Placement, RemoveEntries
+from chorus.domain.decisions import Decision
 from chorus.domain.errors import LimitExceeded
-from chorus.domain.handlers import Decision
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
 
 DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

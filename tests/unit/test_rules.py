@@ -45,6 +45,7 @@ from chorus.domain.commands import (
     request_hash,
 )
 from chorus.domain.committed import CommittedVersion
+from chorus.domain.decisions import Context, Decision
 from chorus.domain.errors import (
     AnchorNotFound,
     DomainError,
@@ -56,7 +57,7 @@ from chorus.domain.errors import (
     VersionConflict,
 )
 from chorus.domain.fold import PlaylistState
-from chorus.domain.handlers import Context, Decision, create_playlist
+from chorus.domain.handlers import create_playlist
 from chorus.domain.model import Entry, Role, Visibility
 from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
 

@@ -37,8 +37,9 @@ from chorus.db.owner_queue_items import BatchAnswer, QueuedBatch, QueuedCommand
 from chorus.db.stored_results import outcome_from_json, outcome_to_json
 from chorus.domain.batch import Batch, Operation, atomic_hash, field_of, remember, resolve
 from chorus.domain.commands import request_hash
+from chorus.domain.decisions import Decision, Outcome
 from chorus.domain.errors import DomainError, InvalidInput, OperationIdReused
-from chorus.domain.handlers import Decision, Outcome, decide
+from chorus.domain.handlers import decide
 from chorus.domain.model import Role, role_can_read
 
 if TYPE_CHECKING:

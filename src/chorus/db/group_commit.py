@@ -39,8 +39,8 @@ from chorus.db.group_state import GroupState, GroupView
 from chorus.db.idempotency import Committed
 from chorus.db.owner_queue_items import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
 from chorus.db.tables import UTCDateTime
+from chorus.domain.decisions import Context, Outcome
 from chorus.domain.errors import DomainError
-from chorus.domain.handlers import Context, Outcome
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.tracing import links_to, tracer
 

@@ -20,8 +20,9 @@ from chorus.db.idempotency import Committed
 from chorus.db.owner_queue_items import QueuedCommand
 from chorus.domain.changes import Change, MembersChanged
 from chorus.domain.commands import RevertPlaylist
+from chorus.domain.decisions import Context, Decision
 from chorus.domain.errors import DomainError
-from chorus.domain.handlers import Context, Decision, decide
+from chorus.domain.handlers import decide
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.ports import SortKey
 

@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from chorus.db.engine import Database
 from chorus.db.stored_results import outcome_from_json
 from chorus.db.tables import playlist_mutation
+from chorus.domain.decisions import Outcome
 from chorus.domain.errors import OperationIdReused
-from chorus.domain.handlers import Outcome
 
 Stored = tuple[str, dict[str, Any]]
 """An idempotency record: ``(request hash, stored result)``."""

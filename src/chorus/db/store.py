@@ -63,15 +63,9 @@ from chorus.domain.commands import (
     UnlikeMedia,
     request_hash,
 )
+from chorus.domain.decisions import Context, Decision, Outcome
 from chorus.domain.errors import DomainError
-from chorus.domain.handlers import (
-    Context,
-    Decision,
-    Outcome,
-    create_liked_songs,
-    create_playlist,
-    decide,
-)
+from chorus.domain.handlers import create_liked_songs, create_playlist, decide
 from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import role_can_read
 from chorus.metrics import COMMITS

@@ -1,6 +1,6 @@
 """The stored result of a commit: what a retry of its operation is answered with.
 
-A commit keeps its :class:`~chorus.domain.handlers.Outcome` as JSON in its
+A commit keeps its :class:`~chorus.domain.decisions.Outcome` as JSON in its
 log row's ``result`` (:mod:`chorus.db.writer`); a retry of the same
 operation id reads it back (:mod:`chorus.db.idempotency`,
 :mod:`chorus.db.batches`) instead of deciding again.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from chorus.domain.changes import WIRE_VERSION, entry_from_wire, entry_to_wire
-from chorus.domain.handlers import Outcome
+from chorus.domain.decisions import Outcome
 
 
 def outcome_to_json(outcome: Outcome) -> dict[str, Any]:

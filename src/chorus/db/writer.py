@@ -32,7 +32,7 @@ from chorus.domain.changes import (
     PlaylistEvent,
     encode_change,
 )
-from chorus.domain.handlers import Decision
+from chorus.domain.decisions import Decision
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.playlist_search import title_key
 from chorus.domain.version_history import checkpoint_due

@@ -22,9 +22,7 @@ empty, so its operation id has a durable result to replay.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
 from typing import assert_never
 
 from chorus.domain import library, revert
@@ -59,9 +57,9 @@ from chorus.domain.commands import (
     UpdatePlaylist,
     VersionedCommand,
 )
+from chorus.domain.decisions import Context, Decision, Outcome
 from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound, VersionConflict
 from chorus.domain.fold import advance, created
-from chorus.domain.limits import DEFAULT_LIMITS, Limits
 from chorus.domain.model import Entry, Playlist, PlaylistKind, Role
 from chorus.domain.placement import find_anchor, gap, place
 from chorus.domain.ports import PlaylistView
@@ -75,44 +73,6 @@ from chorus.domain.validation import (
     clean_description,
     clean_title,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """Who acts, and the values a handler must not make up itself."""
-
-    actor_id: str
-    now: datetime
-    new_id: Callable[[], str]
-    limits: Limits = DEFAULT_LIMITS
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a committed command did; stored with it and returned again on a retry.
-
-    ``entries`` are the entries as placed by an add or a move, in list order;
-    ``skipped_entry_ids`` the targets of a move or remove that were already gone;
-    ``removed_entry_ids`` the entries this version made tombstones, in the
-    order of its changes (a remove's live targets, in the order given).
-    """
-
-    playlist_id: str
-    version: int
-    rebased: bool = False
-    entries: tuple[Entry, ...] = ()
-    skipped_entry_ids: tuple[str, ...] = ()
-    removed_entry_ids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The next version of a playlist, ready to be committed."""
-
-    playlist: Playlist
-    changes: tuple[Change, ...]
-    outcome: Outcome
-
 
 # --- base version ----------------------------------------------------------
 
