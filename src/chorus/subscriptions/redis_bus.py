@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import redis.asyncio as redis
-from redis.asyncio.connection import AbstractConnection, Connection, parse_url
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -46,16 +46,9 @@ from chorus.events.wire import (
 from chorus.resilience.backoff import Backoff
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import Deliver, GapHandler, Notice
+from chorus.subscriptions.pubsub_connection import connection_factory, open_connection
 
 log = logging.getLogger("chorus.redis_bus")
-
-
-class _Connectable(Protocol):
-    """``AbstractConnection.connect`` as called here: untyped in redis-py 8.2,
-    typed in a later version maybe; the protocol holds on both, where a
-    ``type: ignore`` would fail mypy on one of them."""
-
-    async def connect(self) -> None: ...
 
 
 RECONNECT_MIN_S = 0.05
@@ -92,21 +85,7 @@ class RedisBus:
     ) -> None:
         if min(reconnect_max_s, health_check_s, timeout_s) <= 0:
             raise ValueError("reconnect_max_s, health_check_s and timeout_s must be positive")
-        options: dict[str, Any] = dict(parse_url(url))
-        self._connection_class: type[AbstractConnection] = options.pop(
-            "connection_class", Connection
-        )
-        # RESP2, so pub/sub replies are plain arrays; no retries inside
-        # redis-py: every loss must come back to the reader.
-        options.update(
-            protocol=2,
-            socket_connect_timeout=timeout_s,
-            socket_timeout=timeout_s,
-            socket_keepalive=True,
-            retry=Retry(NoBackoff(), 0),
-            client_name="chorus-bus",
-        )
-        self._options = options
+        self._new_connection = connection_factory(url, timeout_s=timeout_s)
         self._reconnect_max_s = reconnect_max_s
         self._health_check_s = health_check_s
         self._timeout_s = timeout_s
@@ -252,7 +231,7 @@ class RedisBus:
         failed_before = False
         first = True
         while True:
-            conn = self._connection_class(**self._options)
+            conn = self._new_connection()
             try:
                 await self._connect(conn)
                 self._live = conn
@@ -295,8 +274,7 @@ class RedisBus:
             RedisError, OSError: the connection failed or Redis did not confirm
                 within ``timeout_s``.
         """
-        connectable: _Connectable = conn
-        await connectable.connect()
+        await open_connection(conn)
         confirmed: set[str] = set()
         # Subscribers may arrive while we wait for confirmations; loop until
         # none is missing, with no await between the last check and going live.
