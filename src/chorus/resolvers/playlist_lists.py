@@ -11,10 +11,10 @@ named by its playlist's version and the catalog's freshness, and is kept.
 from __future__ import annotations
 
 from chorus.catalog.protocol import CatalogUnavailable
-from chorus.db import finding
+from chorus.db import playlist_list_reads
 from chorus.db.pages import Page
-from chorus.domain.finding import PlaylistWindow
 from chorus.domain.model import Playlist
+from chorus.domain.playlist_search import PlaylistWindow
 from chorus.resolvers.context import RequestContext
 
 LISTS_UNCACHED = "a list of playlists is named by no playlist's version"
@@ -29,7 +29,7 @@ async def viewer_playlists(ctx: RequestContext, window: PlaylistWindow) -> Page[
     """
     viewer = ctx.viewer()
     ctx.reads.record.refuse(LISTS_UNCACHED)
-    return await finding.viewer_playlists(ctx.services.db, viewer, window)
+    return await playlist_list_reads.viewer_playlists(ctx.services.db, viewer, window)
 
 
 async def user_playlists(
@@ -43,7 +43,7 @@ async def user_playlists(
     viewer = ctx.viewer()
     ctx.reads.record.refuse(LISTS_UNCACHED)
     ctx.reads.record.depends_on_viewer()
-    return await finding.user_playlists(ctx.services.db, owner_id, viewer, window)
+    return await playlist_list_reads.user_playlists(ctx.services.db, owner_id, viewer, window)
 
 
 async def search_playlists(ctx: RequestContext, key: str, window: PlaylistWindow) -> Page[Playlist]:
@@ -54,7 +54,7 @@ async def search_playlists(ctx: RequestContext, key: str, window: PlaylistWindow
     """
     ctx.viewer()
     ctx.reads.record.refuse(LISTS_UNCACHED)
-    return await finding.search_public(ctx.services.db, key, window)
+    return await playlist_list_reads.search_public(ctx.services.db, key, window)
 
 
 async def total_duration_ms(ctx: RequestContext, playlist: Playlist) -> int | None:
@@ -75,7 +75,7 @@ async def total_duration_ms(ctx: RequestContext, playlist: Playlist) -> int | No
     if known is not None:
         ctx.reads.record.version(playlist.id, playlist.version)
         return known
-    found = await finding.media_counts(ctx.services.db, playlist.id)
+    found = await playlist_list_reads.media_counts(ctx.services.db, playlist.id)
     if found is None:
         ctx.reads.record.refuse("a playlist deleted while it was read")
         return None

@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from chorus.db import pages
-from chorus.db.history import AtVersion
+from chorus.db.history_reads import AtVersion
 from chorus.db.pages import EntriesPage
 from chorus.domain.model import Playlist, Role
 from chorus.domain.ports import SortKey

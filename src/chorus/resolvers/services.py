@@ -47,6 +47,6 @@ class Services:
     """Follows and unfollows; ``None``: a process without the feed (some tests)."""
     feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
     durations: Durations = field(default_factory=Durations)
-    """``Playlist.totalDurationMs`` by playlist version (:mod:`chorus.resolvers.finding`)."""
+    """``Playlist.totalDurationMs`` by playlist version (:mod:`chorus.resolvers.playlist_lists`)."""
     presence: Presence | None = None
     """Who has which playlist open (:mod:`chorus.subscriptions.presence`); ``None``: off."""
