@@ -19,8 +19,7 @@ _chorus_installed() {
   local s
   for s in "$stamp" "$VENV/.chorus-installed-test"; do
     if [ -f "$s" ] && [ -x "$VENV/bin/python" ] \
-      && [ ! "$root/pyproject.toml" -nt "$s" ] && [ ! "$root/uv.lock" -nt "$s" ] \
-      && cmp -s "$s" "$root/uv.lock"; then
+      && [ ! "$root/pyproject.toml" -nt "$s" ] && cmp -s "$s" "$root/uv.lock"; then
       return 0
     fi
   done

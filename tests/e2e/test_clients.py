@@ -189,11 +189,10 @@ def lines_of(stream: IO[str]) -> Iterator[str]:
         yield lines.get(timeout=30)
 
 
-def test_the_readme_javascript_example_runs_on_node_as_written(
-    server: ChorusServer, api: Api, tmp_path: Path
-) -> None:
-    pid = create_playlist(api, title="README")
-    entries = add(api, pid, [track(1), track(2)], 0)["entries"]
+def start_readme_example(
+    server: ChorusServer, api: Api, pid: str, name: str, stderr: Path
+) -> subprocess.Popen[str]:
+    """The README's ``watch.mjs`` watching ``pid`` as alice, its stdout a pipe."""
     env = {
         **os.environ,
         "CHORUS_TOKEN": api.token("alice"),
@@ -201,12 +200,11 @@ def test_the_readme_javascript_example_runs_on_node_as_written(
         "CHORUS_WS_URL": server.url.replace("http://", "ws://"),
     }
     # Inside tests/clients, so that its bare imports resolve from node_modules there.
-    script = CLIENTS / "__generated__" / "watch.mjs"
+    script = CLIENTS / "__generated__" / name
     script.parent.mkdir(exist_ok=True)
     script.write_text(readme_js())
-    stderr = tmp_path / "stderr"
     with stderr.open("w") as errors:
-        example = subprocess.Popen(
+        return subprocess.Popen(
             [node(), str(script)],
             cwd=CLIENTS,
             env=env,
@@ -214,6 +212,15 @@ def test_the_readme_javascript_example_runs_on_node_as_written(
             stderr=errors,
             text=True,
         )
+
+
+def test_the_readme_javascript_example_runs_on_node_as_written(
+    server: ChorusServer, api: Api, tmp_path: Path
+) -> None:
+    pid = create_playlist(api, title="README")
+    entries = add(api, pid, [track(1), track(2)], 0)["entries"]
+    stderr = tmp_path / "stderr"
+    example = start_readme_example(server, api, pid, "watch.mjs", stderr)
     try:
         assert example.stdout
         events = lines_of(example.stdout)
@@ -243,24 +250,7 @@ def test_the_readme_javascript_example_resumes_after_a_restart_without_repeats(
         api = Api(server)
         pid = create_playlist(api, title="README")
         entries = add(api, pid, [track(1), track(2)], 0)["entries"]
-        env = {
-            **os.environ,
-            "CHORUS_TOKEN": api.token("alice"),
-            "CHORUS_PLAYLIST": pid,
-            "CHORUS_WS_URL": server.url.replace("http://", "ws://"),
-        }
-        script = CLIENTS / "__generated__" / "watch-restart.mjs"
-        script.parent.mkdir(exist_ok=True)
-        script.write_text(readme_js())
-        with (tmp_path / "stderr").open("w") as errors:
-            example = subprocess.Popen(
-                [node(), str(script)],
-                cwd=CLIENTS,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=errors,
-                text=True,
-            )
+        example = start_readme_example(server, api, pid, "watch-restart.mjs", tmp_path / "stderr")
         try:
             assert example.stdout
             events = lines_of(example.stdout)

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import repository
 from chorus.db.engine import Database
-from chorus.db.switches import dialect_insert, move_fan_out
+from chorus.db.switches import dialect_insert, followed_counts, move_fan_out
 from chorus.db.tables import (
     UTCDateTime,
     feed_item,
@@ -212,15 +212,7 @@ async def _drop_pushed(conn: AsyncConnection, follower_id: str, target: Target) 
 
 async def follower_counts(conn: AsyncConnection, targets: Collection[Target]) -> dict[Target, int]:
     """Followers of each target; targets nobody follows are absent."""
-    if not targets:
-        return {}
-    keys = [(t.kind.value, t.id) for t in targets]
-    rows = await conn.execute(
-        select(follow_count).where(
-            tuple_(follow_count.c.target_kind, follow_count.c.target_id).in_(keys),
-            follow_count.c.follower_count > 0,
-        )
-    )
+    rows = await followed_counts(conn, targets)
     return {Target(TargetKind(r.target_kind), r.target_id): r.follower_count for r in rows}
 
 

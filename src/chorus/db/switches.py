@@ -62,12 +62,10 @@ def _of(table: Any, target: Target) -> list[ColumnElement[bool]]:
     return [table.c.target_kind == target.kind.value, table.c.target_id == target.id]
 
 
-async def fan_outs(
-    conn: AsyncConnection, targets: Collection[Target], limits: FeedLimits
-) -> dict[Target, FanOut]:
-    """The fan-out of each target with followers; targets nobody follows are absent."""
+async def followed_counts(conn: AsyncConnection, targets: Collection[Target]) -> list[Any]:
+    """The ``follow_count`` rows of those ``targets`` that have followers."""
     if not targets:
-        return {}
+        return []
     keys = [(t.kind.value, t.id) for t in targets]
     rows = await conn.execute(
         select(follow_count).where(
@@ -75,6 +73,14 @@ async def fan_outs(
             follow_count.c.follower_count > 0,
         )
     )
+    return list(rows)
+
+
+async def fan_outs(
+    conn: AsyncConnection, targets: Collection[Target], limits: FeedLimits
+) -> dict[Target, FanOut]:
+    """The fan-out of each target with followers; targets nobody follows are absent."""
+    rows = await followed_counts(conn, targets)
     return {
         Target(TargetKind(r.target_kind), r.target_id): limits.fan_out(
             r.follower_count, FanOut(r.fan_out) if r.fan_out else None
