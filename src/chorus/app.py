@@ -55,7 +55,7 @@ from chorus.auth import TokenVerifier
 from chorus.drain import Drain
 from chorus.graphql.endpoint import ChorusGraphQL
 from chorus.graphql.execution.operation_metrics import OperationNames
-from chorus.graphql.guards.limits import RequestLimits
+from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.persisted import PersistedDocuments, load_manifest
 from chorus.graphql.http import ide
 from chorus.health import Check

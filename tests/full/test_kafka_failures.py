@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as redis
 
-from chorus.caches.store import SnapshotStore
+from chorus.caches.snapshot_writer import SnapshotStore
 from chorus.db import outbox
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore

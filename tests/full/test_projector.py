@@ -23,7 +23,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from chorus.caches.snapshot import Snapshot
-from chorus.caches.store import SnapshotStore
+from chorus.caches.snapshot_writer import SnapshotStore
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 
 from chorus.caches.reader import SnapshotCache
 from chorus.caches.snapshot import Snapshot
-from chorus.caches.store import SnapshotStore
+from chorus.caches.snapshot_writer import SnapshotStore
 from chorus.catalog.protocol import Media, MediaPage
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore

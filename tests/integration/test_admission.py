@@ -22,8 +22,8 @@ from chorus.domain.errors import (
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.resolvers.admission import admit
 from chorus.resolvers.context import RequestContext, Services
-from chorus.resolvers.errors import Unauthenticated
 from chorus.resolvers.ratelimit import RateLimiter
+from chorus.resolvers.request_errors import Unauthenticated
 from tests.integration.test_graphql_execute import CountingCatalog
 
 

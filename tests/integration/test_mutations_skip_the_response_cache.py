@@ -14,7 +14,7 @@ import pytest
 
 from chorus.auth import mint_token
 from chorus.graphql.schema.common import ids
-from chorus.resolvers import responses
+from chorus.resolvers import cached_answers
 from tests.integration.test_raced_reads import (
     SECRET,
     _public_playlist,
@@ -35,16 +35,16 @@ async def test_a_kept_mutation_skips_the_cache_and_a_query_does_not(
     migrated: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with running(settings_for(migrated, tmp_path)) as (client, s):
-        assert responses.enabled(s)
+        assert cached_answers.enabled(s)
         pid = ids.playlist_global_id(await _public_playlist(s))
         looked: list[str] = []
-        real_lookup = responses.lookup
+        real_lookup = cached_answers.lookup
 
         async def lookup(services: Any, asked: Any) -> Any:
             looked.append("lookup")
             return await real_lookup(services, asked)
 
-        monkeypatch.setattr(responses, "lookup", lookup)
+        monkeypatch.setattr(cached_answers, "lookup", lookup)
         headers = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
 
         async def add(n: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from chorus.domain.follows import (
     visible_since,
 )
 from chorus.graphql.schema.common import arguments, ids
-from chorus.resolvers.errors import BadUserInput
+from chorus.resolvers.request_errors import BadUserInput
 from chorus.settings import Settings
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)

@@ -18,7 +18,7 @@ from chorus.domain.playlist_search import (
     title_key,
 )
 from chorus.graphql.guards.cost import operation_cost
-from chorus.graphql.guards.limits import RequestLimits
+from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
 from chorus.resolvers.durations import Durations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from graphql import get_introspection_query, parse
 
-from chorus.graphql.guards.limits import selection_depth
+from chorus.graphql.guards.document_limits import selection_depth
 from chorus.graphql.schema.build import build_schema
 
 schema = build_schema()

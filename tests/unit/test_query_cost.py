@@ -7,7 +7,7 @@ from typing import Any
 from graphql import get_introspection_query, parse
 
 from chorus.graphql.guards.cost import operation_cost
-from chorus.graphql.guards.limits import (
+from chorus.graphql.guards.document_limits import (
     RequestLimits,
     alias_count,
     expanded_fields,

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 
 from chorus.caches.generation import Generation, Ticket
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
-from chorus.caches.store import SnapshotStore, StaleTicket
+from chorus.caches.snapshot_writer import SnapshotStore, StaleTicket
 from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_FILLS, SNAPSHOT_READS
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait

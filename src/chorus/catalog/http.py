@@ -1,7 +1,7 @@
 """A client for the catalog running as its own service (:mod:`chorus.catalog.service`).
 
 Every failure — connection refused, timeout, a status other than 2xx, a body
-that is not the JSON agreed in :mod:`chorus.catalog.wire` — becomes
+that is not the JSON agreed in :mod:`chorus.catalog.replies` — becomes
 :class:`~chorus.catalog.protocol.CatalogUnavailable` with a message of ours;
 the server's own error text is never passed on.
 """
@@ -17,7 +17,7 @@ import httpx
 
 from chorus.catalog.matching import check_page
 from chorus.catalog.protocol import CatalogUnavailable, Media, MediaPage
-from chorus.catalog.wire import media_from_wire, page_from_wire
+from chorus.catalog.replies import media_from_wire, page_from_wire
 from chorus.domain.limits import MAX_ID_LENGTH
 
 MAX_IDS_PER_REQUEST = 100

@@ -8,7 +8,7 @@
     0), ``limit`` 1–100 (default 50) → ``{"items": [...], "total": n, "offset": o}``.
 
 A bad parameter answers 400 ``{"error": "<what is wrong>"}``; a backing
-catalog that is itself unavailable answers 503. Shapes: :mod:`chorus.catalog.wire`.
+catalog that is itself unavailable answers 503. Shapes: :mod:`chorus.catalog.replies`.
 Run it with any ASGI server, e.g. ``uvicorn --factory`` on a function that
 returns ``create_catalog_app(EmbeddedCatalog(db))``; the caller owns (and
 closes) the catalog.
@@ -31,7 +31,7 @@ from chorus.catalog.protocol import (
     Catalog,
     CatalogUnavailable,
 )
-from chorus.catalog.wire import ErrorReply, MediaReply, SearchReply, media_to_wire
+from chorus.catalog.replies import ErrorReply, MediaReply, SearchReply, media_to_wire
 from chorus.domain.limits import MAX_ID_LENGTH
 
 MAX_IDS = 100

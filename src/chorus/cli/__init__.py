@@ -28,8 +28,8 @@ import sys
 from collections.abc import Sequence
 
 from chorus import __version__
-from chorus.cli import commands
-from chorus.cli.arguments import count, days, host, port, ttl, user
+from chorus.cli import subcommands
+from chorus.cli.argument_types import count, days, host, port, ttl, user
 
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
 
@@ -62,7 +62,7 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="full profile: also run the relay, fanout, cache projector and feed consumer "
         "in this process",
     )
-    serve.set_defaults(run=commands.serve)
+    serve.set_defaults(run=subcommands.serve)
 
     for name, text in (
         ("relay", "full profile: publish the outbox to Kafka"),
@@ -77,7 +77,7 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
             help="serve /healthz, /readyz and /metrics on this port (host: CHORUS_HOST)",
         )
         worker.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-        worker.set_defaults(run=commands.worker)
+        worker.set_defaults(run=subcommands.worker)
 
     catalog = subparsers.add_parser("catalog", help="the media catalog as a separate service")
     catalog_commands = catalog.add_subparsers(
@@ -89,7 +89,7 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     catalog_serve.add_argument("--host", type=host, default="127.0.0.1")
     catalog_serve.add_argument("--port", type=port, default=8001)
     catalog_serve.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    catalog_serve.set_defaults(run=commands.catalog_serve)
+    catalog_serve.set_defaults(run=subcommands.catalog_serve)
 
 
 def _add_tools(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,15 +103,17 @@ def _add_tools(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="SECONDS",
         help="how long the token is valid (1 s to 366 days; default 30 days)",
     )
-    token.set_defaults(run=commands.token)
+    token.set_defaults(run=subcommands.token)
 
     subparsers.add_parser("export-schema", help="print the GraphQL schema (SDL)").set_defaults(
-        run=commands.export_schema
+        run=subcommands.export_schema
     )
 
     db = subparsers.add_parser("db", help="database maintenance")
     db_commands = db.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
-    db_commands.add_parser("upgrade", help="apply migrations").set_defaults(run=commands.db_upgrade)
+    db_commands.add_parser("upgrade", help="apply migrations").set_defaults(
+        run=subcommands.db_upgrade
+    )
 
     compact = subparsers.add_parser(
         "compact", help="truncate old mutation-log versions and tombstones (retention)"
@@ -122,18 +124,18 @@ def _add_tools(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=days,
         help="keep versions newer than D days (default CHORUS_LOG_KEEP_DAYS)",
     )
-    compact.set_defaults(run=commands.compact)
+    compact.set_defaults(run=subcommands.compact)
 
     imports = subparsers.add_parser("import", help="import playlists")
     sources = imports.add_subparsers(dest="source", metavar="SOURCE", required=True)
     chinook = sources.add_parser("chinook", help="the Chinook sample playlists (shipped)")
     chinook.add_argument("--owner", type=user, required=True, help="who owns them")
-    chinook.set_defaults(run=commands.import_)
+    chinook.set_defaults(run=subcommands.import_)
     mpd = sources.add_parser("mpd", help="a Million Playlist Dataset slice (JSON)")
     mpd.add_argument("file", help="path of the slice, e.g. mpd.slice.0-999.json")
     mpd.add_argument("--owner", type=user, required=True, help="who owns them")
     mpd.add_argument("--limit", type=count, help="import at most this many playlists")
-    mpd.set_defaults(run=commands.import_)
+    mpd.set_defaults(run=subcommands.import_)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from chorus.caches.generation import Generation
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
-from chorus.caches.store import SnapshotStore
+from chorus.caches.snapshot_writer import SnapshotStore
 from chorus.db import listing, repository
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.model import Visibility

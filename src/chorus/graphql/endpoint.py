@@ -46,8 +46,8 @@ from chorus import auth
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
 from chorus.graphql.execution.operation_metrics import OperationNames, describe_operation
 from chorus.graphql.guards import nesting
+from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.documents import DocumentCache, parse_options
-from chorus.graphql.guards.limits import RequestLimits
 from chorus.graphql.guards.persisted import PersistedDocuments, PersistedQueryError, ViewerNeeded
 from chorus.graphql.http import ide, negotiation
 from chorus.graphql.http.answers import run_unraced, served
@@ -76,9 +76,9 @@ from chorus.jwks import JWKSVerifier
 from chorus.logs import current_request_id
 from chorus.metrics import RESPONSE_CACHE
 from chorus.middleware import error_response
-from chorus.resolvers import responses
+from chorus.resolvers import cached_answers
 from chorus.resolvers.context import RequestContext, RequestIdentity, Services
-from chorus.resolvers.errors import NO_TOKEN
+from chorus.resolvers.request_errors import NO_TOKEN
 from chorus.tracing import tracer
 
 _NO_VIEWER: ContextVar[str | None] = ContextVar("chorus_no_viewer", default=NO_TOKEN)
@@ -296,20 +296,20 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         # Learned names come from OperationMetrics, once an operation passed validation.
         label = self._operation_names.label(operation.operation_name)
         request.state.chorus_operation = operation.operation_name, identity
-        if identity is None or not responses.enabled(services) or self._mutates(operation):
+        if identity is None or not cached_answers.enabled(services) or self._mutates(operation):
             return await self._execute(request, services, operation, None, label)
-        asked = responses.AnswerRequest.of(
-            operation.document_sha256 or responses.document_hash(operation.document),
+        asked = cached_answers.AnswerRequest.of(
+            operation.document_sha256 or cached_answers.document_hash(operation.document),
             operation.operation_name,
             operation.variables,
             identity.user_id,
         )
-        cached = await responses.lookup(services, asked)
+        cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            async with responses.flight(services, asked) as leads:
+            async with cached_answers.flight(services, asked) as leads:
                 if leads:
                     return await self._execute(request, services, operation, asked, label)
-                cached = await responses.lookup(services, asked)
+                cached = await cached_answers.lookup(services, asked)
             if cached is None:
                 return await self._execute(request, services, operation, asked, label)
         return served(request, cached.body, cached.etag, label)
@@ -332,7 +332,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         request: Request,
         services: Services,
         operation: HttpOperation,
-        asked: responses.AnswerRequest | None,
+        asked: cached_answers.AnswerRequest | None,
         label: str,
     ) -> Response:
         """Execute through strawberry; tag a query answer (``ETag`` …) and keep it if it may."""
@@ -352,11 +352,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             self.introspections.keep(operation, body)
         kept = None
         if asked is not None and not getattr(request.state, "chorus_errors", True):
-            kept = await responses.remember(
+            kept = await cached_answers.remember(
                 services, asked, context, body, taken=taken, operation=label
             )
         RESPONSE_CACHE.labels(label, "miss" if kept is not None else "bypass").inc()
-        etag = kept.etag if kept is not None else responses.etag_of(body)
+        etag = kept.etag if kept is not None else cached_answers.etag_of(body)
         headers = query_headers(etag)
         if not_modified(request, etag):
             RESPONSE_CACHE.labels(label, "not_modified").inc()

@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from chorus.resolvers.errors import Unauthenticated, no_viewer
 from chorus.resolvers.read_source import ReadBudget, ReadSource
+from chorus.resolvers.request_errors import Unauthenticated, no_viewer
 from chorus.resolvers.services import Services
 
 

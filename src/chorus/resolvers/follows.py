@@ -21,8 +21,8 @@ from chorus.domain.errors import DomainError
 from chorus.domain.follows import FeedKey, Follow, Target, TargetKind
 from chorus.resolvers.admission import MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable, TooMuchHistory
 from chorus.resolvers.queries import charge_history
+from chorus.resolvers.request_errors import ServiceUnavailable, TooMuchHistory
 from chorus.subscriptions.feed import FeedEvent, feed_stream, feeds_of
 
 

@@ -15,7 +15,7 @@ from chorus.domain.errors import InvalidInput, MediaNotFound
 from chorus.domain.limits import Limits
 from chorus.domain.validation import check_id
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import CATALOG_UNAVAILABLE, ServiceUnavailable
+from chorus.resolvers.request_errors import CATALOG_UNAVAILABLE, ServiceUnavailable
 
 Field = Callable[[int], tuple[str, ...]]
 """The field of an add's ``j``-th media id, for its error."""

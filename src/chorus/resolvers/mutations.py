@@ -20,8 +20,8 @@ from chorus.domain.commands import (
 from chorus.domain.errors import DomainError, MediaNotFound
 from chorus.resolvers.admission import Admission, Answer, MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable
 from chorus.resolvers.media_check import Field, unknown_media
+from chorus.resolvers.request_errors import ServiceUnavailable
 
 CommandOutcome = MutationOutcome[Committed | None]
 """A playlist command's outcome: its commit (``None`` on an error)."""

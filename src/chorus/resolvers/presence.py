@@ -21,7 +21,7 @@ from chorus.domain.model import Playlist, Visibility, role_can_read
 from chorus.domain.presence import Listing, PresenceState, listing
 from chorus.resolvers.admission import MutationOutcome, admit
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import ServiceUnavailable
+from chorus.resolvers.request_errors import ServiceUnavailable
 from chorus.subscriptions.presence import Presence
 from chorus.subscriptions.presence_stream import PresenceItem, presence_stream
 

@@ -23,7 +23,7 @@ from chorus.domain.changes import entries_in
 from chorus.domain.model import Entry, Member, Playlist, Visibility, role_can_read
 from chorus.domain.ports import SortKey
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import (
+from chorus.resolvers.request_errors import (
     CATALOG_UNAVAILABLE,
     HISTORY_ENTRIES_PER_REQUEST,
     REWIND_ENTRIES_FREE,

@@ -45,7 +45,7 @@ class ReadBudget:
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
     payload_reads_refused: bool = False
     """A mutation whose payload's reads are over the viewer's query budget: ``playlist`` is
-    refused (:class:`~chorus.resolvers.errors.PayloadReadRefused`), the edit is not."""
+    refused (:class:`~chorus.resolvers.request_errors.PayloadReadRefused`), the edit is not."""
     cost_allowance: int | None = None
     """Cost points the request may spend beyond its requested cost, found only as it runs
     (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.guards.cost`);

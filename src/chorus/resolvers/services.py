@@ -40,7 +40,7 @@ class Services:
     snapshots: SnapshotCache | None = None
     """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
     responses: ResponseCache | None = None
-    """Whole answers by exact version (:mod:`chorus.resolvers.responses`); ``None``: off."""
+    """Whole answers by exact version (:mod:`chorus.resolvers.cached_answers`); ``None``: off."""
     heads: Heads | None = None
     """The head versions answers are checked against; set whenever ``responses`` is."""
     follows: FollowStore | None = None

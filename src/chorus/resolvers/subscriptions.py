@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator, Hashable
 
 from chorus.domain.errors import InvalidInput
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import BadUserInput, ServiceUnavailable
+from chorus.resolvers.request_errors import BadUserInput, ServiceUnavailable
 from chorus.subscriptions.delivery_groups import DirectSink
 from chorus.subscriptions.stream import StreamItem, playlist_stream
 

@@ -29,8 +29,8 @@ from graphql import (
 )
 from strawberry.extensions import SchemaExtension
 
+from chorus.caches.memo_keys import VersionedFieldsKey, versioned_fields_key
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.memo_keys import VersionedFieldsKey, versioned_fields_key
 
 VERSIONED_FIELDS = frozenset(
     {

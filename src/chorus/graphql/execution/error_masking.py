@@ -3,7 +3,7 @@
 * parse failures → ``GRAPHQL_PARSE_FAILED`` (token limit included);
 * validation failures → ``GRAPHQL_VALIDATION_FAILED`` (shape, depth, alias and cost
   limits included; the cost budget's refusal keeps its own ``RATE_LIMITED``);
-* :class:`~chorus.resolvers.errors.RequestError` → its own code and message;
+* :class:`~chorus.resolvers.request_errors.RequestError` → its own code and message;
 * no operation of the name asked (a WebSocket ``subscribe``; HTTP answers
   400 before execution) → ``BAD_REQUEST``;
 * :class:`~chorus.db.engine.DatabaseUnavailable` (the database is away) →
@@ -26,7 +26,7 @@ from strawberry.schema.exceptions import CannotGetOperationTypeError
 
 from chorus.db.engine import DatabaseUnavailable
 from chorus.domain.errors import DomainError
-from chorus.resolvers.errors import RequestError, ServiceUnavailable
+from chorus.resolvers.request_errors import RequestError, ServiceUnavailable
 
 log = logging.getLogger("chorus.graphql")
 

@@ -34,7 +34,7 @@ from strawberry.types.graphql import OperationType
 from chorus.logs import note_access
 from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import RequestError
+from chorus.resolvers.request_errors import RequestError
 
 MAX_OPERATION_NAMES = 200
 """Names learned from callers that get their own series, per process (configured ones aside)."""

@@ -81,8 +81,8 @@ from graphql import (
     is_composite_type,
 )
 
-from chorus.graphql.guards.limits import RequestLimits
-from chorus.resolvers.memo_keys import CostMemoKey, cost_memo_key, read_values_key
+from chorus.caches.memo_keys import CostMemoKey, cost_memo_key, read_values_key
+from chorus.graphql.guards.document_limits import RequestLimits
 
 PAGE_ARGUMENTS = ("first", "last")
 """The arguments that set a field's page size."""

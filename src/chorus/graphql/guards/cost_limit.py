@@ -18,7 +18,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from chorus.graphql.guards.cost import OperationCost, operation_cost
-from chorus.graphql.guards.limits import RequestLimits
+from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.resolvers.context import RequestContext
 
 

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from chorus.resolvers.responses import document_hash
+from chorus.resolvers.cached_answers import document_hash
 
 MAX_AUTOMATIC_DOCUMENTS = 10_000
 """Documents registered by clients (APQ) kept per process (least recently used forgotten)."""
@@ -60,7 +60,7 @@ class ViewerNeeded(Exception):
     """A document asked for by hash alone from a request without a valid token.
 
     Raised before any lookup; the caller answers it as the operation's own
-    refusal would be (:func:`chorus.resolvers.errors.no_viewer`).
+    refusal would be (:func:`chorus.resolvers.request_errors.no_viewer`).
     """
 
 

@@ -9,7 +9,8 @@ fragments are expanded. These bound the input of graphql-core's
 (quadratic: 600 ``user { id }`` side by side, within the 5,000-token limit,
 took 1.2 s to validate; 50 fragments each selecting ``playlists { … }``
 spread side by side about 1 s). Every count is linear in the document: a
-fragment's counts are computed once (:class:`~chorus.graphql.guards.limits.FragmentFolder`).
+fragment's counts are computed once
+(:class:`~chorus.graphql.guards.document_limits.FragmentFolder`).
 
 Input objects are bounded too: an object literal, or an object in the
 request's variables, with more than :data:`MAX_OBJECT_FIELDS` fields is
@@ -42,7 +43,7 @@ from strawberry.extensions import SchemaExtension
 if TYPE_CHECKING:
     from chorus.graphql.guards.documents import DocumentCache
 
-from chorus.graphql.guards.limits import (
+from chorus.graphql.guards.document_limits import (
     FragmentFolder,
     RequestLimits,
     expanded_fields,

@@ -30,7 +30,7 @@ from strawberry.extensions import SchemaExtension
 
 from chorus.graphql.guards.cost import root_fields
 from chorus.resolvers.context import RequestContext
-from chorus.resolvers.errors import RequestError
+from chorus.resolvers.request_errors import RequestError
 
 
 class ViewerBeforeValidation(SchemaExtension):

@@ -1,6 +1,6 @@
 """Sending an answer: a kept one (or ``304``), or one run again until it read no race.
 
-A kept answer is the response cache's (:mod:`chorus.resolvers.responses`) or
+A kept answer is the response cache's (:mod:`chorus.resolvers.cached_answers`) or
 an introspection answer (:mod:`chorus.graphql.http.introspection`).
 """
 
@@ -13,9 +13,9 @@ from starlette.responses import Response
 
 from chorus.graphql.http.caching import not_modified, query_headers
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
-from chorus.resolvers import responses
+from chorus.resolvers import cached_answers
+from chorus.resolvers.cached_answers import Ticket
 from chorus.resolvers.context import RequestContext, Services
-from chorus.resolvers.responses import Ticket
 
 RACED_READ_ATTEMPTS = 3
 """Runs of a query that read one playlist at two versions before its answer is sent as is.
@@ -48,7 +48,7 @@ async def run_unraced(
     Returns the last response, its request context (``None``: none was made)
     and the response cache's ticket taken just before that run.
     """
-    taken = responses.ticket(services)
+    taken = cached_answers.ticket(services)
     response = await run(request)
     context: RequestContext | None = getattr(request.state, "chorus_context", None)
     for _ in range(RACED_READ_ATTEMPTS - 1):
@@ -61,7 +61,7 @@ async def run_unraced(
         viewer, spent = context.identity.viewer_id, context.reads.budget.query_cost
         if budget is not None and viewer is not None and spent:
             budget.refund(viewer, spent)
-        taken = responses.ticket(services)
+        taken = cached_answers.ticket(services)
         response = await run(request)
         context = getattr(request.state, "chorus_context", None)
     return response, context, taken

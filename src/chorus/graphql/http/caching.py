@@ -3,7 +3,7 @@
 :class:`~chorus.graphql.endpoint.ChorusGraphQL` reads each HTTP request's
 operation here (:func:`read_operation`: POST JSON or GET query parameters,
 with persisted documents resolved) before strawberry does, so that a cached
-answer (:mod:`chorus.resolvers.responses`) is served without executing.
+answer (:mod:`chorus.resolvers.cached_answers`) is served without executing.
 
 Every query answer carries:
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from chorus.caches.memo_keys import IntrospectionKey, introspection_key
 from chorus.graphql.http.caching import HttpOperation
-from chorus.resolvers import responses
-from chorus.resolvers.memo_keys import IntrospectionKey, introspection_key
+from chorus.resolvers import cached_answers
 
 
 class IntrospectionAnswers:
@@ -46,7 +46,7 @@ class IntrospectionAnswers:
         key = self._key(operation)
         if key is None or len(body) > MAX_INTROSPECTION_BYTES or b"throttleStatus" in body:
             return
-        self._kept[key] = body, responses.etag_of(body)
+        self._kept[key] = body, cached_answers.etag_of(body)
         self._kept.move_to_end(key)
         while len(self._kept) > MAX_INTROSPECTIONS:
             self._kept.popitem(last=False)

@@ -14,7 +14,7 @@ from chorus.graphql.guards.nesting import encode_json
 from chorus.graphql.http import negotiation
 from chorus.graphql.http.caching import NO_STORE
 from chorus.middleware import error_response
-from chorus.resolvers.errors import no_viewer
+from chorus.resolvers.request_errors import no_viewer
 
 
 def parse_refusal(error: GraphQLError) -> Response:

@@ -21,18 +21,18 @@ from chorus.graphql.execution.delivery import DeliveryExecutor, PlainFieldsDeliv
 from chorus.graphql.execution.error_masking import ErrorPolicy
 from chorus.graphql.execution.operation_metrics import OperationMetrics, OperationNames
 from chorus.graphql.guards.cost_limit import QueryCostLimit
-from chorus.graphql.guards.documents import (
-    CachedParse,
-    CachedValidation,
-    DocumentCache,
-    ThreadedValidation,
-)
-from chorus.graphql.guards.limits import (
+from chorus.graphql.guards.document_limits import (
     SEVERAL_OPERATIONS,
     QueryAliasLimit,
     QueryDepthLimit,
     RequestLimits,
     RequireOperationName,
+)
+from chorus.graphql.guards.documents import (
+    CachedParse,
+    CachedValidation,
+    DocumentCache,
+    ThreadedValidation,
 )
 from chorus.graphql.guards.literals import BoundedIntLiterals
 from chorus.graphql.guards.shape import DocumentShapeLimit
@@ -136,7 +136,7 @@ def build_schema(
 
     Args:
         limits: the document's limits (tokens, shape, depth, aliases, cost);
-            unset: the defaults of :class:`~chorus.graphql.guards.limits.RequestLimits`.
+            unset: the defaults of :class:`~chorus.graphql.guards.document_limits.RequestLimits`.
         operation_names: the ``operation_name`` label of the metrics
             (:mod:`chorus.graphql.execution.operation_metrics`); unset: only learned names.
         documents: the parsed documents kept between requests

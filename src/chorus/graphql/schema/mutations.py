@@ -54,7 +54,7 @@ from chorus.graphql.schema.playlists.payloads import (
     removed_ids,
     skipped_ids,
 )
-from chorus.graphql.schema.presence.types import SetPresenceInput, SetPresencePayload
+from chorus.graphql.schema.presence.presence import SetPresenceInput, SetPresencePayload
 from chorus.resolvers import batch, follows, mutations, presence
 from chorus.resolvers.admission import MutationOutcome
 from chorus.resolvers.mutations import CommandOutcome as Outcome

@@ -14,7 +14,7 @@ from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.types import ChorusInfo
 from chorus.graphql.schema.follows.follows import FeedItem
 from chorus.graphql.schema.history.changes import PlaylistChanged
-from chorus.graphql.schema.presence.types import PresenceEvent, presence_event
+from chorus.graphql.schema.presence.presence import PresenceEvent, presence_event
 from chorus.resolvers import follows, presence, subscriptions
 from chorus.subscriptions.feed import FeedResync
 from chorus.subscriptions.stream import Resync

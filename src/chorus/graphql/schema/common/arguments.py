@@ -11,7 +11,7 @@ them here right *after* its resolver read that version.
 A refusal keeps the form the API gives it (docs/api.md):
 
 * a query argument: a top-level error with ``BAD_USER_INPUT``
-  (:class:`~chorus.resolvers.errors.BadUserInput`);
+  (:class:`~chorus.resolvers.request_errors.BadUserInput`);
 * an ID given to ``node`` or ``playlist`` that this server never made:
   ``null``, as for an object that is missing or not visible;
 * a mutation input (and ``playlistEvents``' ``playlistId``): the domain
@@ -44,7 +44,7 @@ from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist
 from chorus.domain.ports import SortKey
 from chorus.graphql.schema.common import ids
-from chorus.resolvers.errors import BadUserInput, HistoryCompacted
+from chorus.resolvers.request_errors import BadUserInput, HistoryCompacted
 from chorus.subscriptions.catchup import CatchUpPage
 
 NOT_A_CURSOR = "{} is not a cursor of this connection"

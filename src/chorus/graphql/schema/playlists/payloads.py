@@ -18,8 +18,8 @@ from chorus.graphql.schema.common.types import ChorusInfo, PlaylistEntry
 from chorus.graphql.schema.common.user_error import UserError, user_errors
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
-from chorus.resolvers.errors import PayloadReadRefused
 from chorus.resolvers.mutations import CommandOutcome
+from chorus.resolvers.request_errors import PayloadReadRefused
 
 
 @strawberry.interface(description="What every mutation returns.")

@@ -30,9 +30,9 @@ from chorus.graphql.schema.common.types import (
 )
 from chorus.graphql.schema.history.at_version import PlaylistAtVersion
 from chorus.graphql.schema.history.changes import PlaylistChangeBatch
-from chorus.graphql.schema.presence.types import PlaylistPresence
+from chorus.graphql.schema.presence.presence import PlaylistPresence
 from chorus.resolvers import playlist_lists, presence, queries
-from chorus.resolvers.errors import BadUserInput
+from chorus.resolvers.request_errors import BadUserInput
 
 
 def first_page_asked(info: ChorusInfo) -> int | None:

@@ -18,7 +18,7 @@ from chorus.domain.playlist_search import (
 )
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.arguments import NOT_A_CURSOR, page_size, search_query
-from chorus.resolvers.errors import BadUserInput
+from chorus.resolvers.request_errors import BadUserInput
 
 
 def playlists_request(
