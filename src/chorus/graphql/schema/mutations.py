@@ -1,7 +1,7 @@
 """The Mutation root: each field maps its input to one domain command.
 
-Inputs are in :mod:`chorus.graphql.schema.playlists.inputs`, payloads in
-:mod:`chorus.graphql.schema.playlists.payloads`; IDs and nulls of an input are checked in
+Inputs and payloads are in their feature's package (``playlists/``, ``members/``,
+``library/``, ``follows/``, ``presence/``); IDs and nulls of an input are checked in
 :mod:`chorus.graphql.schema.common.arguments`; the command runs in
 :mod:`chorus.resolvers.mutations`.
 """
@@ -17,8 +17,21 @@ from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
 from chorus.domain.follows import Target, TargetKind
 from chorus.graphql.schema.common import arguments
+from chorus.graphql.schema.common.payloads import common_fields
 from chorus.graphql.schema.common.types import ChorusInfo
 from chorus.graphql.schema.follows.follows import FollowInput, FollowPayload, UnfollowInput
+from chorus.graphql.schema.library.liked_songs import (
+    LikeMediaInput,
+    LikeMediaPayload,
+    UnlikeMediaInput,
+    UnlikeMediaPayload,
+)
+from chorus.graphql.schema.members.members import (
+    RemoveMemberInput,
+    RemoveMemberPayload,
+    SetMemberRoleInput,
+    SetMemberRolePayload,
+)
 from chorus.graphql.schema.playlists.batch import (
     ApplyOperationsInput,
     ApplyOperationsPayload,
@@ -28,28 +41,19 @@ from chorus.graphql.schema.playlists.inputs import (
     AddEntriesInput,
     CreatePlaylistInput,
     DeletePlaylistInput,
-    LikeMediaInput,
     MoveEntriesInput,
     RemoveEntriesInput,
-    RemoveMemberInput,
     RevertPlaylistInput,
-    SetMemberRoleInput,
-    UnlikeMediaInput,
     UpdatePlaylistInput,
 )
 from chorus.graphql.schema.playlists.payloads import (
     AddEntriesPayload,
     CreatePlaylistPayload,
     DeletePlaylistPayload,
-    LikeMediaPayload,
     MoveEntriesPayload,
     RemoveEntriesPayload,
-    RemoveMemberPayload,
     RevertPlaylistPayload,
-    SetMemberRolePayload,
-    UnlikeMediaPayload,
     UpdatePlaylistPayload,
-    common_fields,
     placed_entries,
     removed_ids,
     skipped_ids,

@@ -1,4 +1,4 @@
-"""The leaf object types of the schema: users, media, entries, members, and the enums.
+"""The leaf object types of the schema: users, media, entries, and the enums.
 
 None of them reads anything but the request's DataLoaders; the types that
 page (``Playlist``, ``Viewer``) are in :mod:`chorus.graphql.schema.playlists.playlist` and
@@ -18,7 +18,7 @@ from strawberry.types.lazy_type import LazyType
 from chorus.catalog.protocol import Media as MediaRecord
 from chorus.domain import positions
 from chorus.domain.follows import Target, TargetKind
-from chorus.domain.model import Entry, Member
+from chorus.domain.model import Entry
 from chorus.domain.model import Role as RoleEnum
 from chorus.domain.model import Visibility as VisibilityEnum
 from chorus.graphql.schema.common import ids
@@ -175,13 +175,3 @@ class PlaylistEntry(Node):
     async def _load_media(self, info: ChorusInfo) -> Media | None:
         record = await info.context.reads.loaders.media.load(self.media_id)
         return Media.from_record(record) if record else None
-
-
-@strawberry.type
-class PlaylistMember:
-    user: User
-    role: Role  # type: ignore[valid-type]
-
-    @classmethod
-    def from_record(cls, m: Member) -> PlaylistMember:
-        return cls(user=User(id=strawberry.ID(m.user_id)), role=m.role)

@@ -25,9 +25,10 @@ from chorus.domain.errors import (
 )
 from chorus.domain.limits import Limits
 from chorus.graphql.schema.common import arguments, ids
+from chorus.graphql.schema.common.payloads import outcome_fields
 from chorus.graphql.schema.common.types import ChorusInfo, PlaylistEntry, Visibility
 from chorus.graphql.schema.common.user_error import UserError, user_errors
-from chorus.graphql.schema.playlists.payloads import outcome_fields, placed_entries, skipped_ids
+from chorus.graphql.schema.playlists.payloads import placed_entries, skipped_ids
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
 from chorus.resolvers.batch import BatchOutcome

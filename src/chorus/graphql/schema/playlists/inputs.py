@@ -1,4 +1,4 @@
-"""Mutation inputs. Every playlist input has ``playlistId``, ``operationId``,
+"""The inputs of the edits of a playlist. Each has ``playlistId``, ``operationId``,
 ``baseVersion`` and ``strict`` (DESIGN §5)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import strawberry
 
 from chorus.domain.model import Visibility as VisibilityEnum
-from chorus.graphql.schema.common.types import Role, Visibility
+from chorus.graphql.schema.common.types import Visibility
 
 
 @strawberry.input
@@ -69,25 +69,6 @@ class UpdatePlaylistInput:
     strict: bool = False
 
 
-@strawberry.input(description="Grant EDITOR or VIEWER to any user id (owner only).")
-class SetMemberRoleInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    user_id: strawberry.ID
-    role: Role  # type: ignore[valid-type]
-    strict: bool = False
-
-
-@strawberry.input(description="The owner removes a member; a member may remove themselves.")
-class RemoveMemberInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
-    user_id: strawberry.ID
-    strict: bool = False
-
-
 @strawberry.input(
     description="Commit a new version whose entries, title and description "
     "equal those of toVersion. Members and visibility are not reverted."
@@ -106,21 +87,3 @@ class DeletePlaylistInput:
     operation_id: strawberry.ID
     base_version: int
     strict: bool = False
-
-
-@strawberry.input(
-    description="Like a media: it goes to the top of the viewer's Liked Songs. Liking a "
-    "media already there commits a version that changes nothing."
-)
-class LikeMediaInput:
-    operation_id: strawberry.ID
-    media_id: str
-
-
-@strawberry.input(
-    description="Take a media out of the viewer's Liked Songs; a version that changes "
-    "nothing when it is not there."
-)
-class UnlikeMediaInput:
-    operation_id: strawberry.ID
-    media_id: str

@@ -14,22 +14,21 @@ from strawberry.types.nodes import SelectedField, Selection
 
 from chorus.domain.follows import Target, TargetKind
 from chorus.domain.limits import DEFAULT_LIMITS
-from chorus.domain.model import Member
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.domain.version_history import CHECKPOINT_EVERY
 from chorus.graphql.schema.common import arguments, ids
-from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection, connection
+from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection
 from chorus.graphql.schema.common.entries import entry_connection
 from chorus.graphql.schema.common.types import (
     ChorusInfo,
     Node,
-    PlaylistMember,
     Role,
     User,
     Visibility,
 )
 from chorus.graphql.schema.history.at_version import PlaylistAtVersion
 from chorus.graphql.schema.history.changes import PlaylistChangeBatch
+from chorus.graphql.schema.members.members import PlaylistMember, members_connection
 from chorus.graphql.schema.presence.presence import PlaylistPresence
 from chorus.resolvers import playlist_lists, presence, queries
 from chorus.resolvers.request_errors import BadUserInput
@@ -64,10 +63,6 @@ def first_page_asked(info: ChorusInfo) -> int | None:
     except BadUserInput:
         return None
     return size
-
-
-def _member_cursor(m: Member) -> str:
-    return ids.member_cursor(m.user_id)
 
 
 @strawberry.type(description="An ordered list of media that several people edit at once.")
@@ -176,10 +171,7 @@ class Playlist(Node):
     async def members(
         self, info: ChorusInfo, first: int | None = None, after: str | None = None
     ) -> Connection[PlaylistMember]:
-        after_user = arguments.member_position(after)
-        size, _ = arguments.page_size(info.context.services.limits, first)
-        page = await queries.members_page(info.context, self.record, size=size, after=after_user)
-        return connection(page, PlaylistMember.from_record, _member_cursor)
+        return await members_connection(info, self.record, first, after)
 
     @strawberry.field(
         description="Sync: what happened after sinceVersion, oldest first (at most `first` "
