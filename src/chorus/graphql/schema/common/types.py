@@ -19,6 +19,7 @@ from chorus.catalog.protocol import Media as MediaRecord
 from chorus.domain import positions
 from chorus.domain.follows import Target, TargetKind
 from chorus.domain.model import Entry
+from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.domain.model import Role as RoleEnum
 from chorus.domain.model import Visibility as VisibilityEnum
 from chorus.graphql.schema.common import ids
@@ -45,6 +46,24 @@ if TYPE_CHECKING:
     from chorus.graphql.schema.search.playlist_connection import PlaylistConnection, PlaylistOrder
 
 ChorusInfo = Info[RequestContext, None]
+
+
+def header_fields(p: PlaylistRecord) -> dict[str, Any]:
+    """The header of ``p`` as keyword arguments of ``Playlist`` and ``PlaylistAtVersion``.
+
+    ``version``, ``title``, ``description``, ``visibility``, ``collaborative``,
+    ``entry_count``, ``created_at`` and ``updated_at``, as the record has them.
+    """
+    return {
+        "version": p.version,
+        "title": p.title,
+        "description": p.description,
+        "visibility": p.visibility,
+        "collaborative": p.collaborative,
+        "entry_count": p.entry_count,
+        "created_at": p.created_at,
+        "updated_at": p.updated_at,
+    }
 
 
 @strawberry.interface(description="An object with a global ID (Relay object identification).")

@@ -17,7 +17,7 @@ from chorus.db.pages import EntriesPage
 from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.connections import PlaylistEntryConnection
 from chorus.graphql.schema.common.entries import entry_connection
-from chorus.graphql.schema.common.types import ChorusInfo, User, Visibility
+from chorus.graphql.schema.common.types import ChorusInfo, User, Visibility, header_fields
 from chorus.resolvers import queries
 
 
@@ -39,18 +39,7 @@ class PlaylistAtVersion:
 
     @classmethod
     def from_at(cls, at: AtVersion) -> PlaylistAtVersion:
-        p = at.rewound.playlist
-        return cls(
-            at=at,
-            version=p.version,
-            title=p.title,
-            description=p.description,
-            visibility=p.visibility,
-            collaborative=p.collaborative,
-            entry_count=p.entry_count,
-            created_at=p.created_at,
-            updated_at=p.updated_at,
-        )
+        return cls(at=at, **header_fields(at.rewound.playlist))
 
     @strawberry.field
     def owner(self) -> User:

@@ -25,6 +25,7 @@ from chorus.graphql.schema.common.types import (
     Role,
     User,
     Visibility,
+    header_fields,
 )
 from chorus.graphql.schema.history.at_version import PlaylistAtVersion
 from chorus.graphql.schema.history.changes import PlaylistChangeBatch
@@ -82,18 +83,7 @@ class Playlist(Node):
 
     @classmethod
     def from_record(cls, p: PlaylistRecord) -> Playlist:
-        return cls(
-            id=strawberry.ID(ids.playlist_global_id(p.id)),
-            record=p,
-            title=p.title,
-            description=p.description,
-            visibility=p.visibility,
-            collaborative=p.collaborative,
-            version=p.version,
-            entry_count=p.entry_count,
-            created_at=p.created_at,
-            updated_at=p.updated_at,
-        )
+        return cls(id=strawberry.ID(ids.playlist_global_id(p.id)), record=p, **header_fields(p))
 
     @strawberry.field
     def owner(self) -> User:
