@@ -10,6 +10,7 @@ their arguments (:mod:`chorus.graphql.schema.search.playlist_orders`), make one 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import strawberry
@@ -17,7 +18,13 @@ import strawberry
 from chorus.catalog.protocol import MAX_SEARCH_QUERY_LENGTH
 from chorus.db.pages import Page
 from chorus.domain.model import Playlist as PlaylistRecord
-from chorus.domain.playlist_search import Direction, OrderField, PlaylistKey, title_key
+from chorus.domain.playlist_search import (
+    Direction,
+    OrderField,
+    PlaylistKey,
+    PlaylistWindow,
+    title_key,
+)
 from chorus.domain.playlist_search import PlaylistOrder as Order
 from chorus.graphql.schema.common import ids
 from chorus.graphql.schema.common.connections import Connection, edges_and_page_info
@@ -87,6 +94,26 @@ def playlist_connection(page: Page[PlaylistRecord], order: Order) -> PlaylistCon
     return PlaylistConnection(edges=edges, page_info=info, total_count=page.total)
 
 
+_Read = Callable[[PlaylistWindow], Awaitable[Page[PlaylistRecord]]]
+"""One read of a list of playlists: the page of a checked window."""
+
+
+async def _paged(
+    info: ChorusInfo,
+    order: Order,
+    first: int | None,
+    after: str | None,
+    last: int | None,
+    before: str | None,
+    read: _Read,
+) -> PlaylistConnection:
+    """Check the Relay arguments in ``order``, ``read`` that window and render the page."""
+    window = playlist_arguments.playlists_request(
+        info.context.services.limits, order, first, after, last, before
+    )
+    return playlist_connection(await read(window), order)
+
+
 async def viewer_playlists(
     info: ChorusInfo,
     first: int | None,
@@ -96,11 +123,11 @@ async def viewer_playlists(
     order_by: PlaylistOrder | None,
 ) -> PlaylistConnection:
     """``Viewer.playlists``: see its description."""
-    window = playlist_arguments.playlists_request(
-        info.context.services.limits, _order(order_by), first, after, last, before
-    )
-    page = await playlist_lists.viewer_playlists(info.context, window)
-    return playlist_connection(page, window.order)
+
+    async def read(window: PlaylistWindow) -> Page[PlaylistRecord]:
+        return await playlist_lists.viewer_playlists(info.context, window)
+
+    return await _paged(info, _order(order_by), first, after, last, before, read)
 
 
 async def user_playlists(
@@ -113,11 +140,11 @@ async def user_playlists(
     order_by: PlaylistOrder | None,
 ) -> PlaylistConnection:
     """``User.playlists``: see its description."""
-    window = playlist_arguments.playlists_request(
-        info.context.services.limits, _order(order_by), first, after, last, before
-    )
-    page = await playlist_lists.user_playlists(info.context, owner_id, window)
-    return playlist_connection(page, window.order)
+
+    async def read(window: PlaylistWindow) -> Page[PlaylistRecord]:
+        return await playlist_lists.user_playlists(info.context, owner_id, window)
+
+    return await _paged(info, _order(order_by), first, after, last, before, read)
 
 
 SEARCH_DESCRIPTION = (
@@ -138,11 +165,12 @@ async def search_playlists(
     before: str | None,
 ) -> PlaylistConnection:
     """``Query.searchPlaylists``: see :data:`SEARCH_DESCRIPTION`."""
+
+    async def read(window: PlaylistWindow) -> Page[PlaylistRecord]:
+        # In this order: a bad cursor or size, then a missing token, then a bad query.
+        info.context.viewer()
+        key = playlist_arguments.title_query(query)
+        return await playlist_lists.search_playlists(info.context, key, window)
+
     order = playlist_arguments.playlist_order(OrderField.TITLE, Direction.ASC)
-    window = playlist_arguments.playlists_request(
-        info.context.services.limits, order, first, after, last, before
-    )
-    info.context.viewer()
-    key = playlist_arguments.title_query(query)
-    page = await playlist_lists.search_playlists(info.context, key, window)
-    return playlist_connection(page, order)
+    return await _paged(info, order, first, after, last, before, read)
