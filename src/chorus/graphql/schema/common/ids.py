@@ -174,6 +174,33 @@ def decode_cursor(prefix: str, value: str, max_length: int = MAX_ENCODED_LENGTH)
     return rest
 
 
+def _when(text: str, *, aware: bool = False) -> datetime:
+    """A cursor's time, as ``datetime.isoformat`` wrote it; ``aware``: with its offset.
+
+    Raises:
+        MalformedId: not such a time.
+    """
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise MalformedId("malformed cursor") from None
+    if aware and when.tzinfo is None:
+        raise MalformedId("malformed cursor")
+    return when
+
+
+def _small_int(text: str) -> int:
+    """A cursor's position or version: only what ``str(int)`` writes, up to 9 ASCII digits
+    (``int()`` alone would also take ``" 5"``, ``"1_000"`` and other scripts' digits).
+
+    Raises:
+        MalformedId: not such a number.
+    """
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise MalformedId("malformed cursor")
+    return int(text)
+
+
 def member_cursor(user_id: str) -> str:
     """The cursor of a member of ``Playlist.members``."""
     return cursor(_MEMBER, user_id)
@@ -200,10 +227,7 @@ def decode_playlist_cursor(value: str) -> tuple[datetime, str]:
         MalformedId: not a playlist cursor.
     """
     created, _, playlist_id_ = decode_cursor(_PLAYLIST, value).partition("|")
-    try:
-        return datetime.fromisoformat(created), playlist_id_
-    except ValueError:
-        raise MalformedId("malformed cursor") from None
+    return _when(created), playlist_id_
 
 
 def ordered_playlist_cursor(key: PlaylistKey) -> str:
@@ -248,13 +272,7 @@ def decode_ordered_playlist_cursor(value: str) -> PlaylistKey:
         ):
             raise MalformedId("malformed cursor")
         return PlaylistKey(order, at, playlist_id_)
-    try:
-        when = datetime.fromisoformat(at)
-    except ValueError:
-        raise MalformedId("malformed cursor") from None
-    if when.tzinfo is None:
-        raise MalformedId("malformed cursor")
-    return PlaylistKey(order, when, playlist_id_)
+    return PlaylistKey(order, _when(at, aware=True), playlist_id_)
 
 
 def search_cursor(position: int) -> str:
@@ -265,16 +283,12 @@ def search_cursor(position: int) -> str:
 def decode_search_cursor(value: str) -> int:
     """The 0-based position of a search cursor.
 
-    Only what :func:`search_cursor` hands out: up to 9 ASCII digits (``int()``
-    alone would also take ``" 5"``, ``"1_000"`` and other scripts' digits).
+    Only what :func:`search_cursor` hands out: up to 9 ASCII digits.
 
     Raises:
         MalformedId: not a search cursor.
     """
-    position = decode_cursor(_SEARCH, value)
-    if not (position.isascii() and position.isdigit() and len(position) <= 9):
-        raise MalformedId("malformed cursor")
-    return int(position)
+    return _small_int(decode_cursor(_SEARCH, value))
 
 
 def follow_cursor(created_at: datetime, kind: str, target_id: str) -> str:
@@ -292,10 +306,7 @@ def decode_follow_cursor(value: str) -> tuple[datetime, str, str]:
     kind, _, target_id = rest.partition("|")
     if not kind or not target_id:
         raise MalformedId("malformed cursor")
-    try:
-        return datetime.fromisoformat(created), kind, target_id
-    except ValueError:
-        raise MalformedId("malformed cursor") from None
+    return _when(created), kind, target_id
 
 
 def feed_cursor(happened_at: datetime, playlist_id_: str, version: int) -> str:
@@ -311,12 +322,6 @@ def decode_feed_cursor(value: str) -> tuple[datetime, str, int]:
     """
     happened, _, rest = decode_cursor(_FEED, value).partition("|")
     version, _, playlist_id_ = rest.partition("|")
-    if not (version.isascii() and version.isdigit() and len(version) <= 9) or not playlist_id_:
+    if not playlist_id_:
         raise MalformedId("malformed cursor")
-    try:
-        at = datetime.fromisoformat(happened)
-    except ValueError:
-        raise MalformedId("malformed cursor") from None
-    if at.tzinfo is None:
-        raise MalformedId("malformed cursor")
-    return at, playlist_id_, int(version)
+    return _when(happened, aware=True), playlist_id_, _small_int(version)
