@@ -63,31 +63,39 @@ class JSONRefused(json.JSONDecodeError):
         self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", 0, 1, 1
 
 
-class JSONTooDeep(JSONRefused):
+class _OverLimit(JSONRefused):
+    """A document past one of the bounds: ``limit`` is the bound, the messages name it."""
+
+    message = ""
+    """The error's message, ``{limit}`` standing for the bound."""
+    refusal = ""
+    """The :attr:`phrase`, ``{limit}`` standing for the bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(self.message.format(limit=limit))
+        self.limit = limit
+        self.phrase = self.refusal.format(limit=limit)
+
+
+class JSONTooDeep(_OverLimit):
     """A document nests deeper than allowed."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"JSON nested deeper than {limit} levels")
-        self.limit = limit
-        self.phrase = f"nests arrays and objects deeper than {limit}"
+    message = "JSON nested deeper than {limit} levels"
+    refusal = "nests arrays and objects deeper than {limit}"
 
 
-class JSONTooLarge(JSONRefused):
+class JSONTooLarge(_OverLimit):
     """A document holds more values (numbers, strings, arrays, objects …) than allowed."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"JSON of more than {limit} values")
-        self.limit = limit
-        self.phrase = f"holds more than {limit} JSON values"
+    message = "JSON of more than {limit} values"
+    refusal = "holds more than {limit} JSON values"
 
 
-class JSONNumberTooLong(JSONRefused):
+class JSONNumberTooLong(_OverLimit):
     """A document holds an integer of more digits than Python converts."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"a JSON number has more than {limit} digits")
-        self.limit = limit
-        self.phrase = f"has a number of more than {limit} digits"
+    message = "a JSON number has more than {limit} digits"
+    refusal = "has a number of more than {limit} digits"
 
 
 class JSONNotStandard(JSONRefused):
