@@ -9,7 +9,7 @@ Inputs and payloads are in their feature's package (``playlists/``, ``members/``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import strawberry
 
@@ -17,7 +17,7 @@ from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
 from chorus.domain.follows import Target, TargetKind
 from chorus.graphql.schema.common import arguments
-from chorus.graphql.schema.common.payloads import common_fields
+from chorus.graphql.schema.common.payloads import MutationPayload, common_fields
 from chorus.graphql.schema.common.types import ChorusInfo
 from chorus.graphql.schema.follows.follows import FollowInput, FollowPayload, UnfollowInput
 from chorus.graphql.schema.library.liked_songs import (
@@ -45,6 +45,7 @@ from chorus.graphql.schema.playlists.inputs import (
     RemoveEntriesInput,
     RevertPlaylistInput,
     UpdatePlaylistInput,
+    update_command,
 )
 from chorus.graphql.schema.playlists.payloads import (
     AddEntriesPayload,
@@ -76,10 +77,7 @@ class _PlaylistInput(Protocol):
 
 In = TypeVar("In", bound=_PlaylistInput)
 Command = TypeVar("Command", bound=cmd.PlaylistCommand)
-
-
-def _unset(value: Any) -> Any:
-    return cmd.UNSET if value is strawberry.UNSET else value
+Payload = TypeVar("Payload", bound=MutationPayload)
 
 
 # --- each input to its command: the playlist id decoded, the operation id as given ---------
@@ -104,17 +102,7 @@ def _remove_entries(i: RemoveEntriesInput, pid: str) -> cmd.RemoveEntries:
 
 
 def _update_playlist(i: UpdatePlaylistInput, pid: str) -> cmd.UpdatePlaylist:
-    arguments.not_null(i, "title", "visibility", "collaborative")
-    return cmd.UpdatePlaylist(
-        pid,
-        i.operation_id,
-        i.base_version,
-        _unset(i.title),
-        _unset(i.description),
-        _unset(i.visibility),
-        _unset(i.collaborative),
-        i.strict,
-    )
+    return update_command(i, pid, i.base_version, strict=i.strict)
 
 
 def _set_member_role(i: SetMemberRoleInput, pid: str) -> cmd.SetMemberRole:
@@ -146,6 +134,13 @@ async def _run(info: ChorusInfo, input: In, to_command: Callable[[In, str], Comm
     except DomainError as error:
         return MutationOutcome(None, error, input.operation_id)
     return await mutations.execute(info.context, command)
+
+
+async def _edit(
+    info: ChorusInfo, input: In, to_command: Callable[[In, str], Command], payload: type[Payload]
+) -> Payload:
+    """:func:`_run`, answered with a payload of the :class:`MutationPayload` fields alone."""
+    return payload(**common_fields(await _run(info, input, to_command)))
 
 
 @strawberry.type
@@ -194,36 +189,31 @@ class Mutation:
     async def update_playlist(
         self, info: ChorusInfo, input: UpdatePlaylistInput
     ) -> UpdatePlaylistPayload:
-        result = await _run(info, input, _update_playlist)
-        return UpdatePlaylistPayload(**common_fields(result))
+        return await _edit(info, input, _update_playlist, UpdatePlaylistPayload)
 
     @strawberry.mutation
     async def set_member_role(
         self, info: ChorusInfo, input: SetMemberRoleInput
     ) -> SetMemberRolePayload:
-        result = await _run(info, input, _set_member_role)
-        return SetMemberRolePayload(**common_fields(result))
+        return await _edit(info, input, _set_member_role, SetMemberRolePayload)
 
     @strawberry.mutation
     async def remove_member(
         self, info: ChorusInfo, input: RemoveMemberInput
     ) -> RemoveMemberPayload:
-        result = await _run(info, input, _remove_member)
-        return RemoveMemberPayload(**common_fields(result))
+        return await _edit(info, input, _remove_member, RemoveMemberPayload)
 
     @strawberry.mutation
     async def revert_playlist(
         self, info: ChorusInfo, input: RevertPlaylistInput
     ) -> RevertPlaylistPayload:
-        result = await _run(info, input, _revert_playlist)
-        return RevertPlaylistPayload(**common_fields(result))
+        return await _edit(info, input, _revert_playlist, RevertPlaylistPayload)
 
     @strawberry.mutation
     async def delete_playlist(
         self, info: ChorusInfo, input: DeletePlaylistInput
     ) -> DeletePlaylistPayload:
-        result = await _run(info, input, _delete_playlist)
-        return DeletePlaylistPayload(**common_fields(result))
+        return await _edit(info, input, _delete_playlist, DeletePlaylistPayload)
 
     @strawberry.mutation(
         description="Apply edits made offline against baseVersion, in order, each rebased "

@@ -352,12 +352,14 @@ def placement(after: str | None, before: str | None, playlist_id: str) -> Placem
     return Placement(after=anchor(after, "after"), before=anchor(before, "before"))
 
 
-def not_null(input: Any, *names: str) -> None:
+def not_null(input: Any, *names: str, at: tuple[str, ...] = ()) -> None:
     """Refuse an explicit ``null`` for optional input fields that cannot be cleared.
 
+    ``at``: where ``input`` stands in the mutation's input (a batch's operation).
+
     Raises:
-        InvalidInput: the first of ``names`` that is ``None`` (field ``<name>``).
+        InvalidInput: the first of ``names`` that is ``None`` (field ``<at>.<name>``).
     """
     for name in names:
         if getattr(input, name) is None:
-            raise InvalidInput(f"{name} cannot be null", field=(name,))
+            raise InvalidInput(f"{name} cannot be null", field=(*at, name))

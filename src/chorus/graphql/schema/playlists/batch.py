@@ -28,6 +28,7 @@ from chorus.graphql.schema.common import arguments, ids
 from chorus.graphql.schema.common.payloads import outcome_fields
 from chorus.graphql.schema.common.types import ChorusInfo, PlaylistEntry, Visibility
 from chorus.graphql.schema.common.user_error import UserError, user_errors
+from chorus.graphql.schema.playlists.inputs import update_command
 from chorus.graphql.schema.playlists.payloads import placed_entries, skipped_ids
 from chorus.graphql.schema.playlists.playlist import Playlist
 from chorus.resolvers import queries
@@ -230,7 +231,8 @@ class _Builder:
                 at = ("operations", str(index), "removeEntries")
                 command = cmd.RemoveEntries(pid, opid, base, self.entry_ids(value.entry_ids, at))
             case UpdatePlaylistOperation():
-                command = _update(value, pid, base, ("operations", str(index), "updatePlaylist"))
+                at = ("operations", str(index), "updatePlaylist")
+                command = update_command(value, pid, base, at)
         return domain.Operation(command, temporaries=frozenset(self.temporaries))
 
     def _declare(self, client_ids: tuple[str, ...], at: tuple[str, ...]) -> None:
@@ -244,27 +246,6 @@ class _Builder:
             )
         # After the placement: an add cannot anchor on its own new entries.
         self.declared.update(client_ids)
-
-
-def _update(
-    value: UpdatePlaylistOperation, pid: str, base: int, at: tuple[str, ...]
-) -> cmd.UpdatePlaylist:
-    for name in ("title", "visibility", "collaborative"):
-        if getattr(value, name) is None:
-            raise InvalidInput(f"{name} cannot be null", field=(*at, name))
-
-    def unset(v: Any) -> Any:
-        return cmd.UNSET if v is strawberry.UNSET else v
-
-    return cmd.UpdatePlaylist(
-        pid,
-        str(value.operation_id),
-        base,
-        unset(value.title),
-        unset(value.description),
-        unset(value.visibility),
-        unset(value.collaborative),
-    )
 
 
 def build_batch(input: ApplyOperationsInput, limits: Limits) -> domain.Batch:

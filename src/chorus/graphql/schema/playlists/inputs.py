@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import strawberry
 
+from chorus.domain import commands as cmd
 from chorus.domain.model import Visibility as VisibilityEnum
+from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.types import Visibility
 
 
@@ -87,3 +91,34 @@ class DeletePlaylistInput:
     operation_id: strawberry.ID
     base_version: int
     strict: bool = False
+
+
+def update_command(
+    i: Any, playlist_id: str, base_version: int, at: tuple[str, ...] = (), strict: bool = False
+) -> cmd.UpdatePlaylist:
+    """The command of an ``updatePlaylist`` (its input, or the same edit in a batch).
+
+    Args:
+        i: an :class:`UpdatePlaylistInput` or a batch's ``UpdatePlaylistOperation``:
+            ``operationId``, ``title``, ``description``, ``visibility``, ``collaborative``.
+        at: where ``i`` stands in the input, for an error's field.
+
+    Raises:
+        InvalidInput: ``title``, ``visibility`` or ``collaborative`` given as null
+            (field ``<at>.<name>``).
+    """
+    arguments.not_null(i, "title", "visibility", "collaborative", at=at)
+    return cmd.UpdatePlaylist(
+        playlist_id,
+        str(i.operation_id),
+        base_version,
+        _unset(i.title),
+        _unset(i.description),
+        _unset(i.visibility),
+        _unset(i.collaborative),
+        strict,
+    )
+
+
+def _unset(value: Any) -> Any:
+    return cmd.UNSET if value is strawberry.UNSET else value
