@@ -49,7 +49,7 @@ from chorus.db.store import PlaylistStore
 from chorus.jwks import JWKSKeys, JWKSVerifier
 from chorus.resolvers.context import Services
 from chorus.resolvers.durations import Durations
-from chorus.resolvers.ratelimit import RateLimiter
+from chorus.resolvers.ratelimit import RateLimiter, Unlimited
 from chorus.settings import Settings
 from chorus.subscriptions.hub import Hub
 
@@ -218,10 +218,10 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
         settings.require_full_profile("--with-workers")
     db = database(settings)
     media = catalog(settings, db)
-    limiter = (
-        RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
-    )
-    budget = RateLimiter(settings.query_cost_per_minute) if settings.query_cost_per_minute else None
+    # A limit that is off (unset or 0) is an Unlimited limiter, not a missing one.
+    per_minute, cost_per_minute = settings.rate_limit_per_minute, settings.query_cost_per_minute
+    limiter = RateLimiter(per_minute) if per_minute else Unlimited()
+    budget = RateLimiter(cost_per_minute) if cost_per_minute else Unlimited()
     checks = [health.database_check(db)]
     try:
         async with contextlib.AsyncExitStack() as stack:

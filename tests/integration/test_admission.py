@@ -34,7 +34,7 @@ def _context(database: Database, store: PlaylistStore, per_minute: int) -> Reque
 
 
 def _tokens(ctx: RequestContext) -> float:
-    assert ctx.services.rate_limiter is not None
+    assert ctx.services.rate_limiter.limited
     return ctx.services.rate_limiter.available("alice")
 
 

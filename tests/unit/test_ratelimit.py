@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from chorus.resolvers.ratelimit import RateLimiter
+import math
+
+from chorus.resolvers.ratelimit import RateLimiter, Unlimited
 
 
 def test_a_burst_up_to_the_rate_then_refusals_then_refill() -> None:
@@ -61,3 +63,12 @@ def test_the_retry_hint_is_when_the_bucket_holds_the_cost_again() -> None:
     assert limiter.retry_after_ms("alice", 3) == 30_000
     assert limiter.retry_after_ms("alice", 60) == 60_000
     assert limiter.retry_after_ms("bob") == 1  # a full bucket: at once
+
+
+def test_a_limit_that_is_off_allows_everything_and_keeps_nothing() -> None:
+    off = Unlimited()
+    assert not off.limited
+    assert RateLimiter(3).limited
+    assert all(off.allow("alice", 1_000) for _ in range(100))
+    off.refund("alice", 5)
+    assert off.available("alice") == math.inf

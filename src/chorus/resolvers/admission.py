@@ -64,7 +64,8 @@ class Admission:
         actor: the viewer.
         answer: the mutation's answer given at the door (a refusal, or a
             stored commit replayed); ``None``: run it.
-        charged: the tokens taken (0 when no limit is set or none was taken).
+        charged: the tokens taken (0 when none was taken; an unlimited
+            limiter takes them and gives nothing back).
         committed: operations of a batch found committed before it ran (not charged).
     """
 
@@ -76,10 +77,9 @@ class Admission:
 
     def refund(self, tokens: int | None = None) -> None:
         """Give back ``tokens`` of those taken (all of them when ``None``)."""
-        limiter = self.ctx.services.rate_limiter
         give = self.charged if tokens is None else min(tokens, self.charged)
-        if limiter is not None and give > 0:
-            limiter.refund(self.actor, give)
+        if give > 0:
+            self.ctx.services.rate_limiter.refund(self.actor, give)
             self.charged -= give
 
     def settle(self, answers: Sequence[Answer], *, reused_is_free: bool = True) -> None:
@@ -134,12 +134,12 @@ async def admit(
     actor = ctx.viewer()
     limiter = ctx.services.rate_limiter
     cost = len(commands) if batch else 1
-    allowed = limiter is None or limiter.allow(actor, cost)
-    admission = Admission(ctx, actor, charged=cost if limiter is not None and allowed else 0)
+    allowed = limiter.allow(actor, cost)
+    admission = Admission(ctx, actor, charged=cost if allowed else 0)
     malformed = [_malformed(ctx, c) for c in commands]
     if not batch and commands and malformed[0] is not None:
         admission.answer = malformed[0]
-    elif limiter is None or allowed:
+    elif allowed:
         pass
     elif not commands:
         # A follow or setPresence has no operation id: there is nothing to replay.

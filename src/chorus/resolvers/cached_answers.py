@@ -79,7 +79,7 @@ def enabled(services: Services) -> bool:
     return (
         services.responses is not None
         and services.heads is not None
-        and services.query_budget is None
+        and not services.query_budget.limited
     )
 
 

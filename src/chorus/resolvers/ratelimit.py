@@ -27,6 +27,9 @@ class RateLimiter:
         max_users: buckets kept; the least recently used are dropped beyond it.
     """
 
+    limited = True
+    """False for :class:`Unlimited`, the limiter of a limit that is off."""
+
     def __init__(
         self,
         per_minute: int,
@@ -75,3 +78,25 @@ class RateLimiter:
         now = self._clock()
         tokens, seen = self._buckets.get(user_id, (float(self.per_minute), now))
         return min(float(self.per_minute), tokens + (now - seen) * self.per_minute / 60)
+
+
+class Unlimited(RateLimiter):
+    """The limiter of a limit that is off (its setting unset or 0, :mod:`chorus.bootstrap`).
+
+    It allows everything, keeps no bucket and gives back nothing; ``per_minute``
+    is 0, and :meth:`retry_after_ms` is never asked, since nothing is refused.
+    """
+
+    limited = False
+
+    def __init__(self) -> None:
+        super().__init__(0, max_users=0)
+
+    def allow(self, user_id: str, cost: float = 1) -> bool:
+        return True
+
+    def refund(self, user_id: str, cost: float = 1) -> None:
+        return None
+
+    def available(self, user_id: str) -> float:
+        return math.inf

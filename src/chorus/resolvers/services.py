@@ -18,7 +18,7 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.follows import DEFAULT_FEED_LIMITS, FeedLimits
 from chorus.domain.limits import Limits
 from chorus.resolvers.durations import Durations
-from chorus.resolvers.ratelimit import RateLimiter
+from chorus.resolvers.ratelimit import RateLimiter, Unlimited
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.presence import Presence
 
@@ -32,21 +32,31 @@ class Services:
     catalog: Catalog
     limits: Limits
     hub: Hub | None = None
-    """Live event fanout of this process; ``None`` where subscriptions are off."""
-    rate_limiter: RateLimiter | None = None
-    """Mutations per user per minute; ``None``: unlimited."""
-    query_budget: RateLimiter | None = None
-    """Query cost points per user per minute (:mod:`chorus.graphql.guards.cost`); None: no limit."""
+    """Live event fanout of this process. The composition root always builds one;
+    ``None`` only in tests that build a process without live events (a
+    subscription there is ``SERVICE_UNAVAILABLE``)."""
+    rate_limiter: RateLimiter = field(default_factory=Unlimited)
+    """Mutations per user per minute; :class:`Unlimited` when off."""
+    query_budget: RateLimiter = field(default_factory=Unlimited)
+    """Query cost points per user per minute (:mod:`chorus.graphql.guards.cost`);
+    :class:`Unlimited` when off (the response cache serves only then)."""
     snapshots: SnapshotCache | None = None
-    """Redis snapshots of PUBLIC playlists (full profile); ``None``: every read is SQL."""
+    """Redis snapshots of PUBLIC playlists; ``None`` in the embedded profile, which has
+    no Redis. Read only through :func:`chorus.resolvers.snapshots.snapshot_reader`,
+    which turns ``None`` into ``NoSnapshots`` (every read is SQL)."""
     responses: ResponseCache | None = None
-    """Whole answers by exact version (:mod:`chorus.resolvers.cached_answers`); ``None``: off."""
+    """Whole answers by exact version; ``None`` when ``CHORUS_RESPONSE_CACHE`` is off.
+    Read only through :mod:`chorus.resolvers.cached_answers`."""
     heads: Heads | None = None
-    """The head versions answers are checked against; set whenever ``responses`` is."""
+    """The head versions answers are checked against; set whenever ``responses`` is
+    (and read, like it, only through :mod:`chorus.resolvers.cached_answers`)."""
     follows: FollowStore | None = None
-    """Follows and unfollows; ``None``: a process without the feed (some tests)."""
+    """Follows and unfollows. The composition root always builds one; ``None`` only in
+    tests that build a process without the feed (a follow there is ``SERVICE_UNAVAILABLE``)."""
     feed_limits: FeedLimits = DEFAULT_FEED_LIMITS
     durations: Durations = field(default_factory=Durations)
     """``Playlist.totalDurationMs`` by playlist version (:mod:`chorus.resolvers.playlist_lists`)."""
     presence: Presence | None = None
-    """Who has which playlist open (:mod:`chorus.subscriptions.presence`); ``None``: off."""
+    """Who has which playlist open (:mod:`chorus.subscriptions.presence`). Both profiles
+    build one; ``None`` only in tests that build a process without it (``setPresence``
+    there is ``SERVICE_UNAVAILABLE``; a subscription just declares no presence)."""

@@ -85,7 +85,7 @@ class QueryCostLimit(SchemaExtension):
         if not isinstance(request, RequestContext) or request.identity.viewer_id is None:
             return None
         budget, viewer = request.services.query_budget, request.identity.viewer_id
-        if budget is None:
+        if not budget.limited:
             return None
         allowed = found.introspection_only or budget.allow(viewer, cost)
         if self.execution_context.operation_type is OperationType.MUTATION:

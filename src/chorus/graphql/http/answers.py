@@ -59,7 +59,7 @@ async def run_unraced(
         # have no effects, so the query runs again, at no cost to the viewer.
         budget = services.query_budget
         viewer, spent = context.identity.viewer_id, context.reads.budget.query_cost
-        if budget is not None and viewer is not None and spent:
+        if viewer is not None and spent:
             budget.refund(viewer, spent)
         taken = cached_answers.ticket(services)
         response = await run(request)
