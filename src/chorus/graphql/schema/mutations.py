@@ -9,7 +9,7 @@ Inputs and payloads are in their feature's package (``playlists/``, ``members/``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import strawberry
 
@@ -17,6 +17,7 @@ from chorus.domain import commands as cmd
 from chorus.domain.errors import DomainError
 from chorus.domain.follows import Target, TargetKind
 from chorus.graphql.schema.common import arguments
+from chorus.graphql.schema.common.inputs import PlaylistEditInput
 from chorus.graphql.schema.common.payloads import MutationPayload, common_fields
 from chorus.graphql.schema.common.types import ChorusInfo
 from chorus.graphql.schema.follows.follows import FollowInput, FollowPayload, UnfollowInput
@@ -64,18 +65,7 @@ from chorus.resolvers import batch, follows, mutations, presence
 from chorus.resolvers.admission import MutationOutcome
 from chorus.resolvers.mutations import CommandOutcome as Outcome
 
-
-class _PlaylistInput(Protocol):
-    """An input of a command on a playlist."""
-
-    @property
-    def playlist_id(self) -> str: ...
-
-    @property
-    def operation_id(self) -> str: ...
-
-
-In = TypeVar("In", bound=_PlaylistInput)
+In = TypeVar("In", bound=PlaylistEditInput)
 Command = TypeVar("Command", bound=cmd.PlaylistCommand)
 Payload = TypeVar("Payload", bound=MutationPayload)
 

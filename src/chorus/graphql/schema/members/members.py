@@ -14,6 +14,7 @@ from chorus.domain.model import Member
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.graphql.schema.common import arguments, ids
 from chorus.graphql.schema.common.connections import Connection, connection
+from chorus.graphql.schema.common.inputs import PlaylistEditInput
 from chorus.graphql.schema.common.payloads import MutationPayload
 from chorus.graphql.schema.common.types import ChorusInfo, Role, User
 from chorus.resolvers import queries
@@ -48,20 +49,14 @@ async def members_connection(
 
 
 @strawberry.input(description="Grant EDITOR or VIEWER to any user id (owner only).")
-class SetMemberRoleInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class SetMemberRoleInput(PlaylistEditInput):
     user_id: strawberry.ID
     role: Role  # type: ignore[valid-type]
     strict: bool = False
 
 
 @strawberry.input(description="The owner removes a member; a member may remove themselves.")
-class RemoveMemberInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class RemoveMemberInput(PlaylistEditInput):
     user_id: strawberry.ID
     strict: bool = False
 

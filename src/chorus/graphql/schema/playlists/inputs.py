@@ -1,5 +1,10 @@
-"""The inputs of the edits of a playlist. Each has ``playlistId``, ``operationId``,
-``baseVersion`` and ``strict`` (DESIGN §5)."""
+"""The inputs of the edits of a playlist (DESIGN §5).
+
+Each edit's input is a :class:`PlaylistEditInput` (``playlistId``,
+``operationId``, ``baseVersion``) ending with ``strict``; ``createPlaylist``'s
+has no playlist yet. :func:`update_command` turns ``updatePlaylist``'s (alone or
+in a batch) into its command.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import strawberry
 from chorus.domain import commands as cmd
 from chorus.domain.model import Visibility as VisibilityEnum
 from chorus.graphql.schema.common import arguments
+from chorus.graphql.schema.common.inputs import PlaylistEditInput
 from chorus.graphql.schema.common.types import Visibility
 
 
@@ -26,10 +32,7 @@ class CreatePlaylistInput:
     description="Add media contiguously, in the order given, after or before an "
     "entry; neither appends."
 )
-class AddEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class AddEntriesInput(PlaylistEditInput):
     media_ids: list[str]
     after: strawberry.ID | None = None
     before: strawberry.ID | None = None
@@ -42,10 +45,7 @@ class AddEntriesInput:
     description="Move entries contiguously, in the order given, after or before "
     "an entry; neither moves them to the end."
 )
-class MoveEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class MoveEntriesInput(PlaylistEditInput):
     entry_ids: list[strawberry.ID]
     after: strawberry.ID | None = None
     before: strawberry.ID | None = None
@@ -53,19 +53,13 @@ class MoveEntriesInput:
 
 
 @strawberry.input
-class RemoveEntriesInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class RemoveEntriesInput(PlaylistEditInput):
     entry_ids: list[strawberry.ID]
     strict: bool = False
 
 
 @strawberry.input(description="Fields left out stay as they are; description null clears it.")
-class UpdatePlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class UpdatePlaylistInput(PlaylistEditInput):
     title: str | None = strawberry.UNSET
     description: str | None = strawberry.UNSET
     visibility: Visibility | None = strawberry.UNSET  # type: ignore[valid-type]
@@ -77,19 +71,13 @@ class UpdatePlaylistInput:
     description="Commit a new version whose entries, title and description "
     "equal those of toVersion. Members and visibility are not reverted."
 )
-class RevertPlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class RevertPlaylistInput(PlaylistEditInput):
     to_version: int
     strict: bool = False
 
 
 @strawberry.input
-class DeletePlaylistInput:
-    playlist_id: strawberry.ID
-    operation_id: strawberry.ID
-    base_version: int
+class DeletePlaylistInput(PlaylistEditInput):
     strict: bool = False
 
 
