@@ -201,6 +201,19 @@ def _small_int(text: str) -> int:
     return int(text)
 
 
+def _three_parts(prefix: str, value: str) -> tuple[str, str, str]:
+    """A keyset cursor's ``first|second|rest``; the last two not empty.
+
+    Raises:
+        MalformedId: not a cursor of ``prefix``, or one part short.
+    """
+    first, _, rest = decode_cursor(prefix, value).partition("|")
+    second, _, third = rest.partition("|")
+    if not second or not third:
+        raise MalformedId("malformed cursor")
+    return first, second, third
+
+
 def member_cursor(user_id: str) -> str:
     """The cursor of a member of ``Playlist.members``."""
     return cursor(_MEMBER, user_id)
@@ -302,10 +315,7 @@ def decode_follow_cursor(value: str) -> tuple[datetime, str, str]:
     Raises:
         MalformedId: not a follow cursor.
     """
-    created, _, rest = decode_cursor(_FOLLOW, value).partition("|")
-    kind, _, target_id = rest.partition("|")
-    if not kind or not target_id:
-        raise MalformedId("malformed cursor")
+    created, kind, target_id = _three_parts(_FOLLOW, value)
     return _when(created), kind, target_id
 
 
@@ -320,8 +330,5 @@ def decode_feed_cursor(value: str) -> tuple[datetime, str, int]:
     Raises:
         MalformedId: not a feed cursor.
     """
-    happened, _, rest = decode_cursor(_FEED, value).partition("|")
-    version, _, playlist_id_ = rest.partition("|")
-    if not playlist_id_:
-        raise MalformedId("malformed cursor")
+    happened, version, playlist_id_ = _three_parts(_FEED, value)
     return _when(happened, aware=True), playlist_id_, _small_int(version)
