@@ -34,10 +34,10 @@ def bomb(n: int, leaf: str = "__typename") -> str:
 
 
 def refused(api: Api, document: str, code: str, **variables: Any) -> str:
-    """The message of the single error of ``document``, asserting its code and no data."""
+    """The message of the single error of ``document``, asserting its code and no data entry."""
     body = api.gql(document, **variables)
     assert error_codes(body) == [code], body
-    assert body.get("data") is None, body
+    assert "data" not in body, body
     message: str = body["errors"][0]["message"]
     return message
 
@@ -85,8 +85,8 @@ def test_a_large_document_that_does_not_parse_is_answered_as_a_small_one(api: Ap
     assert small["errors"][0]["message"] == large["errors"][0]["message"]
     assert small["errors"][0]["locations"] == [{"line": 1, "column": 6}]
     assert large["errors"][0]["locations"] == [{"line": 2, "column": 6}]
-    assert small.get("data") is None
-    assert large == {"data": None, "errors": large["errors"]}
+    assert "data" not in small, small
+    assert large == {"errors": large["errors"]}
     over = api.gql("{" + " a" * 5_001 + " }")
     assert error_codes(over) == ["GRAPHQL_PARSE_FAILED"]
     assert "more than 5000 tokens" in over["errors"][0]["message"]
@@ -466,7 +466,7 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     assert "errors" not in budget.gql(PLAYLISTS_402, user="carol")
     body = budget.gql(PLAYLISTS_402, user="carol")
     assert error_codes(body) == ["RATE_LIMITED"], body
-    assert body.get("data") is None
+    assert "data" not in body, body  # refused as execution starts: nothing executed
     message = body["errors"][0]["message"]
     assert "costs 402" in message
     assert "1000 a minute" in message
@@ -514,7 +514,7 @@ def test_without_a_token_only_introspection_is_validated(api: Api) -> None:
         )
         assert response.status_code == 200, response.text
         body = response.json()
-        assert body.get("data") is None, body
+        assert "data" not in body, body
         assert error_codes(body) == ["UNAUTHENTICATED"], body
         assert "extensions" not in body  # no cost: nothing past the refusal ran
     assert api.server.log.read_text().splitlines()[before:] == []
@@ -550,7 +550,7 @@ def test_an_int_literal_too_long_to_convert_fails_validation(api: Api, document:
     before = len(api.server.log.read_text().splitlines())
     body = api.gql(document, user="alice")
     assert error_codes(body) == ["GRAPHQL_VALIDATION_FAILED"], str(body)[:500]
-    assert body.get("data") is None
+    assert "data" not in body, str(body)[:500]
     message = body["errors"][0]["message"]
     assert message.startswith("Int cannot represent non 32-bit signed integer value: "), message
     assert len(message) < 200  # the literal is abbreviated, not echoed

@@ -45,6 +45,7 @@ from strawberry.types.unset import UnsetType
 from chorus import auth
 from chorus.auth import Identity, InvalidToken, TokenVerifier, bearer_token
 from chorus.graphql.execution.operation_metrics import OperationNames, describe_operation
+from chorus.graphql.execution.result_shape import is_request_error
 from chorus.graphql.guards import nesting
 from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.documents import DocumentCache, parse_options
@@ -200,8 +201,15 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return data
 
     async def process_result(self, request: Request, result: ExecutionResult) -> Any:
+        """Strawberry's answer; a request error's has no ``data`` entry.
+
+        Which results are request errors: :mod:`chorus.graphql.execution.result_shape`.
+        """
         request.state.chorus_errors = bool(result.errors)
-        return await super().process_result(request, result)
+        answer = await super().process_result(request, result)
+        if is_request_error(result):
+            answer.pop("data", None)
+        return answer
 
     async def on_ws_connect(self, context: RequestContext) -> UnsetType | dict[str, object] | None:
         params = context.connection_params or {}

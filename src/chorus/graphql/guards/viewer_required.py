@@ -9,8 +9,9 @@ document near the 5,000-token limit (25 aliased ``atVersion { entries }``
 pages, each new) take 50–90 ms of the event loop, so a client without a
 token sending them one after another held ``/healthz`` with them.
 
-The answer is what the first field needing a viewer would have said:
-``data: null`` and one error with the resolvers' code and reason. The
+The answer is one error with the resolvers' code and reason, and no
+``data`` entry: a request error, raised before execution began
+(:mod:`chorus.graphql.execution.result_shape`). The
 document's own mistakes, if any, are not reported until a token comes with
 it; introspection alone is validated as before, so tools read the schema
 without one.

@@ -20,11 +20,11 @@ from chorus.resolvers.request_errors import no_viewer
 def parse_refusal(error: GraphQLError) -> Response:
     """The answer to a document that does not parse, as strawberry and ``ErrorPolicy`` give it.
 
-    HTTP 200, ``{"data": null, "errors": [...]}`` with ``GRAPHQL_PARSE_FAILED``,
-    never cached.
+    HTTP 200, ``{"errors": [...]}`` with ``GRAPHQL_PARSE_FAILED`` (a request
+    error: no ``data`` entry), never cached.
     """
     formatted = {**error.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
-    body = encode_json({"data": None, "errors": [formatted]})
+    body = encode_json({"errors": [formatted]})
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
 
@@ -32,13 +32,14 @@ def refusal_without_viewer(reason: str | None) -> Response:
     """The answer to a request needing a viewer that has none, outside execution.
 
     Byte for byte what :class:`ViewerBeforeValidation` makes strawberry answer:
-    HTTP 200, ``{"data": null, "errors": [{"message", "extensions": {"code"}}]}``
+    HTTP 200, ``{"errors": [{"message", "extensions": {"code"}}]}`` (a request
+    error: no ``data`` entry)
     (``UNAUTHENTICATED`` with the token's reason, ``SERVICE_UNAVAILABLE``
     when ``reason`` is an :class:`~chorus.auth.Unavailable`), never cached.
     """
     refused = no_viewer(reason, unavailable=isinstance(reason, Unavailable))
     error = {"message": refused.message, "extensions": {"code": refused.code}}
-    body = encode_json({"data": None, "errors": [error]})
+    body = encode_json({"errors": [error]})
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
 
