@@ -40,12 +40,32 @@ def answer(body: object, status: int = 200) -> Response:
     return Response(json.dumps(body), status_code=status, media_type=JSON)
 
 
-def test_a_request_error_is_400_without_data() -> None:
-    out = as_graphql_response(
-        answer({"data": None, "errors": [{"extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]})
-    )
+def test_a_request_error_is_400_and_sent_as_it_is() -> None:
+    body = {"errors": [{"extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}]}
+    out = as_graphql_response(answer(body))
     assert (out.status_code, out.media_type) == (400, GRAPHQL_RESPONSE)
-    assert "data" not in json.loads(bytes(out.body))
+    assert json.loads(bytes(out.body)) == body
+
+
+@pytest.mark.parametrize(
+    ("codes", "status"),
+    [
+        (["UNAUTHENTICATED"], 401),
+        (["RATE_LIMITED"], 429),
+        (["SERVICE_UNAVAILABLE"], 503),
+        (["INTERNAL_SERVER_ERROR"], 500),
+        (["BAD_REQUEST"], 400),
+        (["GRAPHQL_PARSE_FAILED"], 400),
+        (["UNAUTHENTICATED", "GRAPHQL_VALIDATION_FAILED"], 400),
+        (["RATE_LIMITED", "SERVICE_UNAVAILABLE"], 400),
+        ([None], 400),
+    ],
+)
+def test_an_answer_without_data_is_never_2xx(codes: list[str | None], status: int) -> None:
+    errors = [{"extensions": {"code": c}} if c else {"message": "m"} for c in codes]
+    out = as_graphql_response(answer({"errors": errors}))
+    assert out.status_code == status
+    assert ("www-authenticate" in out.headers) is (status == 401)
 
 
 def test_an_unauthenticated_answer_is_401() -> None:
@@ -64,6 +84,14 @@ def test_an_unauthenticated_answer_is_401() -> None:
         {"data": {"a": None}, "errors": [{"extensions": {"code": "NOT_FOUND"}}]},
         {"data": None, "errors": [{"extensions": {"code": "INTERNAL_SERVER_ERROR"}}]},
         {"data": None, "errors": [{"extensions": {"code": "UNAUTHENTICATED"}}, {}]},
+        # A field error raised while coercing an argument inside execution:
+        # executed, so 200 with its data, whatever its code says.
+        {
+            "data": None,
+            "errors": [
+                {"path": ["createPlaylist"], "extensions": {"code": "GRAPHQL_VALIDATION_FAILED"}}
+            ],
+        },
     ],
 )
 def test_executed_answers_stay_200(body: object) -> None:

@@ -7,13 +7,17 @@ defines two response media types:
   is HTTP 200, its errors in the body. Chorus answers it when the client asks
   for it, for ``*/*`` or ``application/*``, and when there is no ``Accept``.
 * ``application/graphql-response+json`` — answered when the client ranks it
-  at least as high as ``application/json``. A *request error* (the document
-  does not parse or validate, a variable does not coerce, the request is
-  malformed: codes :data:`REQUEST_ERRORS`) is then HTTP 400 with no ``data``
-  entry; an answer whose errors are all ``UNAUTHENTICATED`` and whose
-  ``data`` is null is HTTP 401 with ``WWW-Authenticate: Bearer`` (the
-  specification only recommends 2xx there; identity providers' clients
-  expect 401). Field errors beside data stay 200.
+  at least as high as ``application/json``. The status follows whether the
+  operation was executed, which the body already says: a *request error*
+  (:mod:`chorus.graphql.execution.result_shape`: the document does not parse
+  or validate, a variable does not coerce, no viewer before validation …)
+  has no ``data`` entry under either media type, and is answered 4xx/5xx
+  (:func:`request_error_status`: 400, or the one status its codes name). An
+  executed answer has ``data`` and is 200, even when a field error (one
+  raised while coercing an argument inside execution included) nulled it —
+  except one whose errors are all ``UNAUTHENTICATED`` and whose ``data`` is
+  null: HTTP 401 with ``WWW-Authenticate: Bearer`` (the specification only
+  recommends 2xx there; identity providers' clients expect 401).
 
 An ``Accept`` that names neither type nor a wildcard gets HTTP 406.
 """
@@ -27,8 +31,13 @@ from starlette.responses import Response
 JSON = "application/json"
 GRAPHQL_RESPONSE = "application/graphql-response+json"
 
-REQUEST_ERRORS = frozenset({"GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "BAD_REQUEST"})
-"""Error codes of a request that was not executed: HTTP 400 under :data:`GRAPHQL_RESPONSE`."""
+_REQUEST_ERROR_STATUSES: dict[object, int] = {
+    "UNAUTHENTICATED": 401,
+    "RATE_LIMITED": 429,
+    "INTERNAL_SERVER_ERROR": 500,
+    "SERVICE_UNAVAILABLE": 503,
+}
+"""Codes whose request errors, alone in an answer, have a status of their own (else 400)."""
 
 _MAX_ACCEPT = 1024
 """Characters of ``Accept`` read; a longer header is read as ``application/json``."""
@@ -65,8 +74,25 @@ def negotiate(accept: str | None) -> str | None:
     return JSON if json_q > 0 else None
 
 
+def request_error_status(codes: set[object]) -> int:
+    """The status of a request error (no ``data``) whose errors have ``codes``.
+
+    One code of :data:`_REQUEST_ERROR_STATUSES` for every error: its status
+    (401 ``UNAUTHENTICATED``, 429 ``RATE_LIMITED``, 500, 503); anything else,
+    parse, validation and variable errors among them: 400. The
+    GraphQL-over-HTTP specification requires 4xx or 5xx for an answer
+    without ``data``.
+    """
+    statuses = {_REQUEST_ERROR_STATUSES.get(code, 400) for code in codes}
+    return statuses.pop() if len(statuses) == 1 else 400
+
+
 def as_graphql_response(response: Response) -> Response:
-    """``response`` (a JSON GraphQL answer) as :data:`GRAPHQL_RESPONSE`, with the spec's status."""
+    """``response`` (a JSON GraphQL answer) as :data:`GRAPHQL_RESPONSE`, with the spec's status.
+
+    The body is sent as it is: a request error has no ``data`` entry under
+    :data:`JSON` already.
+    """
     if response.status_code == 304 or not response.body:
         return response
     body = bytes(response.body)
@@ -77,13 +103,15 @@ def as_graphql_response(response: Response) -> Response:
     if status == 200 and b'"errors"' in body:
         answer = json.loads(body)
         errors = answer.get("errors") if isinstance(answer, dict) else None
-        if isinstance(errors, list) and errors and answer.get("data") is None:
-            codes = {(e.get("extensions") or {}).get("code") for e in errors}
-            if codes <= REQUEST_ERRORS:
-                status = 400
-                answer.pop("data", None)
-                body = json.dumps(answer, separators=(",", ":")).encode()
-            elif codes == {"UNAUTHENTICATED"}:
+        if isinstance(errors, list) and errors:
+            codes = {
+                (e.get("extensions") or {}).get("code") if isinstance(e, dict) else None
+                for e in errors
+            }
+            if "data" not in answer:
+                status = request_error_status(codes)
+            elif answer["data"] is None and codes == {"UNAUTHENTICATED"}:
                 status = 401
+            if status == 401:
                 headers["WWW-Authenticate"] = "Bearer"
     return Response(body, status_code=status, headers=headers, media_type=GRAPHQL_RESPONSE)
