@@ -7,7 +7,10 @@ most :data:`MAX_OPERATION_ID` characters and a payload with a string query;
 a connection runs a bounded number of operations (``LIMIT_EXCEEDED``); a
 user over the per-process connection limit is closed with 1013; the socket
 closes with 4403 when the token it was opened with expires. A stream that
-fails after it started ends with the protocol's ``error`` message.
+fails after it started ends with the protocol's ``error`` message; an event
+whose field errors nulled its ``data`` is a ``next`` (``{"data": null,
+"errors": […]}``, each error with its ``path``) and the stream goes on, as
+is a query's or mutation's answer with field errors.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from strawberry.types.execution import ExecutionResult, PreExecutionError
 
 from chorus.auth import Identity, Unavailable
 from chorus.graphql.execution.delivery import CURRENT_SINK, EncodedData, next_frame
+from chorus.graphql.execution.result_shape import is_request_error
 from chorus.graphql.guards.documents import MAX_QUERY_CHARS
 from chorus.graphql.guards.nesting import JSONRefused
 from chorus.graphql.guards.persisted import PersistedDocuments, PersistedQueryError
@@ -233,11 +237,15 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             if (
                 isinstance(result, ExecutionResult)
                 and not isinstance(result, PreExecutionError)
-                and result.data is None
                 and result.errors
+                and is_request_error(result)
             ):
-                # The stream itself failed (NOT_FOUND, FORBIDDEN, …): the
-                # protocol's `error` message ends the operation.
+                # The stream itself failed (NOT_FOUND, FORBIDDEN, …: errors
+                # with no path): the protocol's `error` message ends the
+                # operation. An event whose field errors nulled its data
+                # (each error with its path) was executed: it goes as a
+                # `next` below, `{"data": null, "errors": …}`, and the
+                # stream goes on (GraphQL spec §6.2.3.2, ExecuteSubscriptionEvent).
                 await operation.send_initial_errors(result.errors)
                 return
             data = getattr(result, "data", None)
