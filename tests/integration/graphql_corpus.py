@@ -194,6 +194,15 @@ CORPUS: list[Case] = [
     ("alice", "query Bad($id: ID!) { playlist(id: $id) { nope } }", {"id": "$pid"}),
     ("alice", "query Missing($id: ID!) { playlist(id: $id) { id } }", {}),
     ("alice", "query Typed($id: ID!) { playlist(id: $id) { id } }", {"id": 12}),
+    # Two anonymous operations: a request error, no data entry.
+    ("alice", "{ viewer { user { id } } } { __typename }", {}),
+    # An argument that fails to coerce inside execution: a field error, data null.
+    (
+        "alice",
+        """mutation Vis($vis: Visibility) { createPlaylist(input:
+          {operationId: "never", title: "t", visibility: $vis}) { playlist { id } } }""",
+        {"vis": None},
+    ),
     # Several operations in one document, one chosen by name (sent as operationName below).
     ("alice", "query A { viewer { user { id } } } query B { viewer { likedSongs { title } } }", {}),
     # Mutations that commit nothing new: a replay of a seeded commit, and a refusal.
