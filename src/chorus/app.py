@@ -16,7 +16,8 @@ their own processes, or here with ``with_workers``.
 
 Routes: ``/graphql`` (POST queries and mutations; GET queries, persisted
 ones included, and GraphiQL in a browser;
-WebSocket ``graphql-transport-ws`` for subscriptions), ``/healthz`` (alive),
+WebSocket ``graphql-transport-ws`` for subscriptions; ``CHORUS_SERVE_ROLE``
+keeps one side, :mod:`chorus.graphql.roles`), ``/healthz`` (alive),
 ``/readyz`` (the servers it needs answer), ``/graphiql/`` (GraphiQL's own
 assets, :mod:`chorus.graphql.http.ide`), ``/web/`` (the reference web client),
 ``/metrics`` (Prometheus; only with ``Authorization: Bearer <CHORUS_METRICS_TOKEN>``
@@ -58,6 +59,7 @@ from chorus.graphql.execution.operation_metrics import OperationNames
 from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.persisted import PersistedDocuments, load_manifest
 from chorus.graphql.http import ide
+from chorus.graphql.roles import RoleGate
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
 from chorus.logs import REQUEST_ID_HEADER
@@ -122,17 +124,22 @@ def create_app(
     then answers 503 and HTTP responses carry ``Connection: close``.
 
     Raises:
-        ValueError: ``with_workers`` without the full profile's settings, or a
-            ``CHORUS_PERSISTED_DOCUMENTS`` file that cannot be used.
+        ValueError: ``with_workers`` or ``CHORUS_SERVE_ROLE=gateway`` without the
+            full profile's settings, or a ``CHORUS_PERSISTED_DOCUMENTS`` file that
+            cannot be used.
     """
     settings = settings or Settings()
     tokens = bootstrap.token_verifier(settings)
     if with_workers:
         settings.require_full_profile("--with-workers")
+    if settings.serve_role == "gateway":
+        # A gateway hears of commits only through Redis pub/sub (chorus.graphql.roles).
+        settings.require_full_profile("CHORUS_SERVE_ROLE=gateway")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with bootstrap.api_services(settings, with_workers=with_workers) as api:
+            _log.info("serving /graphql as CHORUS_SERVE_ROLE=%s", settings.serve_role)
             app.state.services = api.services
             app.state.readiness = api.checks
             if isinstance(tokens, JWKSVerifier):
@@ -146,11 +153,12 @@ def create_app(
 
     graphql_app = _graphql_view(settings, tokens)
     app = Starlette(
-        routes=_routes(graphql_app),
+        routes=_routes(RoleGate(graphql_app, settings.serve_role)),
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
     app.state.graphql = graphql_app
+    app.state.role = settings.serve_role
     app.state.metrics_token = settings.metrics_token
     app.state.drain = drain = drain or Drain()
     asgi: ASGIApp = RequestId(CloseWhileDraining(_middleware(settings, app), drain))
@@ -177,6 +185,7 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
         max_connections_per_user=settings.max_ws_connections_per_user,
         fast_field_execution=settings.fast_field_execution,
         introspection_answers=settings.introspection_answers,
+        role=settings.serve_role,
         allowed_origins=settings.cors_origin_list,
         operation_names=OperationNames(settings.metrics_operation_name_list),
         limits=RequestLimits(
@@ -190,7 +199,7 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
     )
 
 
-def _routes(graphql_app: ChorusGraphQL) -> list[BaseRoute]:
+def _routes(graphql_app: ASGIApp) -> list[BaseRoute]:
     graphql = Route("/graphql", graphql_app, methods=["GET", "POST"])
     # Starlette adds HEAD to a GET route; the GraphQL view answers no HEAD,
     # so the 405's Allow would name a method that is itself refused.

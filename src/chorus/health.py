@@ -12,6 +12,8 @@ What the handlers read from ``request.app.state`` (set by the lifespan):
   ``/metrics`` answers only ``Authorization: Bearer <it>`` (set by the app
   factory);
 * ``readiness``: ``Sequence[Check]`` — the checks ``/readyz`` runs;
+* ``role``: ``str`` — ``CHORUS_SERVE_ROLE`` of ``chorus serve``, which a ready
+  ``/readyz`` names (absent in workers);
 * ``drain``: :class:`~chorus.drain.Drain` — once it started, ``/readyz``
   answers 503 ``draining`` without running a check (set by the app factory);
 * ``services``: :class:`~chorus.resolvers.context.Services` — ``/metrics``
@@ -192,7 +194,8 @@ def kafka_check(bootstrap_servers: str, timeout_s: float = PROBE_TIMEOUT_S) -> C
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """200 ``{"status": "ready", "checks": {...}}`` when every check answers, else 503.
+    """200 ``{"status": "ready", "checks": {...}, "role": "api"}`` when every check answers,
+    else 503 (``role``: ``chorus serve``'s ``CHORUS_SERVE_ROLE``; workers give none).
 
     A failing check reads ``"down: <short reason>"``, e.g.
     ``{"status": "unavailable", "checks": {"postgresql": "ok", "redis": "down: …"}}``;
@@ -205,10 +208,11 @@ async def readyz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "draining", "checks": {}}, status_code=503)
     checks: Sequence[Check] = getattr(request.app.state, "readiness", ())
     ready, results = await run_checks(checks)
-    return JSONResponse(
-        {"status": "ready" if ready else "unavailable", "checks": results},
-        status_code=200 if ready else 503,
-    )
+    body: dict[str, object] = {"status": "ready" if ready else "unavailable", "checks": results}
+    role: str | None = getattr(request.app.state, "role", None)
+    if role is not None:  # an API process's CHORUS_SERVE_ROLE; workers have none
+        body["role"] = role
+    return JSONResponse(body, status_code=200 if ready else 503)
 
 
 async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:

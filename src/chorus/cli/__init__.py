@@ -1,8 +1,9 @@
 """The ``chorus`` command line.
 
-    chorus serve [--with-workers] [--workers N]
+    chorus serve [--with-workers] [--workers N] [--role all|api|gateway]
                                   run the API (GraphiQL at /graphql); N processes
-                                  on one port in the full profile
+                                  on one port in the full profile; an API process
+                                  without sockets or a subscriptions-only gateway
     chorus relay                  full profile: outbox → Kafka
     chorus fanout                 full profile: Kafka → Redis pub/sub
     chorus project-cache          full profile: Kafka → Redis snapshots
@@ -61,6 +62,12 @@ def _add_servers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="full profile: also run the relay, fanout, cache projector and feed consumer "
         "in this process",
+    )
+    serve.add_argument(
+        "--role",
+        choices=["all", "api", "gateway"],
+        help="what /graphql answers: all, api (HTTP only) or gateway (WebSocket "
+        "subscriptions only; full profile) (default CHORUS_SERVE_ROLE or all)",
     )
     serve.set_defaults(run=subcommands.serve)
 

@@ -34,10 +34,15 @@ def serve(args: argparse.Namespace) -> int:
     from chorus.drain import Drain
 
     settings = load_settings()
+    if args.role is not None:
+        settings = settings.model_copy(update={"serve_role": args.role})
     host = args.host or settings.host
     port = args.port if args.port is not None else settings.port
     if args.with_workers:
         require_full_profile(settings, "--with-workers")
+    if settings.serve_role == "gateway":
+        # Only Redis pub/sub carries another process's commits to this one's sockets.
+        require_full_profile(settings, "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway)")
     if args.workers > 1:
         # Each process has its own head registry and subscription hub: only
         # Redis (heads, pub/sub) tells every process of the others' commits.
@@ -54,6 +59,8 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         fail(str(exc))
     profile = "full" if settings.full_profile else "embedded"
+    if settings.serve_role != "all":
+        profile += f", role {settings.serve_role}"
     if args.with_workers:
         profile += ", with relay, fanout, cache projector and feed consumer in this process"
     if args.workers > 1:

@@ -80,6 +80,7 @@ from chorus.middleware import error_response
 from chorus.resolvers import cached_answers
 from chorus.resolvers.context import RequestContext, RequestIdentity, Services
 from chorus.resolvers.request_errors import NO_TOKEN
+from chorus.settings.server import ServeRole
 from chorus.tracing import tracer
 
 _NO_VIEWER: ContextVar[str | None] = ContextVar("chorus_no_viewer", default=NO_TOKEN)
@@ -111,6 +112,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         persisted: PersistedDocuments | None = None,
         fast_field_execution: bool = True,
         introspection_answers: bool = True,
+        role: ServeRole = "all",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
@@ -125,6 +127,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         )
         super().__init__(schema, **kwargs)
         self._tokens = tokens
+        self.role = role  # a gateway's sockets run subscriptions only (chorus.graphql.roles)
         self._max_tokens = (limits or RequestLimits()).max_tokens
         self._ahead = BodiesDecodedAhead(self.documents, self._max_tokens)
         self._max_connections_per_user = max_connections_per_user

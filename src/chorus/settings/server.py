@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from strawberry.http.websocket_origin import normalize_allowed_origins
@@ -34,6 +35,10 @@ imported, so reading settings does not load the schema)."""
 
 MAX_METRICS_OPERATION_NAMES = 1_000
 """The most names ``CHORUS_METRICS_OPERATION_NAMES`` may list (each is a series per type)."""
+
+
+ServeRole = Literal["all", "api", "gateway"]
+"""What one ``chorus serve`` process answers on ``/graphql`` (``CHORUS_SERVE_ROLE``)."""
 
 
 MAX_TIMEOUT_S = 86_400.0
@@ -117,6 +122,13 @@ class ServerSettings(BaseModel):
 
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port of the HTTP server.")
+    serve_role: ServeRole = Field(
+        "all",
+        description="What chorus serve answers on /graphql: all (HTTP queries and mutations "
+        "and WebSocket subscriptions), api (HTTP only; a WebSocket is refused with 421) or "
+        "gateway (WebSocket subscriptions only; HTTP queries and mutations get 421; needs "
+        "the full profile, docs/deploying.md). chorus serve --role overrides it.",
+    )
     max_body_bytes: int = Field(
         1_048_576, ge=1_024, description="Largest accepted HTTP request body (bytes)."
     )

@@ -46,6 +46,7 @@ from chorus.graphql.execution.result_shape import is_request_error
 from chorus.graphql.guards.documents import MAX_QUERY_CHARS
 from chorus.graphql.guards.nesting import JSONRefused
 from chorus.graphql.guards.persisted import PersistedDocuments, PersistedQueryError
+from chorus.graphql.roles import socket_refusal
 from chorus.graphql.websocket.socket_sink import SocketSink
 from chorus.metrics import DELIVERY_SECONDS
 from chorus.resolvers.context import RequestContext
@@ -203,6 +204,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         Over-long documents (:data:`~chorus.graphql.guards.documents.MAX_QUERY_CHARS`)
         and, with ``CHORUS_PERSISTED_DOCUMENTS_ONLY``, documents that are not
         registered: the socket is no way around what ``POST /graphql`` refuses.
+        On a gateway, a query or mutation (:func:`~chorus.graphql.roles.socket_refusal`).
         """
         query: str = payload["query"]
         if len(query) > MAX_QUERY_CHARS:
@@ -213,10 +215,12 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         persisted = getattr(self.view, "persisted", None)
         if isinstance(persisted, PersistedDocuments):
             try:
-                persisted.resolve(query, payload.get("extensions"))
+                resolved, _ = persisted.resolve(query, payload.get("extensions"))
             except PersistedQueryError as error:
                 return GraphQLError(error.message, extensions={"code": error.code})
-        return None
+            query = resolved if isinstance(resolved, str) else query
+        role = getattr(self.view, "role", "all")
+        return socket_refusal(role, query, payload.get("operationName"))
 
     async def run_operation(self, operation: Operation[RequestContext, None]) -> None:
         # The operation's own task: its resolver finds the socket here
