@@ -124,6 +124,31 @@ def test_serve_workers_refuse_the_embedded_profile(capsys: pytest.CaptureFixture
     assert "--workers 2 needs the full profile" in err
 
 
+def test_serve_as_a_gateway_refuses_the_embedded_profile(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, err = _run(capsys, "serve", "--role", "gateway")
+    assert code == 2
+    assert "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway) needs the full profile" in err
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("CHORUS_SERVE_ROLE", "gateway")
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert "needs the full profile" in err
+
+
+def test_serve_role_is_one_of_three(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHORUS_SERVE_ROLE", "subscriptions")
+    code, err = _run(capsys, "serve")
+    assert code == 2
+    assert "CHORUS_SERVE_ROLE" in err
+    code, err = _run(capsys, "serve", "--role", "ws")
+    assert code == 2
+    assert "invalid choice" in err
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [

@@ -1,0 +1,172 @@
+"""API processes apart from WebSocket gateways (``CHORUS_SERVE_ROLE``, docs/deploying.md).
+
+One ``chorus serve --role api`` takes the mutations, two ``--role gateway``
+hold the subscriptions; every event a gateway's subscriber receives went
+outbox → ``chorus relay`` → Kafka → ``chorus fanout`` → Redis pub/sub → that
+gateway. Each role refuses the other's requests with 421 and says where to go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
+
+from chorus.auth import mint_token
+from chorus.graphql.roles import MISDIRECTED_CODE
+from tests.deadlines import patience
+from tests.e2e.conftest import Api
+from tests.e2e.helpers import add, create_playlist, mutation_document, track, version
+from tests.e2e.test_subscriptions import PROTOCOL, SUBSCRIPTION, close_socket, open_socket, ws_url
+from tests.full.conftest import REDIS_URL
+from tests.full.helpers import full_profile_env
+from tests.servers import TEST_SECRET, ChorusServer, TansuServer
+
+EDITS = 12
+TIMEOUT_S = patience(20.0)
+
+
+class Deployment:
+    """One API process, two gateways and the workers between them, over one database."""
+
+    def __init__(self, database_url: str, data_dir: Path, bootstrap_servers: str) -> None:
+        env = full_profile_env(bootstrap_servers, REDIS_URL)
+        self.api = ChorusServer(database_url, data_dir, CHORUS_SERVE_ROLE="api", **env)
+        self.gateways = [
+            ChorusServer(database_url, data_dir, CHORUS_SERVE_ROLE="gateway", **env)
+            for _ in range(2)
+        ]
+        self.workers = [
+            ChorusServer(database_url, data_dir, command=(name,), **env)
+            for name in ("relay", "fanout")
+        ]
+
+    def start(self) -> None:
+        self.api.start()  # migrates the database first
+        for process in [*self.gateways, *self.workers]:
+            process.start()
+
+    def stop(self) -> None:
+        for process in [*self.workers, *self.gateways, self.api]:
+            process.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    postgres_template: str, tansu: TansuServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    from tests.servers import create_database, drop_database, postgres_url
+
+    name = create_database()
+    running = Deployment(
+        postgres_url(name), tmp_path_factory.mktemp("gateways"), tansu.bootstrap_servers
+    )
+    running.start()
+    yield running
+    running.stop()
+    drop_database(name)
+
+
+async def _subscribe(ws: ClientConnection, playlist_id: str, since: int) -> None:
+    variables = {"playlistId": playlist_id, "sinceVersion": since}
+    payload = {"query": SUBSCRIPTION, "variables": variables}
+    await ws.send(json.dumps({"id": "events", "type": "subscribe", "payload": payload}))
+
+
+async def _versions(ws: ClientConnection, count: int) -> list[int]:
+    """The versions of the next ``count`` events on ``ws``, as they came."""
+    versions = []
+    while len(versions) < count:
+        message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
+        if message["type"] == "ping":
+            continue
+        assert message["type"] == "next", message
+        event: dict[str, Any] = message["payload"]["data"]["playlistEvents"]
+        assert event["__typename"] == "PlaylistChanged", event
+        versions.append(event["version"])
+    return versions
+
+
+async def test_mutations_through_the_api_reach_every_gateway_in_order(
+    deployment: Deployment,
+) -> None:
+    api = Api(deployment.api)
+    try:
+        playlist_id = create_playlist(api, visibility="PUBLIC")
+        since = version(api, playlist_id)
+        token = mint_token(TEST_SECRET, "alice")
+        sockets = [await open_socket(gateway, token) for gateway in deployment.gateways]
+        try:
+            for ws in sockets:
+                await _subscribe(ws, playlist_id, since)
+            base = since
+            for n in range(EDITS):
+                base = add(api, playlist_id, [track(n + 1)], base)["version"]
+            expected = list(range(since + 1, since + EDITS + 1))
+            assert base == expected[-1]
+            received = await asyncio.gather(*(_versions(ws, EDITS) for ws in sockets))
+            assert received == [expected, expected]
+        finally:
+            for ws in sockets:
+                await close_socket(ws)
+    finally:
+        api.http.close()
+
+
+async def test_the_api_process_refuses_websockets(deployment: Deployment) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        await connect(ws_url(deployment.api), subprotocols=[PROTOCOL], open_timeout=TIMEOUT_S)
+    response = refused.value.response
+    assert response.status_code == 421
+    error = json.loads(response.body or b"{}")["errors"][0]
+    assert error["extensions"]["code"] == MISDIRECTED_CODE
+    assert "gateway" in error["message"]
+
+
+def test_a_gateway_refuses_http_queries_and_mutations(deployment: Deployment) -> None:
+    gateway = Api(deployment.gateways[0])
+    try:
+        create = {"operationId": "op-gateway", "title": "Mix"}
+        for body in (
+            {"query": "{ __typename }"},
+            {"query": mutation_document("createPlaylist"), "variables": {"input": create}},
+        ):
+            response = gateway.raw(body)
+            assert response.status_code == 421, response.text
+            error = response.json()["errors"][0]
+            assert error["extensions"]["code"] == MISDIRECTED_CODE
+            assert "API process" in error["message"]
+    finally:
+        gateway.http.close()
+
+
+async def test_a_gateway_refuses_a_mutation_over_its_socket(deployment: Deployment) -> None:
+    gateway = deployment.gateways[1]
+    ws = await open_socket(gateway, mint_token(TEST_SECRET, "alice"))
+    try:
+        create = {"operationId": "op-over-socket", "title": "Mix"}
+        payload = {"query": mutation_document("createPlaylist"), "variables": {"input": create}}
+        await ws.send(json.dumps({"id": "m", "type": "subscribe", "payload": payload}))
+        message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
+        assert message["type"] == "error", message
+        assert message["payload"][0]["extensions"]["code"] == MISDIRECTED_CODE
+    finally:
+        await close_socket(ws)
+
+
+def test_readyz_names_each_process_role(deployment: Deployment) -> None:
+    roles = {}
+    for server in [deployment.api, *deployment.gateways]:
+        ready = httpx.get(f"{server.base_url}/readyz", timeout=TIMEOUT_S)
+        assert ready.status_code == 200, ready.text
+        roles[server.port] = ready.json()["role"]
+    assert sorted(roles.values()) == ["api", "gateway", "gateway"]
+    banner = deployment.gateways[0].log.read_text()
+    assert "role gateway" in banner
