@@ -272,7 +272,7 @@ def test_served_app_has_readyz_and_metrics(embedded_server: ChorusServer) -> Non
     base = embedded_server.base_url
     ready = httpx.get(f"{base}/readyz", timeout=5)
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "checks": {"sqlite": "ok"}}
+    assert ready.json() == {"status": "ready", "checks": {"sqlite": "ok"}, "role": "all"}
 
     token = mint_token(TEST_SECRET, "alice")
     body = {"query": "query WhoAmI { viewer { user { id } } }"}
