@@ -120,6 +120,36 @@ async def test_mutations_through_the_api_reach_every_gateway_in_order(
         api.http.close()
 
 
+async def test_a_subscriber_moving_to_another_gateway_resumes_where_it_left(
+    deployment: Deployment,
+) -> None:
+    api = Api(deployment.api)
+    token = mint_token(TEST_SECRET, "alice")
+    try:
+        playlist_id = create_playlist(api, visibility="PUBLIC")
+        since = base = version(api, playlist_id)
+        first = await open_socket(deployment.gateways[0], token)
+        try:
+            await _subscribe(first, playlist_id, since)
+            for n in range(EDITS // 2):
+                base = add(api, playlist_id, [track(n + 1)], base)["version"]
+            seen = await _versions(first, EDITS // 4)
+        finally:
+            await close_socket(first)
+        # Committed while the client has no socket: the next gateway reads them from SQL.
+        for n in range(EDITS // 2, EDITS):
+            base = add(api, playlist_id, [track(n + 1)], base)["version"]
+        second = await open_socket(deployment.gateways[1], token)
+        try:
+            await _subscribe(second, playlist_id, seen[-1])
+            rest = await _versions(second, since + EDITS - seen[-1])
+        finally:
+            await close_socket(second)
+        assert seen + rest == list(range(since + 1, since + EDITS + 1))
+    finally:
+        api.http.close()
+
+
 async def test_the_api_process_refuses_websockets(deployment: Deployment) -> None:
     with pytest.raises(InvalidStatus) as refused:
         await connect(ws_url(deployment.api), subprotocols=[PROTOCOL], open_timeout=TIMEOUT_S)
