@@ -43,10 +43,12 @@ from chorus.caches.responses import ResponseCache
 from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
-from chorus.db.engine import Database
+from chorus.db.engine import DATABASE_POOL_SIZE, Database, postgres_engine
 from chorus.db.follows import FollowStore
+from chorus.db.replicas import Replica, Replicas
 from chorus.db.store import PlaylistStore
 from chorus.jwks import JWKSKeys, JWKSVerifier
+from chorus.resilience.breaker import CircuitBreaker
 from chorus.resolvers.context import Services
 from chorus.resolvers.durations import Durations
 from chorus.resolvers.ratelimit import RateLimiter, Unlimited
@@ -96,8 +98,32 @@ def library_secret(settings: Settings) -> bytes:
 
 
 def database(settings: Settings) -> Database:
-    """The engines for ``CHORUS_DATABASE_URL`` (connect lazily; the caller disposes)."""
-    return Database(settings.database_url)
+    """The engines for ``CHORUS_DATABASE_URL`` and its replicas (connect lazily; the caller
+    disposes), through a transaction pooler if ``CHORUS_DATABASE_POOLER`` says so."""
+    return Database(
+        settings.database_url,
+        replicas=replicas(settings),
+        pooler=settings.behind_transaction_pooler,
+        direct_url=settings.database_direct_url,
+    )
+
+
+def replicas(settings: Settings) -> Replicas | None:
+    """The read replicas of ``CHORUS_DATABASE_REPLICA_URLS``, each with a breaker that one
+    failure opens for ``CHORUS_DATABASE_REPLICA_BREAKER_S``; ``None``: none."""
+    urls = settings.database_replica_url_list
+    if not urls:
+        return None
+    pooler = settings.behind_transaction_pooler
+    return Replicas(
+        [
+            Replica(
+                postgres_engine(url, pool_size=DATABASE_POOL_SIZE, pooler=pooler),
+                CircuitBreaker(failures=1, reset_s=settings.database_replica_breaker_s),
+            )
+            for url in urls
+        ]
+    )
 
 
 @asynccontextmanager
@@ -239,10 +265,15 @@ async def api_services(settings: Settings, *, with_workers: bool = False) -> Asy
                     wiring.embedded_events(settings, db, versions)
                 )
             checks += events.checks
+            checks += health.replica_checks(db)
+            if db.replicas is not None and events.snapshots is not None:
+                db.replicas.consult(wiring.shared_floors(events.snapshots))
             services = Services(
                 db=db,
                 store=store(
-                    settings, db, wiring.CommitHooks(events.relay, events.snapshots, versions)
+                    settings,
+                    db,
+                    wiring.CommitHooks(events.relay, events.snapshots, versions, db.replicas),
                 ),
                 follows=FollowStore(db, settings.feed_limits),
                 feed_limits=settings.feed_limits,

@@ -27,6 +27,7 @@ Checks that keep a client (Kafka) are closed with :func:`close_checks`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -73,14 +74,19 @@ class Check:
     """One dependency of readiness.
 
     Attributes:
-        name: how ``/readyz`` names it (``postgresql``, ``sqlite``, ``redis``, ``kafka``).
-        probe: answers when the dependency does; raises (anything) when it does not.
+        name: how ``/readyz`` names it (``postgresql``, ``sqlite``, ``redis``, ``kafka``,
+            ``replica <host:port>``).
+        probe: answers when the dependency does (a string: what it measured, shown
+            after ``ok:``); raises (anything) when it does not.
         close: releases what the probe keeps open between calls.
+        required: the process is not ready while it is down; a read replica is
+            not required (while it is away, reads go to the primary).
     """
 
     name: str
-    probe: Callable[[], Awaitable[None]]
+    probe: Callable[[], Awaitable[str | None]]
     close: Callable[[], Awaitable[None]] = _nothing
+    required: bool = True
 
 
 def _reason(error: BaseException) -> str:
@@ -97,12 +103,12 @@ def _reason(error: BaseException) -> str:
 async def _outcome(check: Check, timeout_s: float) -> str:
     try:
         async with asyncio.timeout(timeout_s):
-            await check.probe()
+            measured = await check.probe()
     except TimeoutError:
         return f"down: no answer within {timeout_s:g}s"
     except Exception as error:  # a probe reports any failure as "down"
         return f"down: {_reason(error)}"
-    return "ok"
+    return "ok" if measured is None else f"ok: {measured}"
 
 
 async def run_checks(
@@ -111,12 +117,13 @@ async def run_checks(
     """Run ``checks`` concurrently.
 
     Returns:
-        ``(all ok, {name: "ok" | "down: <reason>"})``.
+        ``(every required check ok, {name: "ok" | "ok: <measured>" | "down: <reason>"})``.
     """
     checks = list(checks)
     outcomes = await asyncio.gather(*(_outcome(c, timeout_s) for c in checks))
     results = {c.name: o for c, o in zip(checks, outcomes, strict=True)}
-    return all(o == "ok" for o in outcomes), results
+    ready = all(o.startswith("ok") for c, o in zip(checks, outcomes, strict=True) if c.required)
+    return ready, results
 
 
 async def close_checks(checks: Iterable[Check]) -> None:
@@ -133,6 +140,30 @@ def database_check(db: Database) -> Check:
             await conn.execute(text("SELECT 1"))
 
     return Check(db.dialect, probe)
+
+
+def replica_checks(db: Database) -> list[Check]:
+    """One check per read replica of ``db``, none required: its lag, or why it is down.
+
+    ``ok: lag 0.012s, 1840 bytes`` (seconds since the last replayed commit, 0
+    when it replayed all it received; WAL bytes behind the primary), or
+    ``down: <reason>``: reads then go to the primary, so readiness holds.
+    Each probe also sets the ``chorus_db_replica_lag_*`` gauges.
+    """
+    replicas = db.replicas
+    if replicas is None:
+        return []
+
+    def probe_of(name: str) -> Callable[[], Awaitable[str | None]]:
+        async def probe() -> str:
+            lag = (await replicas.lag(db))[name]
+            if isinstance(lag, BaseException):
+                raise lag
+            return f"lag {lag.seconds:.3f}s, {lag.bytes} bytes"
+
+        return probe
+
+    return [Check(f"replica {r.name}", probe_of(r.name), required=False) for r in replicas.members]
 
 
 def redis_check(client: redis.Redis) -> Check:
@@ -216,7 +247,8 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
-    """Set the gauges that describe state held elsewhere: outbox backlog, live subscribers.
+    """Set the gauges that describe state held elsewhere: outbox backlog, live subscribers,
+    the read replicas' lag.
 
     The backlog is one SQL query; when the database does not answer within
     :data:`PROBE_TIMEOUT_S` the outbox gauges keep their last values.
@@ -239,6 +271,10 @@ async def refresh_state_gauges(db: Database | None, hub: Hub | None) -> None:
         return
     OUTBOX_BACKLOG.set(count)
     OUTBOX_OLDEST_AGE.set(oldest_age_s)
+    if db.replicas is not None:
+        with contextlib.suppress(Exception):  # the gauges say -1 for a replica away
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                await db.replicas.lag(db)
 
 
 def metrics_allowed(request: Request) -> bool:
@@ -297,5 +333,6 @@ __all__ = [
     "readyz",
     "redis_check",
     "refresh_state_gauges",
+    "replica_checks",
     "run_checks",
 ]

@@ -110,3 +110,27 @@ RESPONSE_CACHE_ENTRIES = Gauge("chorus_response_cache_entries", "Answers in the 
 RESPONSE_CACHE_BYTES = Gauge(
     "chorus_response_cache_bytes", "Bytes the response cache holds (bodies, keys, overhead)."
 )
+DB_READS = Counter(
+    "chorus_db_reads_total",
+    "Read transactions by the database that answered: primary, or replica (a read of a "
+    "playlist the replica held at least as new as the newest version known; docs/deploying.md).",
+    ["database"],
+)
+REPLICA_READS_DISCARDED = Counter(
+    "chorus_db_replica_reads_discarded_total",
+    "Replica reads thrown away and read again on the primary, by reason: stale (older than "
+    "the newest version known), unavailable (no answer).",
+    ["reason"],
+)
+REPLICA_LAG_SECONDS = Gauge(
+    "chorus_db_replica_lag_seconds",
+    "Age of the last transaction a replica replayed, 0 when it replayed all it received "
+    "(measured at /readyz and /metrics; -1: no answer).",
+    ["replica"],
+)
+REPLICA_LAG_BYTES = Gauge(
+    "chorus_db_replica_lag_bytes",
+    "WAL bytes between the primary's current position and what the replica replayed "
+    "(measured at /readyz and /metrics; -1: no answer).",
+    ["replica"],
+)

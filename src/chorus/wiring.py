@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -30,6 +30,7 @@ from chorus.caches.generation import Generation
 from chorus.caches.heads import Heads
 from chorus.caches.reader import SnapshotCache
 from chorus.db.engine import Database
+from chorus.db.replicas import KnownHeads, Replicas
 from chorus.db.watch import listen_commits, watch_commits
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.fanout import Fanout
@@ -191,6 +192,8 @@ class CommitHooks:
         relay: the relay running in this process, if any.
         snapshots: the snapshot cache (full profile), if any.
         heads: the response cache's head registry, if any.
+        replicas: the read replicas' floors (:mod:`chorus.db.replicas`), if any:
+            raised at once, so this process never reads its own write older.
     """
 
     def __init__(
@@ -198,18 +201,32 @@ class CommitHooks:
         relay: OutboxRelay | None,
         snapshots: SnapshotCache | None,
         heads: Heads | None = None,
+        replicas: Replicas | None = None,
     ) -> None:
         self._relay = relay
         self._snapshots = snapshots
         self._heads = heads
+        self._replicas = replicas
 
     def __call__(self, playlist_id: str, version: int) -> None:
+        if self._replicas is not None:
+            self._replicas.committed(playlist_id, version)
         if self._heads is not None:
             self._heads.committed(playlist_id, version)
         if self._relay is not None:
             self._relay.notify(playlist_id, version)
         if self._snapshots is not None:
             self._snapshots.committed(playlist_id, version)
+
+
+def shared_floors(snapshots: SnapshotCache) -> KnownHeads:
+    """The read replicas' floors from Redis's head keys (:data:`~chorus.db.replicas.KnownHeads`)."""
+
+    async def known(playlist_ids: Collection[str]) -> Mapping[str, int] | None:
+        found = await snapshots.heads(playlist_ids)
+        return None if found is None else found[1]
+
+    return known
 
 
 @dataclass(frozen=True, slots=True)

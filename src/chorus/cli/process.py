@@ -85,7 +85,7 @@ def migrate(settings: Settings, *, wait: bool) -> None:
     backoff = Backoff(0.5, 10.0)
     while True:
         try:
-            upgrade(settings.database_url)
+            upgrade(settings.direct_database_url)  # past any pooler: DDL and its locks
             return
         except Exception as error:
             cause = error.orig if isinstance(error, DBAPIError) else error

@@ -43,10 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry.trace import Span, SpanKind, get_current_span
 from sqlalchemy import event, exc
@@ -54,13 +55,20 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_only
 
+from chorus.metrics import DB_READS
 from chorus.tracing import tracer
+
+if TYPE_CHECKING:
+    from chorus.db.replicas import Replicas
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_QUEUE_TIMEOUT_S = 60.0
 """How long a SQLite writer waits for its turn before the request fails."""
 CONNECT_TIMEOUT_S = 5.0
 """How long opening a PostgreSQL connection may take (asyncpg's default is 60 s)."""
+
+DATABASE_POOL_SIZE = 10
+"""Pooled connections per engine (as many again may overflow on PostgreSQL)."""
 
 PING_AFTER_IDLE_S = 0.5
 """A pooled PostgreSQL connection idle this long is pinged before it is used again.
@@ -73,6 +81,8 @@ _UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 """Connection exceptions; admin shutdown, crash shutdown, cannot connect now."""
 
 T = TypeVar("T")
+
+_PRIMARY_READS = DB_READS.labels(database="primary")
 
 
 class DatabaseUnavailable(ConnectionError):
@@ -159,6 +169,32 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
     event.listen(engine.sync_engine, "checkout", on_checkout)
 
 
+def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> AsyncEngine:
+    """A pooled asyncpg engine, its idle connections pinged on checkout.
+
+    Args:
+        pooler: the URL is a pooler in transaction mode (PgBouncer before
+            1.21 keeps no prepared statement across transactions): asyncpg's
+            statement cache and SQLAlchemy's are off and every prepared
+            statement gets a unique name, as SQLAlchemy's asyncpg dialect
+            documents ("Prepared Statement Name with PGBouncer").
+    """
+    connect_args: dict[str, Any] = {"timeout": CONNECT_TIMEOUT_S}
+    if pooler:
+        url = make_url(url).update_query_dict({"prepared_statement_cache_size": "0"})
+        connect_args["statement_cache_size"] = 0
+        connect_args["prepared_statement_name_func"] = _unique_statement_name
+    engine = create_async_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args
+    )
+    _ping_when_idle(engine)
+    return engine
+
+
+def _unique_statement_name() -> str:
+    return f"__chorus_{uuid.uuid4().hex}__"
+
+
 class Database:
     """The engines of one database URL and its transactions.
 
@@ -167,11 +203,28 @@ class Database:
             ``postgresql+asyncpg://user@host/db``. A SQLite file's directory
             is created when missing, not its parents (a mistyped path fails).
         pool_size: connections for reads (and PostgreSQL writes).
+        replicas: PostgreSQL streaming replicas of ``url``; reads of
+            playlists may go there under the rule of :mod:`chorus.db.replicas`.
+            Disposed with this database.
+        pooler: ``url`` (and the replicas) are reached through a pooler in
+            transaction mode (:func:`postgres_engine`).
+        direct_url: the primary without the pooler (LISTEN); default ``url``.
     """
 
-    def __init__(self, url: str | URL, *, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        pool_size: int = DATABASE_POOL_SIZE,
+        replicas: Replicas | None = None,
+        pooler: bool = False,
+        direct_url: str | URL | None = None,
+    ) -> None:
         self.url = make_url(url)
+        self.direct_url = make_url(direct_url) if direct_url is not None else self.url
         self.dialect = self.url.get_backend_name()
+        self.pooler = pooler
+        self.replicas = replicas
         if self.dialect == "sqlite":
             database = self.url.database or ""
             if database and database != ":memory:" and not database.startswith("file:"):
@@ -179,15 +232,13 @@ class Database:
             self.write_engine = self._sqlite_engine("BEGIN IMMEDIATE", pool_size=1)
             self.read_engine = self._sqlite_engine("BEGIN", pool_size=pool_size)
         elif self.dialect == "postgresql":
-            self.write_engine = self.read_engine = create_async_engine(
-                self.url,
-                pool_size=pool_size,
-                max_overflow=pool_size,
-                connect_args={"timeout": CONNECT_TIMEOUT_S},
+            self.write_engine = self.read_engine = postgres_engine(
+                self.url, pool_size=pool_size, pooler=pooler
             )
-            _ping_when_idle(self.write_engine)
         else:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
+        if replicas is not None and self.dialect != "postgresql":
+            raise ValueError("read replicas need a PostgreSQL primary")
 
     def _sqlite_engine(self, begin: str, *, pool_size: int) -> AsyncEngine:
         engine = create_async_engine(
@@ -215,19 +266,14 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A read-only transaction (one consistent snapshot on both dialects).
+        """A read-only transaction on the primary (one consistent snapshot on both dialects).
 
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        with self._span("read"), _unavailable_as_error():
-            async with self.read_engine.connect() as conn:
-                if self.is_postgres:
-                    await conn.execution_options(
-                        isolation_level="REPEATABLE READ", postgresql_readonly=True
-                    )
-                async with conn.begin():
-                    yield conn
+        _PRIMARY_READS.inc()
+        async with self.read_on(self.read_engine) as conn:
+            yield conn
 
     @asynccontextmanager
     async def read_statement(self) -> AsyncIterator[AsyncConnection]:
@@ -235,19 +281,40 @@ class Database:
 
         A single statement sees one snapshot on its own; on PostgreSQL the
         ``BEGIN`` and ``COMMIT`` around it would be two more round trips. On
-        SQLite this is :meth:`read` (a transaction there costs no round trip).
+        SQLite, and behind a transaction pooler (which may send a statement's
+        prepare and its execution to two server connections when no
+        transaction holds them together), this is :meth:`read`.
 
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        if not self.is_postgres:
-            async with self.read() as conn:
-                yield conn
-            return
+        _PRIMARY_READS.inc()
+        async with self.read_on(self.read_engine, one_statement=True) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read_on(
+        self, engine: AsyncEngine, *, one_statement: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        """:meth:`read` (or :meth:`read_statement`) on ``engine``: the primary's or a replica's.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or lost the connection.
+        """
         with self._span("read"), _unavailable_as_error():
-            async with self.read_engine.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
-                yield conn
+            async with engine.connect() as conn:
+                if not self.is_postgres:
+                    async with conn.begin():
+                        yield conn
+                elif one_statement and not self.pooler:
+                    await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    yield conn
+                else:
+                    await conn.execution_options(
+                        isolation_level="REPEATABLE READ", postgresql_readonly=True
+                    )
+                    async with conn.begin():
+                        yield conn
 
     def _span(self, kind: str) -> AbstractContextManager[Span | None]:
         """A client span per transaction (``db.read`` / ``db.write``) inside a recorded span.
@@ -267,6 +334,8 @@ class Database:
         await self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             await self.read_engine.dispose()
+        if self.replicas is not None:
+            await self.replicas.dispose()
 
 
 async def finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:

@@ -3,7 +3,9 @@
 Every function here takes the :class:`~chorus.db.engine.Database`, opens one
 :meth:`~chorus.db.engine.Database.read` transaction (one consistent snapshot,
 so a page, its count and its version always agree) and returns domain values
-or a :class:`Page`. The resolvers call these and open no transaction themselves.
+or a :class:`Page`. The reads of playlist headers and pages may be answered by
+a read replica under the rule of :mod:`chorus.db.replicas`; the others read
+the primary. The resolvers call these and open no transaction themselves.
 
 Pages are keyset pages in list order (:mod:`chorus.db.listing`,
 :func:`chorus.db.repository.entries_page`): ``size`` items after or before an
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Generic, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from chorus.db import follows, history_reads, listing, repository
 from chorus.db.engine import Database
 from chorus.db.history_reads import AtVersion, NotKept, TooHeavy
+from chorus.db.replicas import read_fresh
 from chorus.domain.follows import Follow, Target, TargetKind
 from chorus.domain.model import Entry, Member, Playlist, Role
 from chorus.domain.ports import SortKey
@@ -59,9 +63,20 @@ class EntriesPage(Page[Entry]):
 
 
 async def playlists_by_id(db: Database, playlist_ids: Collection[str]) -> dict[str, Playlist]:
-    """Playlist headers by id, deleted ones included; unknown ids are absent."""
-    async with db.read() as conn:
-        return await listing.get_playlists(conn, playlist_ids)
+    """Playlist headers by id, deleted ones included; unknown ids are absent.
+
+    From a replica when it holds each at least as new as known (:mod:`chorus.db.replicas`).
+    """
+    ids = list(dict.fromkeys(playlist_ids))
+
+    async def read(conn: AsyncConnection) -> dict[str, Playlist]:
+        return await listing.get_playlists(conn, ids)
+
+    return await read_fresh(db, ids, read, _header_versions)
+
+
+def _header_versions(headers: dict[str, Playlist]) -> dict[str, int]:
+    return {pid: header.version for pid, header in headers.items()}
 
 
 async def head_and_first_entries(
@@ -135,6 +150,7 @@ async def entries_page(
     after: SortKey | None,
     before: SortKey | None,
     from_end: bool,
+    min_version: int | None = None,
 ) -> EntriesPage | None:
     """A page of live entries strictly between two keyset positions.
 
@@ -144,12 +160,15 @@ async def entries_page(
             the position of an entry removed since still pages from where it stood.
         from_end: the ``size`` entries nearest ``before`` (Relay ``last``)
             rather than nearest ``after`` (``first``).
+        min_version: a replica may answer only at this version or newer (the
+            header the caller read); :mod:`chorus.db.replicas`.
 
     Returns:
         The page with the playlist's live entry count and version it was read
         at; ``None`` when there is no such playlist.
     """
-    async with db.read() as conn:
+
+    async def read(conn: AsyncConnection) -> EntriesPage | None:
         header = await repository.get_playlist(conn, playlist_id)
         if header is None:
             return None
@@ -157,35 +176,59 @@ async def entries_page(
             conn, header, size=size, after=after, before=before, from_end=from_end
         )
 
+    def versions(page: EntriesPage | None) -> dict[str, int]:
+        return {} if page is None else {playlist_id: page.version}
+
+    return await read_fresh(db, [playlist_id], read, versions, min_version=min_version)
+
 
 async def playlist_and_first_page(
-    db: Database, playlist_id: str, size: int
+    db: Database, playlist_id: str, size: int, *, min_version: int | None = None
 ) -> tuple[Playlist, EntriesPage] | None:
     """A playlist's header and its first ``size`` live entries in one read transaction.
 
     The page is at the header's version: a query for a playlist and its first
     page pays one transaction and cannot see an edit between the two.
 
+    Args:
+        min_version: the client's ``minVersion``: a replica may answer only
+            at this version or newer (:mod:`chorus.db.replicas`).
+
     Returns:
         ``None`` when there is no such playlist (deleted ones are returned).
     """
-    if db.is_postgres:
+
+    def versions(found: tuple[Playlist, EntriesPage] | None) -> dict[str, int]:
+        return {} if found is None else {playlist_id: found[0].version}
+
+    return await read_fresh(
+        db,
+        [playlist_id],
+        partial(_playlist_and_first_page, playlist_id=playlist_id, size=size, one=db.is_postgres),
+        versions,
+        min_version=min_version,
+        one_statement=db.is_postgres,
+    )
+
+
+async def _playlist_and_first_page(
+    conn: AsyncConnection, *, playlist_id: str, size: int, one: bool
+) -> tuple[Playlist, EntriesPage] | None:
+    if one:
         # One statement (header joined to its first entries), no transaction:
         # one round trip where a transaction of two reads took four.
-        async with db.read_statement() as conn:
-            found = await repository.header_and_first_entries(conn, playlist_id, limit=size + 1)
+        found = await repository.header_and_first_entries(conn, playlist_id, limit=size + 1)
         if found is None:
             return None
         head, rows = found
         more = len(rows) > size
         entries = rows[:size] if more else rows
         return head, EntriesPage(entries, more, False, head.entry_count, head.version)
-    async with db.read() as conn:
-        header = await repository.get_playlist(conn, playlist_id)
-        if header is None:
-            return None
-        page = await _entries_in(conn, header, size=size, after=None, before=None, from_end=False)
-        return header, page
+    header = await repository.get_playlist(conn, playlist_id)
+    if header is None:
+        return None
+    page = await _entries_in(conn, header, size=size, after=None, before=None, from_end=False)
+    return header, page
 
 
 async def _entries_in(

@@ -94,7 +94,8 @@ async def watch_commits(
 
 
 def _asyncpg_dsn(db: Database) -> str:
-    return db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    # The direct URL: a pooler in transaction mode would drop LISTEN between transactions.
+    return db.direct_url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def listen_commits(
@@ -103,8 +104,8 @@ async def listen_commits(
     """Call ``on_commit`` as soon as any connection commits outbox rows to ``db``; runs
     until cancelled.
 
-    One connection of its own (not the pool's) ``LISTEN``\\ s on
-    :data:`OUTBOX_CHANNEL`. ``on_commit`` is called once when listening
+    One connection of its own (not the pool's; to ``db.direct_url``, past any
+    pooler) ``LISTEN``\\ s on :data:`OUTBOX_CHANNEL`. ``on_commit`` is called once when listening
     starts (for whatever was committed before) and then once per
     notification; it must not block. A lost connection is logged and
     opened again with backoff.

@@ -112,8 +112,8 @@ class ReadSource:
 
         Args:
             playlist_id: the playlist.
-            min_version: only a snapshot at least this new may answer; an older
-                playlist read from SQL is returned all the same.
+            min_version: only a snapshot (or a read replica) at least this new may
+                answer; an older playlist read from the primary is returned all the same.
             first_page: the size of the first page of entries asked with it:
                 header and page are read in one SQL transaction, and
                 :meth:`entries_page` answers from what was read.
@@ -131,7 +131,9 @@ class ReadSource:
         if first_page is None:
             playlist = await self.loaders.playlist.load(playlist_id)
         else:
-            found = await pages.playlist_and_first_page(self._db, playlist_id, first_page)
+            found = await pages.playlist_and_first_page(
+                self._db, playlist_id, first_page, min_version=min_version
+            )
             playlist = found[0] if found else None
             if found is not None:
                 self.loaders.playlist.prime(playlist_id, found[0])
@@ -177,7 +179,13 @@ class ReadSource:
                 self.record.version(playlist.id, cached.version)
                 return cached
         page = await pages.entries_page(
-            self._db, playlist.id, size=size, after=after, before=before, from_end=from_end
+            self._db,
+            playlist.id,
+            size=size,
+            after=after,
+            before=before,
+            from_end=from_end,
+            min_version=playlist.version,  # a replica never pages older than the header
         )
         if page is None:
             self.record.refuse("a playlist deleted while it was read")

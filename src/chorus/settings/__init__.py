@@ -7,7 +7,8 @@ variable; nothing is guessed.
 
 :class:`Settings` is composed of one group of fields per concern, each with
 its checks: storage (:mod:`~chorus.settings.storage`: the database, the data
-directory and its secrets, writes, retention), the full profile
+directory and its secrets, writes, retention), the database's topology
+(:mod:`~chorus.settings.database`: read replicas, a transaction pooler), the full profile
 (:mod:`~chorus.settings.profile`: Kafka and Redis), the HTTP server
 (:mod:`~chorus.settings.server`: bind address, transport bounds, CORS,
 ``/metrics``, trusted proxies, drain, WebSocket pings), the API
@@ -29,6 +30,7 @@ from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chorus.settings.api import ApiSettings
+from chorus.settings.database import DatabaseSettings
 from chorus.settings.identity import IdentitySettings
 from chorus.settings.observability import ObservabilitySettings
 from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
@@ -56,6 +58,7 @@ class Settings(
     ServerSettings,
     ProfileSettings,
     StorageSettings,
+    DatabaseSettings,
     ObservabilitySettings,
     BaseSettings,
 ):
@@ -145,6 +148,28 @@ class Settings(
                 "token for another service must not open this one"
             )
         return self
+
+    @model_validator(mode="after")
+    def _topology_is_postgres(self) -> Self:
+        postgres = self.database_url.startswith("postgresql")
+        if self.database_replica_urls is not None and not postgres:
+            raise ValueError(
+                "CHORUS_DATABASE_REPLICA_URLS needs a PostgreSQL CHORUS_DATABASE_URL: "
+                "replicas are PostgreSQL streaming replicas of it"
+            )
+        if self.behind_transaction_pooler and not postgres:
+            raise ValueError("CHORUS_DATABASE_POOLER=transaction needs a PostgreSQL database")
+        if self.database_direct_url is not None and not self.behind_transaction_pooler:
+            raise ValueError(
+                "CHORUS_DATABASE_DIRECT_URL is for CHORUS_DATABASE_POOLER=transaction: "
+                "without a pooler every connection is direct already"
+            )
+        return self
+
+    @property
+    def direct_database_url(self) -> str:
+        """The primary without a pooler: LISTEN and migrations connect here."""
+        return self.database_direct_url or self.database_url
 
     @model_validator(mode="after")
     def _user_share_fits(self) -> Self:

@@ -1,0 +1,87 @@
+"""Settings of the database's topology: read replicas and a transaction pooler in front.
+
+Part of :class:`chorus.settings.Settings` (``CHORUS_*``; docs/settings.md,
+docs/deploying.md "Read replicas and PgBouncer"). The checks that need
+``CHORUS_DATABASE_URL`` too (replicas and a pooler are PostgreSQL's) are
+:class:`~chorus.settings.Settings`' own.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+MAX_REPLICAS = 16
+"""The most replica URLs ``CHORUS_DATABASE_REPLICA_URLS`` takes (more is a pasting slip)."""
+
+
+def _postgres_url(value: str, what: str) -> str:
+    """``value`` if it is a ``postgresql+asyncpg://`` URL; else a message naming ``what``."""
+    try:
+        url = make_url(value)
+    except ArgumentError as exc:
+        raise ValueError(f"{what}: not a database URL: {exc}") from None
+    if url.drivername != "postgresql+asyncpg":
+        raise ValueError(f"{what}: use postgresql+asyncpg://user@host:port/db, got {value!r}")
+    return value
+
+
+class DatabaseSettings(BaseModel):
+    """Where reads may go besides the primary, and what sits between Chorus and PostgreSQL."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database_replica_urls: str | None = Field(
+        None,
+        description="Comma-separated postgresql+asyncpg:// URLs of streaming replicas of "
+        "CHORUS_DATABASE_URL; reads of a playlist go there only when the replica's copy is "
+        "at least as new as the newest version the API knows (docs/deploying.md).",
+    )
+    database_replica_breaker_s: float = Field(
+        5.0,
+        gt=0,
+        le=86_400,
+        description="Seconds a replica that failed to answer is left alone before one trial read.",
+    )
+    database_pooler: Literal["none", "transaction"] = Field(
+        "none",
+        description="transaction: CHORUS_DATABASE_URL (and the replicas) go through a pooler "
+        "in transaction mode (PgBouncer): no statement cache, unique prepared statement names.",
+    )
+    database_direct_url: str | None = Field(
+        None,
+        description="The primary without the pooler, for what must not be pooled: LISTEN and "
+        "migrations; unset: CHORUS_DATABASE_URL.",
+    )
+
+    @field_validator("database_replica_urls")
+    @classmethod
+    def _replica_urls(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        urls = [item.strip() for item in value.split(",")]
+        if not all(urls):
+            raise ValueError("an empty URL in the list (two commas, or one at an end)")
+        if len(urls) > MAX_REPLICAS:
+            raise ValueError(f"{len(urls)} URLs; at most {MAX_REPLICAS}")
+        for number, url in enumerate(urls, 1):
+            _postgres_url(url, f"URL {number}")
+        return value
+
+    @field_validator("database_direct_url")
+    @classmethod
+    def _direct_url(cls, value: str | None) -> str | None:
+        return None if value is None else _postgres_url(value, "the direct URL")
+
+    @property
+    def database_replica_url_list(self) -> tuple[str, ...]:
+        """The replica URLs in the order given; empty: no replica."""
+        value = self.database_replica_urls
+        return tuple(item.strip() for item in value.split(",")) if value else ()
+
+    @property
+    def behind_transaction_pooler(self) -> bool:
+        return self.database_pooler == "transaction"
