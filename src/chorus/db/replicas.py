@@ -69,7 +69,7 @@ _FAILED = REPLICA_READS_DISCARDED.labels(reason="unavailable")
 _LAG = text(
     "SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0"
     " ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0) END,"
-    " pg_wal_lsn_diff(CAST(:primary AS pg_lsn), pg_last_wal_replay_lsn()),"
+    " pg_wal_lsn_diff(CAST(CAST(:primary AS text) AS pg_lsn), pg_last_wal_replay_lsn()),"
     " pg_is_in_recovery()"
 )
 """A replica's lag: seconds since the last replayed commit (0 when it replayed all it
