@@ -26,7 +26,9 @@ from sqlalchemy.engine import make_url
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
-from tests.servers import ChorusServer, free_port
+from tests.full.conftest import REDIS_URL
+from tests.full.helpers import full_profile_env
+from tests.servers import ChorusServer, TansuServer, free_port
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "replica"
 
@@ -211,13 +213,78 @@ def test_a_stopped_replica_leaves_reads_to_the_primary(
         "the replica never served a read",
     )
     replica.run("stop")
-    for n in range(2, 8):
-        head = add(api, playlist_id, [track(n)], head)["version"]
-        assert read(api, playlist_id, "bob") == (head, head, n)
-    assert metric(server, "chorus_db_replica_reads_discarded_total", 'reason="unavailable"') > 0
-    ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
-    assert ready.status_code == 200, ready.text  # a replica is not required
-    assert ready.json()["checks"][f"replica 127.0.0.1:{replica.port}"].startswith("down")
-    assert (
-        metric(server, "chorus_db_replica_lag_seconds", f'replica="127.0.0.1:{replica.port}"') == -1
+    try:
+        for n in range(2, 8):
+            head = add(api, playlist_id, [track(n)], head)["version"]
+            assert read(api, playlist_id, "bob") == (head, head, n)
+        failed = metric(server, "chorus_db_replica_reads_discarded_total", 'reason="unavailable"')
+        assert failed > 0
+        ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
+        assert ready.status_code == 200, ready.text  # a replica is not required
+        assert ready.json()["checks"][f"replica 127.0.0.1:{replica.port}"].startswith("down")
+        label = f'replica="127.0.0.1:{replica.port}"'
+        assert metric(server, "chorus_db_replica_lag_seconds", label) == -1
+    finally:
+        replica.run("start")
+    # Back: after its breaker's half a second, the replica answers again, at the head.
+    before = replica_reads(server)
+    until(
+        lambda: read(api, playlist_id) == (head, head, 7) and replica_reads(server) > before,
+        "the replica did not answer again after it restarted",
     )
+
+
+def test_across_api_processes_redis_heads_keep_a_paused_replica_out(
+    pg_url: str, replica: Replica, tansu: TansuServer, tmp_path: Path
+) -> None:
+    # Full profile: edits through one process, reads through another that never
+    # committed to the playlist. Only Redis's heads tell the reader of the new versions.
+    env = {
+        **full_profile_env(tansu.bootstrap_servers, REDIS_URL),
+        "CHORUS_DATABASE_REPLICA_URLS": replica.url(pg_url),
+        "CHORUS_RESPONSE_CACHE": "false",
+    }
+    writer = ChorusServer(pg_url, tmp_path, ("serve", "--with-workers"), **env)
+    reader = ChorusServer(pg_url, tmp_path, **env)
+    writer.start()
+    reader.start()
+    writing, reading = Api(writer), Api(reader)
+    try:
+        # PRIVATE: no snapshot answers, every read of it is SQL.
+        playlist_id = create_playlist(writing, visibility="PRIVATE")
+        head = add(writing, playlist_id, [track(1)], 0)["version"]
+        before = replica_reads(reader)
+        until(
+            lambda: (
+                read(reading, playlist_id) == (head, head, 1) and replica_reads(reader) > before
+            ),
+            "the reader's replica never served a read",
+        )
+        replica.sql(pg_url, "SELECT pg_wal_replay_pause()")
+        try:
+            until(
+                lambda: replica.sql(pg_url, "SELECT pg_get_wal_replay_pause_state() = 'paused'"),
+                "replay did not pause",
+            )
+            shown = head
+            for n in range(2, 7):
+                head = add(writing, playlist_id, [track(n)], head)["version"]
+                # Without a minVersion: never older than what this reader showed, and
+                # the head once Redis has it (raised in the background after the commit).
+
+                def at_head(at: int = head, floor: int = shown) -> bool:
+                    version = read(reading, playlist_id)[0]
+                    assert version >= floor
+                    return version == at
+
+                until(at_head, "the reader kept answering below the head")
+                shown = head
+                # The writer's version as minVersion: at it, through the other process.
+                assert read(reading, playlist_id, min=head) == (head, head, n)
+        finally:
+            replica.sql(pg_url, "SELECT pg_wal_replay_resume()")
+    finally:
+        writing.http.close()
+        reading.http.close()
+        reader.stop()
+        writer.stop()
