@@ -50,7 +50,7 @@ def pgbouncer_port() -> Iterator[int]:
 
     run("start")
     yield port
-    run("stop")
+    run("remove")
 
 
 def _through(url: str, port: int) -> str:
