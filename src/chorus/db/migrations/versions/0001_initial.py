@@ -1,9 +1,4 @@
-"""Playlists, members, entries, the mutation log and the outbox (DESIGN §3).
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-11-29
-"""
+"""Playlists, members, entries, the mutation log and the outbox (DESIGN §3)."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from chorus.db.tables import UTCDateTime
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 JSON_DOCUMENT = sa.JSON().with_variant(JSONB(), "postgresql")
 POSITION_KEY = sa.String(32).with_variant(sa.String(32, collation="C"), "postgresql")

@@ -1,9 +1,4 @@
-"""Media imported into the embedded catalog (``catalog_media``).
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-29
-"""
+"""Media imported into the embedded catalog (``catalog_media``)."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from chorus.db.tables import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 JSON_DOCUMENT = sa.JSON().with_variant(JSONB(), "postgresql")
 MEDIA_ID = sa.String(128).with_variant(sa.String(128, collation="C"), "postgresql")

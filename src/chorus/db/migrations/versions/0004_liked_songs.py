@@ -1,9 +1,4 @@
-"""System playlists (Liked Songs): the playlist's kind, and live entries by media.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-01
-"""
+"""System playlists (Liked Songs): the playlist's kind, and live entries by media."""
 
 from __future__ import annotations
 
@@ -12,8 +7,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

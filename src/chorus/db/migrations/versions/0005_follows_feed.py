@@ -1,9 +1,4 @@
-"""Follows (one table for every kind of target), their counts, and the pushed feed.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-01
-"""
+"""Follows (one table for every kind of target), their counts, and the pushed feed."""
 
 from __future__ import annotations
 
@@ -14,8 +9,6 @@ from chorus.db.tables import UTCDateTime
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

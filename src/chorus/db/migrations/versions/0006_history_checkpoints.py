@@ -1,9 +1,5 @@
 """History checkpoints: a playlist's header and live list every N versions.
 
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-01
-
 History committed before this migration has no checkpoints: a read of it
 undoes the log from the head (or from the first checkpoint after it).
 """
@@ -17,8 +13,6 @@ from chorus.db.tables import POSITION_KEY, UTCDateTime
 
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -1,9 +1,5 @@
 """Playlist title keys: case-folded titles for ordering and the PUBLIC title search.
 
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-01
-
 Existing rows get their key from Python (``title_key``), not from SQL's
 ``lower()``: SQLite's folds ASCII only and PostgreSQL's depends on the locale.
 """
@@ -18,8 +14,6 @@ from chorus.domain.playlist_search import title_key
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 _BATCH = 1000
 

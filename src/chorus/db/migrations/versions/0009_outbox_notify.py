@@ -1,9 +1,5 @@
 """PostgreSQL tells listening relays when outbox rows are committed.
 
-Revision ID: 0009
-Revises: 0008
-Create Date: 2026-12-02
-
 A statement-level trigger on ``outbox`` runs ``pg_notify('chorus_outbox', '')``
 in the inserting transaction; PostgreSQL delivers it at commit (never for a
 transaction rolled back) and folds the identical notifications of one
@@ -19,8 +15,6 @@ from alembic import op
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 CHANNEL = "chorus_outbox"
 """Kept equal to :data:`chorus.db.watch.OUTBOX_CHANNEL` (a migration never imports the app)."""

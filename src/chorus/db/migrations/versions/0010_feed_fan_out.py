@@ -1,9 +1,5 @@
 """Each followed target's fan-out (push, pull, switching), and switches in progress.
 
-Revision ID: 0010
-Revises: 0009
-Create Date: 2026-12-03
-
 ``follow_count.fan_out`` holds :class:`chorus.domain.follows.FanOut`; rows
 written before this stay NULL and are decided by their count as before, until
 their next follow or unfollow stores a value. ``feed_switch`` holds the
@@ -21,8 +17,6 @@ from chorus.db.tables import UTCDateTime
 
 revision = "0010"
 down_revision = "0009"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
