@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -71,25 +71,39 @@ async def watch_commits(
     if db.dialect != "sqlite":
         raise ValueError("watch_commits needs SQLite's PRAGMA data_version")
     backoff = Backoff(poll_s, 5.0)
+
+    async def watch() -> None:
+        # A connection of its own for the life of the watch: data_version
+        # compares commits against what this one connection saw.
+        async with db.read_engine.connect() as conn:
+            seen = await _data_version(conn)
+            on_commit()  # whatever was committed before the first ask
+            backoff.reset()
+            while True:
+                await asyncio.sleep(poll_s)
+                current = await _data_version(conn)
+                if current != seen:
+                    seen = current
+                    on_commit()
+
+    await _reconnecting("commit watch", watch, backoff)
+
+
+async def _reconnecting(
+    what: str, session: Callable[[], Awaitable[None]], backoff: Backoff
+) -> None:
+    """Run ``session`` again whenever it ends, ``backoff`` apart after a failure; until cancelled.
+
+    A failure is logged as ``what``; the relay's own poll still runs meanwhile.
+    """
     while True:
         try:
-            # A connection of its own for the life of the watch: data_version
-            # compares commits against what this one connection saw.
-            async with db.read_engine.connect() as conn:
-                seen = await _data_version(conn)
-                on_commit()  # whatever was committed before the first ask
-                backoff.reset()
-                while True:
-                    await asyncio.sleep(poll_s)
-                    current = await _data_version(conn)
-                    if current != seen:
-                        seen = current
-                        on_commit()
+            await session()
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # the relay's own poll still runs meanwhile
+        except Exception as error:
             delay = backoff.next()
-            log.warning("commit watch: %s; retrying in %.1fs", error, delay)
+            log.warning("%s: %s; retrying in %.1fs", what, error, delay)
             await asyncio.sleep(delay)
 
 
@@ -120,19 +134,15 @@ async def listen_commits(
     if db.dialect != "postgresql":
         raise ValueError("listen_commits needs PostgreSQL's LISTEN/NOTIFY")
     backoff = Backoff(0.1, 5.0)
-    while True:
+
+    async def listen() -> None:
+        conn = await asyncpg.connect(_asyncpg_dsn(db), timeout=CONNECT_TIMEOUT_S)
         try:
-            conn = await asyncpg.connect(_asyncpg_dsn(db), timeout=CONNECT_TIMEOUT_S)
-            try:
-                await _listen(conn, on_commit, backoff, check_s)
-            finally:
-                conn.terminate()
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # the relay's own poll still runs meanwhile
-            delay = backoff.next()
-            log.warning("commit listener: %s; retrying in %.1fs", error, delay)
-            await asyncio.sleep(delay)
+            await _listen(conn, on_commit, backoff, check_s)
+        finally:
+            conn.terminate()
+
+    await _reconnecting("commit listener", listen, backoff)
 
 
 async def _listen(
