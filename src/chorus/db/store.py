@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -310,44 +310,58 @@ class PlaylistStore:
             )
 
     async def _create(self, command: CreatePlaylist, actor_id: str) -> Committed:
-        digest = request_hash(command)
-        try:
-            async with self.db.write() as conn:
-                if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
-                    return stored
-                decision = create_playlist(command, self._new_id(), self._context(actor_id))
-                await self._write(conn, decision, command.operation_id, actor_id, digest)
-            self._committed(decision.outcome)
-            return Committed(decision.outcome)
-        except IntegrityError as exc:
-            return await idempotency.replay_after_race(
-                self.db, exc, actor_id, command.operation_id, digest
-            )
+        async def settle(conn: AsyncConnection, digest: str) -> Decision | Committed:
+            if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
+                return stored
+            return create_playlist(command, self._new_id(), self._context(actor_id))
+
+        return await self._commit_alone(command, actor_id, settle)
 
     async def _execute(
         self, command: PlaylistCommand, actor_id: str, refusal: DomainError | None = None
     ) -> Committed:
         """``command`` in a transaction of its own; ``refusal``: raised unless it replays."""
-        digest = request_hash(command)
         if (
             isinstance(command, LikeMedia | UnlikeMedia)
             and self._library_secret is not None
             and command.playlist_id == self.liked_songs_id(actor_id)
         ):
             await self.ensure_liked_songs(actor_id)
+
+        async def settle(conn: AsyncConnection, digest: str) -> Decision | Committed:
+            header = await repository.get_playlist(conn, command.playlist_id, for_update=True)
+            if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
+                return stored
+            if refusal is not None:
+                raise refusal
+            role = await repository.get_role(conn, command.playlist_id, actor_id)
+            view = repository.SqlPlaylistView(conn, command.playlist_id)
+            return await decide(command, header, role, view, self._context(actor_id))
+
+        return await self._commit_alone(command, actor_id, settle)
+
+    async def _commit_alone(
+        self,
+        command: CreatePlaylist | PlaylistCommand,
+        actor_id: str,
+        settle: Callable[[AsyncConnection, str], Awaitable[Decision | Committed]],
+    ) -> Committed:
+        """``command`` in a write transaction of its own (steps 1-4 above).
+
+        ``settle(conn, request_hash)`` takes the lock and answers, inside the
+        transaction, a retry's stored result or the decision to write. A
+        concurrent commit of the same operation id (the unique index) is
+        answered as a replay of it.
+        """
+        digest = request_hash(command)
         try:
             async with self.db.write() as conn:
-                header = await repository.get_playlist(conn, command.playlist_id, for_update=True)
-                if stored := await idempotency.stored(conn, actor_id, command.operation_id, digest):
-                    return stored
-                if refusal is not None:
-                    raise refusal
-                role = await repository.get_role(conn, command.playlist_id, actor_id)
-                view = repository.SqlPlaylistView(conn, command.playlist_id)
-                decision = await decide(command, header, role, view, self._context(actor_id))
-                await self._write(conn, decision, command.operation_id, actor_id, digest)
-            self._committed(decision.outcome)
-            return Committed(decision.outcome)
+                settled = await settle(conn, digest)
+                if isinstance(settled, Committed):
+                    return settled
+                await self._write(conn, settled, command.operation_id, actor_id, digest)
+            self._committed(settled.outcome)
+            return Committed(settled.outcome)
         except IntegrityError as exc:
             return await idempotency.replay_after_race(
                 self.db, exc, actor_id, command.operation_id, digest
