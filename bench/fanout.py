@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import tempfile
 import time
 import uuid
@@ -53,6 +52,7 @@ from chorus.domain.committed import CommittedVersion
 from chorus.domain.model import Entry
 from chorus.domain.positions import allocate
 from chorus.events.relay import OutboxRelay
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.stream import Resync, playlist_stream
@@ -136,11 +136,7 @@ async def chorus_latency(
         await measure(arrivals, [1], commit)
         samples = await measure(arrivals, list(range(2, commits + 2)), commit)
     finally:
-        for task in (*tasks, relay_task):
-            task.cancel()
-        for task in (*tasks, relay_task):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(t) for t in (*tasks, relay_task)))
         await bus.aclose()
     return samples, commit_ms[1:], pid
 
@@ -166,11 +162,7 @@ async def bare_latency(events: list[PlaylistEvent], subscribers: int) -> list[fl
     try:
         return await measure(arrivals, sorted(by_version), publish)
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
         for member in members:
             await hub.leave(member)
 

@@ -81,6 +81,7 @@ from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher, ensure_topic
 from chorus.events.relay import OutboxRelay
 from chorus.events.wire import encode_event, fanout_version_key
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
@@ -113,11 +114,7 @@ def tansu_server(log: Path) -> TansuServer:
 
 
 async def cancel(*tasks: asyncio.Task[None]) -> None:
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
 
 
 async def drained(db: Database) -> None:

@@ -34,6 +34,7 @@ from websockets.exceptions import ConcurrencyError, ConnectionClosed
 from websockets.typing import Subprotocol
 
 from chorus.graphql.websocket.handler import TWO_TOKENS
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.settings import Settings
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
@@ -158,9 +159,7 @@ class GqlSubscriber:
         return item
 
     async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
 
 
 # --- the reference JavaScript client: graphql-ws on Node -----------------------------

@@ -31,6 +31,7 @@ from chorus.events.wire import (
     events_channel,
     fanout_version_key,
 )
+from chorus.resilience.tasks import cancel_and_wait
 from tests.deadlines import patience
 from tests.full.helpers import event
 from tests.servers import RedisServer, TansuServer
@@ -66,11 +67,7 @@ async def running(*fanouts: Fanout) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
 
 
 class Producer:

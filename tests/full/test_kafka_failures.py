@@ -26,6 +26,7 @@ from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
 from chorus.subscriptions.stream import playlist_stream
@@ -80,9 +81,7 @@ class Chain:
     async def stop(self, *names: str) -> None:
         for name in names or tuple(self.tasks):
             task = self.tasks.pop(name)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     def follow(self, playlist_id: str) -> Follower:
         follower = Follower()

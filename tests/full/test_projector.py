@@ -33,6 +33,7 @@ from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.projector import CacheProjector
 from chorus.events.relay import OutboxRelay
+from chorus.resilience.tasks import cancel_and_wait
 from tests.deadlines import patience
 from tests.servers import RedisServer, TansuServer
 
@@ -77,11 +78,7 @@ async def running(
     try:
         yield Pipeline(store, projector, SnapshotStore(client), config)
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*(cancel_and_wait(task) for task in tasks))
         await publisher.aclose()
 
 

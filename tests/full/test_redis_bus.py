@@ -29,6 +29,7 @@ from chorus.domain.changes import PlaylistEvent
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.events.relay import OutboxRelay
 from chorus.events.wire import events_channel
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.subscriptions.bus import BusPublisher
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.redis_bus import RedisBus
@@ -213,9 +214,7 @@ class Rig:
 
     async def stop_relay(self) -> None:
         if self.relay_task is not None:
-            self.relay_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.relay_task
+            await cancel_and_wait(self.relay_task)
             self.relay_task = None
 
     def op(self) -> str:
@@ -285,9 +284,7 @@ class Subscriber:
         assert self.versions()[count:] == []
 
     async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
 
 
 async def test_a_killed_pubsub_connection_reconnects_and_no_version_is_missed(

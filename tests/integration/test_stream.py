@@ -51,6 +51,7 @@ from chorus.domain.model import Role, Visibility
 from chorus.events.relay import OutboxRelay
 from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.resolvers.context import RequestContext, Services
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
@@ -173,9 +174,7 @@ async def rig(
         yield parts
     finally:
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         await parts.bus.aclose()
 
 
@@ -216,9 +215,7 @@ class Subscriber:
         assert self.items.empty(), f"unexpected item {self.items.get_nowait()!r}"
 
     async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
 
 
 async def _take(stream: AsyncIterator[StreamItem], count: int) -> list[StreamItem]:
