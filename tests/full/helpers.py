@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 
@@ -17,6 +19,9 @@ from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig
 from chorus.events.wire import decode_event
 from tests.deadlines import patience
+from tests.e2e.conftest import Api
+from tests.full.conftest import REDIS_URL
+from tests.servers import ChorusServer, TansuServer, create_database, drop_database, postgres_url
 
 ALICE = "alice"
 
@@ -54,6 +59,23 @@ def full_profile_env(bootstrap_servers: str, redis_url: str) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def full_api(tansu: TansuServer, folder: Path) -> Iterator[Api]:
+    """A client of a full-profile API server on a database of its own (the
+    machine's Redis, ``tansu``'s Kafka), stopped and dropped afterwards."""
+    name = create_database()
+    env = full_profile_env(tansu.bootstrap_servers, REDIS_URL)
+    server = ChorusServer(postgres_url(name), folder, **env)
+    server.start()
+    client = Api(server)
+    try:
+        yield client
+    finally:
+        client.http.close()
+        server.stop()
+        drop_database(name)
+
+
 async def create_playlist(
     store: PlaylistStore, visibility: Visibility = Visibility.PUBLIC, title: str = "Mix"
 ) -> str:
@@ -84,6 +106,23 @@ async def eventually(
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+@contextlib.asynccontextmanager
+async def topic_reader(config: KafkaConfig) -> AsyncIterator[AIOKafkaConsumer]:
+    """A started consumer of every partition of ``config``'s topic from its start, in no group."""
+    consumer = AIOKafkaConsumer(
+        config.topic,
+        bootstrap_servers=config.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
 async def read_topic(
     config: KafkaConfig, expected: int, *, timeout_s: float = 20.0, at_most: bool = False
 ) -> dict[str, list[int]]:
@@ -93,18 +132,10 @@ async def read_topic(
     too. With ``at_most``, whatever arrived within ``timeout_s`` (up to
     ``expected``) is enough.
     """
-    consumer = AIOKafkaConsumer(
-        config.topic,
-        bootstrap_servers=config.bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-    )
-    await consumer.start()
     seen: dict[str, list[int]] = defaultdict(list)
     count = 0
-    deadline = time.monotonic() + patience(timeout_s)
-    try:
+    async with topic_reader(config) as consumer:
+        deadline = time.monotonic() + patience(timeout_s)
         while count < expected and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=200)
             for records in batch.values():
@@ -115,7 +146,5 @@ async def read_topic(
                     assert record.key.decode() == event["playlist_id"]
                     seen[event["playlist_id"]].append(event["version"])
                     count += 1
-    finally:
-        await consumer.stop()
     assert at_most or count >= expected, f"read {count} of {expected} records"
     return dict(seen)

@@ -10,7 +10,6 @@ atomic batch is one event), and the retried batch commits nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from chorus.resilience.tasks import cancel_and_wait
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import (
     add,
@@ -37,10 +37,9 @@ from tests.e2e.test_subscriptions import (
     server_order,
     subscribe,
 )
-from tests.full.conftest import REDIS_URL
-from tests.full.helpers import full_profile_env
+from tests.full.helpers import full_api
 from tests.integration.batch_scenario import SEEDS, Op, Others, Ref, offline_ops
-from tests.servers import ChorusServer, TansuServer, create_database, drop_database, postgres_url
+from tests.servers import TansuServer
 
 APPLY = """mutation($input: ApplyOperationsInput!) { applyOperations(input: $input) {
   version userErrors { code field message }
@@ -51,15 +50,8 @@ APPLY = """mutation($input: ApplyOperationsInput!) { applyOperations(input: $inp
 def api(
     postgres_template: str, tansu: TansuServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Api]:
-    name = create_database()
-    env = full_profile_env(tansu.bootstrap_servers, REDIS_URL)
-    server = ChorusServer(postgres_url(name), tmp_path_factory.mktemp("batch"), **env)
-    server.start()
-    client = Api(server)
-    yield client
-    client.http.close()
-    server.stop()
-    drop_database(name)
+    with full_api(tansu, tmp_path_factory.mktemp("batch")) as client:
+        yield client
 
 
 class Media:
@@ -218,9 +210,7 @@ async def test_an_offline_batch_converges_for_every_client_and_subscriber(api: A
         assert len(done) == 2, [(r.last, final) for r in replicas]
     finally:
         for task in followers:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     assert [r["version"] for r in payload["results"]] == list(range(base + 201, final + 1))
     assert payload["version"] == final

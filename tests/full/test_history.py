@@ -16,24 +16,16 @@ from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.e2e.test_history import AT, NOW
 from tests.e2e.test_response_cache import cache_counts, delta
-from tests.full.conftest import REDIS_URL
-from tests.full.helpers import full_profile_env
-from tests.servers import ChorusServer, TansuServer, create_database, drop_database, postgres_url
+from tests.full.helpers import full_api
+from tests.servers import TansuServer
 
 
 @pytest.fixture(scope="module")
 def api(
     postgres_template: str, tansu: TansuServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Api]:
-    name = create_database()
-    env = full_profile_env(tansu.bootstrap_servers, REDIS_URL)
-    server = ChorusServer(postgres_url(name), tmp_path_factory.mktemp("history"), **env)
-    server.start()
-    client = Api(server)
-    yield client
-    client.http.close()
-    server.stop()
-    drop_database(name)
+    with full_api(tansu, tmp_path_factory.mktemp("history")) as client:
+        yield client
 
 
 def test_history_of_a_public_playlist_equals_entries_then_and_is_never_cached(api: Api) -> None:

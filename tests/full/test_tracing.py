@@ -9,11 +9,11 @@ with no header (an untraced commit) or a malformed one links nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -23,28 +23,19 @@ from chorus.events.fanout import Fanout
 from chorus.events.kafka import KafkaConfig, KafkaPublisher
 from chorus.events.relay import OutboxRelay
 from chorus.events.wire import encode_event
+from chorus.resilience.tasks import cancel_and_wait
 from chorus.tracing import TRACEPARENT, tracer
-from tests.full.helpers import create_playlist, event, eventually
+from tests.deadlines import patience
+from tests.full.helpers import create_playlist, event, eventually, topic_reader
 
 
 async def _headers(config: KafkaConfig, expected: int) -> list[dict[str, bytes]]:
     """The headers of the topic's first ``expected`` records (every partition, no group)."""
-    consumer = AIOKafkaConsumer(
-        config.topic,
-        bootstrap_servers=config.bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-    )
-    await consumer.start()
     seen: list[dict[str, bytes]] = []
-    try:
-        async with asyncio.timeout(20):
-            while len(seen) < expected:
-                for records in (await consumer.getmany(timeout_ms=200)).values():
-                    seen += [dict(record.headers) for record in records]
-    finally:
-        await consumer.stop()
+    async with topic_reader(config) as consumer, asyncio.timeout(patience(20)):
+        while len(seen) < expected:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                seen += [dict(record.headers) for record in records]
     return seen
 
 
@@ -76,17 +67,7 @@ async def test_a_commits_traceparent_rides_its_kafka_record_and_fanout_links_to_
         (trace_id, commit.context.span_id)
     ]
 
-    fanout = Fanout(
-        kafka_config, redis_client, group_id=f"fanout-{uuid.uuid4().hex[:8]}", dedupe_ttl_s=600
-    )
-    task = asyncio.create_task(fanout.run())
-    try:
-        await eventually(_published(fanout, 2), what="fanout to publish both events")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    consumed = [s for s in spans.get_finished_spans() if s.name == "fanout publish"]
+    consumed = await _fanned_out(kafka_config, redis_client, spans, 2)
     assert all(s.kind == SpanKind.CONSUMER for s in consumed)
     links = [link.context for s in consumed for link in s.links]
     assert [(c.trace_id, c.span_id) for c in links] == [(trace_id, commit.context.span_id)]
@@ -107,23 +88,23 @@ async def test_a_malformed_traceparent_header_links_nothing_and_is_still_publish
         )
     finally:
         await producer.stop()
-    fanout = Fanout(
-        kafka_config, redis_client, group_id=f"fanout-{uuid.uuid4().hex[:8]}", dedupe_ttl_s=600
-    )
-    task = asyncio.create_task(fanout.run())
-    try:
-        await eventually(_published(fanout, 1), what="fanout to publish the event")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    consumed = [s for s in spans.get_finished_spans() if s.name == "fanout publish"]
+    consumed = await _fanned_out(kafka_config, redis_client, spans, 1)
     assert consumed
     assert [link for s in consumed for link in s.links] == []
 
 
-def _published(fanout: Fanout, count: int):  # type: ignore[no-untyped-def]
-    async def check() -> bool:
+async def _fanned_out(
+    config: KafkaConfig, redis: aioredis.Redis, spans: InMemorySpanExporter, count: int
+) -> list[ReadableSpan]:
+    """Run a fanout of a group of its own until it published ``count`` events; its spans."""
+    fanout = Fanout(config, redis, group_id=f"fanout-{uuid.uuid4().hex[:8]}", dedupe_ttl_s=600)
+
+    async def published() -> bool:
         return fanout.published >= count
 
-    return check
+    task = asyncio.create_task(fanout.run())
+    try:
+        await eventually(published, what=f"fanout to publish {count} events")
+    finally:
+        await cancel_and_wait(task)
+    return [s for s in spans.get_finished_spans() if s.name == "fanout publish"]
