@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
-import os
 import statistics
 import tempfile
 import time
@@ -26,7 +25,7 @@ from typing import Any
 import httpx
 import websockets
 
-from hostile import SECRET, WS_PROTOCOL, free_port, inside, probe, start_server, token
+from hostile import WS_PROTOCOL, free_port, inside, probe, server_env, start_server, token
 
 SOCKETS, PER_SOCKET = 10, 20
 FEED = (
@@ -199,13 +198,7 @@ def feed_class(follows: int, edits: int, quiet_s: float) -> None:
     """Run class 12 on its own server and print its table."""
     port = free_port()
     folder = Path(tempfile.mkdtemp(prefix="chorus-hostile-feed-"))
-    env = dict(
-        os.environ,
-        CHORUS_DATABASE_URL=f"sqlite+aiosqlite:///{folder}/chorus.db",
-        CHORUS_DATA_DIR=str(folder),
-        CHORUS_JWT_SECRET=SECRET,
-        CHORUS_PORT=str(port),
-    )
+    env = server_env(folder, port)
     server = start_server(env, port, folder / "server.log")
     samples_file = folder / "probe.txt"
     prober = multiprocessing.Process(

@@ -477,6 +477,18 @@ async def attack(seconds: float, concurrency: int, one: Callable[[], Awaitable[N
     return sent
 
 
+def server_env(folder: Path, port: int, **settings: str) -> dict[str, str]:
+    """This process's environment plus a server on a SQLite file in ``folder``, at ``port``."""
+    return dict(
+        os.environ,
+        CHORUS_DATABASE_URL=f"sqlite+aiosqlite:///{folder}/chorus.db",
+        CHORUS_DATA_DIR=str(folder),
+        CHORUS_JWT_SECRET=SECRET,
+        CHORUS_PORT=str(port),
+        **settings,
+    )
+
+
 def start_server(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
     """``chorus serve`` as a user runs it, once ``/healthz`` answers."""
     with log.open("w") as sink:
@@ -639,12 +651,9 @@ def main() -> None:
         return
     port = args.port or free_port()
     folder = Path(tempfile.mkdtemp(prefix="chorus-hostile-"))
-    env = dict(
-        os.environ,
-        CHORUS_DATABASE_URL=f"sqlite+aiosqlite:///{folder}/chorus.db",
-        CHORUS_DATA_DIR=str(folder),
-        CHORUS_JWT_SECRET=SECRET,
-        CHORUS_PORT=str(port),
+    env = server_env(
+        folder,
+        port,
         CHORUS_RATE_LIMIT_PER_MINUTE="30",
         CHORUS_CORS_ORIGINS=ORIGIN_OK,
         CHORUS_METRICS_TOKEN=METRICS_TOKEN,

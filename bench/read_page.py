@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from chorus.db.store import PlaylistStore
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
 from chorus.graphql.schema.common import ids
+from hostile import start_server
 
 SECRET = "bench-secret-" + "x" * 40
 QUERY = """query Page($id: ID!, $after: String) {
@@ -69,24 +69,6 @@ async def build(url: str) -> tuple[str, list[tuple[str, str]]]:
         positions += [(e.position_key, e.entry_id) for e in done.outcome.entries]
     await db.dispose()
     return pid, positions
-
-
-def start_server(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    """``chorus serve`` as a user runs it, once /healthz answers."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "chorus.cli", "serve", "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                return server
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    server.kill()
-    raise RuntimeError("chorus serve did not start")
 
 
 async def run_for(seconds: float, concurrency: int, one: object) -> float:
@@ -152,17 +134,19 @@ async def main() -> None:
     try:
         pid, positions = await build(url)
         gid = ids.to_global_id("Playlist", pid)
+        data_dir = Path(tempfile.mkdtemp())
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
             "CHORUS_DATABASE_URL": url,
             "CHORUS_JWT_SECRET": SECRET,
-            "CHORUS_DATA_DIR": tempfile.mkdtemp(),
+            "CHORUS_DATA_DIR": str(data_dir),
             "CHORUS_PORT": str(args.port),
         }
         token = mint_token(SECRET, "bob")
         rates: dict[str, float] = {}
         for mode, extra in (("cold", {"CHORUS_RESPONSE_CACHE": "false"}), ("hot", {})):
-            server = await asyncio.to_thread(start_server, {**env, **extra}, args.port)
+            log = data_dir / f"server-{mode}.log"
+            server = await asyncio.to_thread(start_server, {**env, **extra}, args.port, log)
             rates[mode] = await chorus_rate(args, gid, positions, token, warm=mode == "hot")
             server.terminate()
             server.wait(timeout=10)
