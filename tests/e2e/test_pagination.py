@@ -338,9 +338,8 @@ def music_source() -> list[str]:
     return [track(n) for n in music["track_ids"]]
 
 
-@pytest.fixture(scope="module")
-def music(server: ChorusServer, api: Api) -> str:
-    """``chorus import chinook --owner alice`` against the server's database; Music's id."""
+def import_chinook(server: ChorusServer) -> subprocess.CompletedProcess[str]:
+    """Run ``chorus import chinook --owner alice`` against the server's database."""
     result = subprocess.run(
         [sys.executable, "-m", "chorus.cli", "import", "chinook", "--owner", "alice"],
         env=server.env,
@@ -350,6 +349,13 @@ def music(server: ChorusServer, api: Api) -> str:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def music(server: ChorusServer, api: Api) -> str:
+    """``chorus import chinook --owner alice`` against the server's database; Music's id."""
+    result = import_chinook(server)
     lines = [line.split() for line in result.stdout.splitlines()]
     found = [
         line[0] for line in lines if line[-1:] == ["Music"] and line[1:3] == ["3290", "entries"]
@@ -402,15 +408,7 @@ def test_music_playlist_pages_both_ways(api: Api, music: str) -> None:
 
 def test_import_again_changes_nothing(server: ChorusServer, api: Api, music: str) -> None:
     before = api.data(MUSIC_PAGE, id=music, first=1)["playlist"]
-    result = subprocess.run(
-        [sys.executable, "-m", "chorus.cli", "import", "chinook", "--owner", "alice"],
-        env=server.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+    import_chinook(server)
     after = api.data(MUSIC_PAGE, id=music, first=1)["playlist"]
     assert after == before
 
