@@ -9,6 +9,7 @@ import pytest
 
 from chorus.auth import ClaimRules, InvalidToken, mint_token, verify
 from chorus.cli import main
+from tests.unit.test_cli_settings import refused_settings
 
 SECRET = "s" * 40
 PROVIDER = {
@@ -51,12 +52,7 @@ def test_bad_identity_settings_exit_2_naming_the_variable(
     env: dict[str, str],
     said: str,
 ) -> None:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    code, _, err = _run(capsys, "serve")
-    assert code == 2
-    assert said in err
-    assert "Traceback" not in err
+    assert said in refused_settings(monkeypatch, capsys, env, "serve")
 
 
 @pytest.mark.parametrize("ttl", ["0", "-5", "abc", "nan", "inf", "31622401", ""])
