@@ -188,24 +188,6 @@ def test_serve_workers_is_a_count(capsys: pytest.CaptureFixture[str], workers: s
     assert "--workers" in err
 
 
-@pytest.mark.parametrize(
-    ("env", "named"),
-    [
-        ({"CHORUS_RESPONSE_CACHE": "perhaps"}, "CHORUS_RESPONSE_CACHE"),
-        ({"CHORUS_RESPONSE_CACHE_MAX_BYTES": "100"}, "CHORUS_RESPONSE_CACHE_MAX_BYTES"),
-        ({"CHORUS_MEDIA_FRESHNESS_S": "0"}, "CHORUS_MEDIA_FRESHNESS_S"),
-        ({"CHORUS_PERSISTED_DOCUMENTS_ONLY": "true"}, "CHORUS_PERSISTED_DOCUMENTS"),
-    ],
-)
-def test_bad_cache_settings_exit_2_naming_the_variable(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    named: str,
-) -> None:
-    assert named in refused_settings(monkeypatch, capsys, env, "serve")
-
-
 @pytest.mark.parametrize("command", [("relay",), ("serve",), ("catalog", "serve")])
 @pytest.mark.parametrize("port", ["0", "70000", "99999", "http", "-5"])
 def test_a_port_must_be_a_port(
@@ -291,9 +273,13 @@ def test_every_integer_setting_refuses_a_number_past_32_bits(
         ({"CHORUS_MAX_BATCH_ENTRIES": "50"}, "CHORUS_MAX_BATCH_ENTRIES (50) is below"),
         ({"CHORUS_MAX_BATCH_OPERATIONS": "0"}, "CHORUS_MAX_BATCH_OPERATIONS"),
         ({"CHORUS_MAX_BATCH_OPERATIONS": "5000"}, "CHORUS_MAX_BATCH_OPERATIONS"),
+        ({"CHORUS_RESPONSE_CACHE": "perhaps"}, "CHORUS_RESPONSE_CACHE"),
+        ({"CHORUS_RESPONSE_CACHE_MAX_BYTES": "100"}, "CHORUS_RESPONSE_CACHE_MAX_BYTES"),
+        ({"CHORUS_MEDIA_FRESHNESS_S": "0"}, "CHORUS_MEDIA_FRESHNESS_S"),
+        ({"CHORUS_PERSISTED_DOCUMENTS_ONLY": "true"}, "CHORUS_PERSISTED_DOCUMENTS"),
     ],
 )
-def test_settings_that_contradict_or_are_blank_are_refused(
+def test_bad_or_contradicting_serve_settings_are_refused_saying_why(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     env: dict[str, str],
