@@ -35,10 +35,7 @@ from tests.integration.test_group_commit import (
     _rows,
     _seeded,
     _store,
-    twin_url,
 )
-
-__all__ = ["twin_url"]  # the fixture: a second database of the same backend
 
 
 async def _sent(store: PlaylistStore, title: str) -> tuple[list[Any], list[Any], list[Any]]:

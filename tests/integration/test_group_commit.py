@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
 from chorus.db.engine import Database
-from chorus.db.migrate import upgrade
 from chorus.db.store import Committed, PlaylistStore
 from chorus.db.tables import outbox, playlist_entry, playlist_mutation
 from chorus.domain.commands import (
@@ -47,25 +44,11 @@ from chorus.domain.commands import (
 )
 from chorus.domain.errors import DomainError, ErrorCode
 from chorus.domain.model import Role
-from tests.servers import create_database, drop_database, postgres_url
 
 ALICE, BOB, MALLORY = "alice", "bob", "mallory"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SEEDS = 3
 """Entries every example's playlist starts with (e0, e1, e2), at version 2."""
-
-
-@pytest.fixture
-def twin_url(database_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A second empty, migrated database on the backend of ``database_url``."""
-    if database_url.startswith("sqlite"):
-        url = f"sqlite+aiosqlite:///{tmp_path / 'twin.db'}"
-        upgrade(url)
-        yield url
-        return
-    name = create_database(template=request.getfixturevalue("postgres_template"))
-    yield postgres_url(name)
-    drop_database(name)
 
 
 @dataclass(frozen=True)
