@@ -20,7 +20,7 @@ from chorus.db import repository
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
-from chorus.domain.changes import WIRE_VERSION, PlaylistCreated, decode_change
+from chorus.domain.changes import WIRE_VERSION, Change, decode_change
 from chorus.domain.commands import (
     AddEntries,
     CreatePlaylist,
@@ -35,6 +35,7 @@ from chorus.domain.commands import (
 from chorus.domain.decisions import Outcome
 from chorus.domain.fold import PlaylistState
 from chorus.domain.model import Entry, Playlist, Role
+from tests.unit.fakes import fold
 
 ALICE = "alice"
 BOB = "bob"
@@ -155,6 +156,11 @@ async def tally(database: Database, playlist_id: str | None = None) -> Tally:
         )
 
 
+def logged(row: Any) -> tuple[int, list[Change], datetime]:
+    """A ``playlist_mutation`` row as :func:`tests.unit.fakes.fold` takes it."""
+    return row.version, [decode_change(w) for w in row.payload["changes"]], row.committed_at
+
+
 async def fold_log(database: Database, playlist_id: str) -> PlaylistState:
     """Fold the mutation log from version 0, checking it against the outbox on the way.
 
@@ -183,7 +189,6 @@ async def fold_log(database: Database, playlist_id: str) -> PlaylistState:
     versions = list(range(current.version + 1))
     assert [r.version for r in log] == versions
     assert [e.version for e in events] == versions
-    state: PlaylistState | None = None
     for row, event in zip(log, events, strict=True):
         assert row.payload["v"] == WIRE_VERSION
         assert event.payload["v"] == WIRE_VERSION
@@ -194,15 +199,7 @@ async def fold_log(database: Database, playlist_id: str) -> PlaylistState:
         assert event.payload["actor_id"] == row.actor_id
         assert datetime.fromisoformat(event.payload["committed_at"]) == row.committed_at
         assert event.payload["changes"] == row.payload["changes"]
-        changes = [decode_change(w) for w in row.payload["changes"]]
-        if state is None:
-            assert row.version == 0
-            (created,) = changes
-            assert isinstance(created, PlaylistCreated)
-            state = PlaylistState.create(playlist_id, created)
-        else:
-            state.apply(row.version, changes, row.committed_at)
-    assert state is not None
+    state = fold(playlist_id, (logged(row) for row in log))
     live = await live_rows(database, playlist_id)
     assert state.live() == live
     assert state.playlist == current

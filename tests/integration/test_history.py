@@ -22,7 +22,6 @@ from chorus.db.history_reads import AtVersion
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import playlist_checkpoint, playlist_checkpoint_entry, playlist_mutation
 from chorus.domain import version_history
-from chorus.domain.changes import PlaylistCreated, decode_change
 from chorus.domain.commands import (
     AddEntries,
     PlaylistCommand,
@@ -31,13 +30,20 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
-from chorus.domain.fold import PlaylistState
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Role
 from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import RequestContext, Services
-from tests.integration.store_helpers import BOB, fold_log, new_op, new_playlist, random_history
+from tests.integration.store_helpers import (
+    BOB,
+    fold_log,
+    logged,
+    new_op,
+    new_playlist,
+    random_history,
+)
+from tests.unit.fakes import fold
 
 schema = build_schema()
 EVERY = 4
@@ -313,16 +319,7 @@ async def _folded_at(database: Database, playlist_id: str, version: int) -> list
                 .order_by(playlist_mutation.c.version)
             )
         ).all()
-    state: PlaylistState | None = None
-    for row in rows:
-        changes = [decode_change(w) for w in row.payload["changes"]]
-        if state is None:
-            (created,) = changes
-            assert isinstance(created, PlaylistCreated)
-            state = PlaylistState.create(playlist_id, created)
-        else:
-            state.apply(row.version, changes, row.committed_at)
-    assert state is not None
+    state = fold(playlist_id, (logged(row) for row in rows))
     return [e.media_id for e in state.live()]
 
 

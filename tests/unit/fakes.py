@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, assert_never
 
@@ -238,10 +238,26 @@ class MemoryPlaylist:
 
     def fold_log(self) -> PlaylistState:
         """A fresh state rebuilt from ``log`` alone (wire dicts, decoded)."""
-        (v0, first), *rest = self.log
-        assert v0 == 0
-        created = decode_change(first[0])
-        state = PlaylistState.create(PLAYLIST_ID, created)  # type: ignore[arg-type]
-        for version, wires in rest:
-            state.apply(version, [decode_change(w) for w in wires], self.committed_at[version])
-        return state
+        return fold(
+            PLAYLIST_ID,
+            ((v, [decode_change(w) for w in wires], self.committed_at[v]) for v, wires in self.log),
+        )
+
+
+def fold(playlist_id: str, log: Iterable[tuple[int, list[ch.Change], datetime]]) -> PlaylistState:
+    """A playlist rebuilt from its whole log alone (DESIGN §3).
+
+    ``log``: each version's number, changes and commit time, from version 0
+    (one ``PlaylistCreated``) on, in order.
+    """
+    state: PlaylistState | None = None
+    for version, changes, committed_at in log:
+        if state is None:
+            assert version == 0, f"the log starts at version {version}"
+            (created,) = changes
+            assert isinstance(created, ch.PlaylistCreated)
+            state = PlaylistState.create(playlist_id, created)
+        else:
+            state.apply(version, changes, committed_at)
+    assert state is not None, "the log is empty"
+    return state

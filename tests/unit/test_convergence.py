@@ -35,7 +35,6 @@ from chorus.domain.changes import (
     EntriesAdded,
     EntriesMoved,
     EntriesRemoved,
-    PlaylistCreated,
     decode_change,
 )
 from chorus.domain.commands import (
@@ -57,9 +56,8 @@ from chorus.domain.errors import (
     NotFound,
     VersionConflict,
 )
-from chorus.domain.fold import PlaylistState
 from chorus.domain.model import Role
-from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist
+from tests.unit.fakes import PLAYLIST_ID, MemoryPlaylist, fold
 
 OWNER, EDITORS, VIEWER = "owner", ("ed1", "ed2"), "vi"
 ACTORS = (OWNER, *EDITORS, OWNER, *EDITORS, VIEWER)
@@ -321,16 +319,8 @@ class PlaylistMachine(RuleBasedStateMachine):
     def folding_the_log_rebuilds_the_list(self) -> None:
         log = self.pl.log
         assert [v for v, _ in log] == list(range(len(log))), "versions are contiguous"
-        state: PlaylistState | None = None
-        for version, wires in log:
-            changes = [decode_change(json.loads(json.dumps(w))) for w in wires]
-            if state is None:
-                (created,) = changes
-                assert isinstance(created, PlaylistCreated)
-                state = PlaylistState.create(PLAYLIST_ID, created)
-            else:
-                state.apply(version, changes, self.pl.committed_at[version])
-        assert state is not None
+        decoded = [(v, [decode_change(json.loads(json.dumps(w))) for w in ws]) for v, ws in log]
+        state = fold(PLAYLIST_ID, ((v, c, self.pl.committed_at[v]) for v, c in decoded))
         live = state.live()
         assert [e.entry_id for e in live] == self.order
         assert [e.position_key for e in live] == [self.keys[i] for i in self.order]
