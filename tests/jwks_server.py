@@ -11,12 +11,14 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from tests.http_stub import QuietHandler
 
 ISSUER = "https://idp.example.test/"
 AUDIENCE = "chorus-api"
@@ -65,18 +67,10 @@ class JWKSServer:
         self.fetches = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 server.fetches += 1
-                body = json.dumps({"keys": [k.jwk() for k in server.keys]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
+                self.reply(json.dumps({"keys": [k.jwk() for k in server.keys]}).encode())
 
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._http.server_address[1]}/.well-known/jwks.json"

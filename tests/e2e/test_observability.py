@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from chorus.auth import mint_token
 from tests.deadlines import patience
+from tests.http_stub import QuietHandler
 from tests.servers import TEST_SECRET, ChorusServer
 
 CREATE = """mutation Create($input: CreatePlaylistInput!) {
@@ -40,7 +41,7 @@ class Collector:
         self.paths: list[str] = []
         collector = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
@@ -50,14 +51,7 @@ class Collector:
                 collector.paths.append(self.path)
                 collector.requests.append(request)
                 answer = ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
+                self.reply(answer, "application/x-protobuf")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

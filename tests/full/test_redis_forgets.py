@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -35,6 +35,7 @@ from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, committed, create_playlist, mutate, track
 from tests.e2e.test_response_cache import PAGE, post
 from tests.full.helpers import full_profile_env
+from tests.http_stub import QuietHandler
 from tests.servers import ChorusServer, RedisServer, TansuServer, TcpProxy
 
 WAIT_S = patience(30.0)
@@ -56,22 +57,14 @@ class Catalog:
         self.waiting = 0
         catalog = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 asked = parse_qs(urlparse(self.path).query).get("id", [])
                 catalog.waiting += 1
                 catalog.open.wait(WAIT_S * 2)
                 catalog.waiting -= 1
                 media = [{"id": i, "title": f"T {i}", "artists": ["A"]} for i in asked]
-                body = json.dumps({"media": media}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                return None
+                self.reply(json.dumps({"media": media}).encode())
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
