@@ -24,6 +24,7 @@ from websockets.asyncio.client import ClientConnection
 from chorus.auth import mint_token
 from chorus.graphql.guards.nesting import MAX_JSON_VALUES
 from tests.e2e.helpers import mutation_document
+from tests.e2e.raw import split_response
 from tests.servers import TEST_SECRET, ChorusServer
 
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
@@ -59,13 +60,7 @@ def _exchange(server: ChorusServer, raw: bytes) -> tuple[int, dict[str, str], by
         data = b""
         while chunk := sock.recv(65536):  # the server closes after its refusal
             data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(status_line.split()[1]), headers, body
+    return split_response(data)
 
 
 _POST = b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -11,7 +11,6 @@ the ``Authorization`` header, and ``chorus token`` with hostile user ids.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
@@ -27,11 +26,11 @@ from typing import Any
 
 import httpx
 import pytest
-import websockets
 
 from chorus.auth import MAX_NUMERIC_DATE, MAX_TOKEN_LENGTH
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import error_codes
+from tests.e2e.raw import first_answer
 from tests.servers import TEST_SECRET, ChorusServer, free_port
 
 VIEWER = "{ viewer { user { id } } }"
@@ -185,21 +184,6 @@ def test_unusual_but_valid_tokens_are_accepted(api: Api, kind: str) -> None:
     assert response.json()["data"] == {"viewer": {"user": {"id": "alice"}}}, response.text
 
 
-async def _connection_init(server: ChorusServer, frame: str) -> tuple[int, str]:
-    """Open a socket and send ``frame``: the close code and reason, or 0 and the ack."""
-    url = server.url.replace("http://", "ws://")
-    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await ws.send(frame)
-        try:
-            message = await asyncio.wait_for(ws.recv(), 10)
-        except websockets.ConnectionClosed as closed:
-            received = closed.rcvd
-        else:
-            return 0, str(message)
-    assert received is not None, "closed without a close frame (1006)"
-    return received.code, received.reason
-
-
 def _init_frame(authorization: object) -> str:
     return json.dumps({"type": "connection_init", "payload": {"Authorization": authorization}})
 
@@ -208,7 +192,7 @@ def _init_frame(authorization: object) -> str:
 async def test_a_hostile_token_over_websocket_closes_with_4403(
     chorus: ChorusServer, kind: str
 ) -> None:
-    code, reason = await _connection_init(chorus, _init_frame(f"Bearer {HOSTILE[kind]}"))
+    code, reason = await first_answer(chorus, _init_frame(f"Bearer {HOSTILE[kind]}"))
     assert code == 4403, (code, reason)
 
 
@@ -243,13 +227,13 @@ async def test_a_hostile_token_over_websocket_closes_with_4403(
 async def test_hostile_authorization_values_over_websocket_close_with_4403(
     chorus: ChorusServer, frame: str
 ) -> None:
-    code, reason = await _connection_init(chorus, frame)
+    code, reason = await first_answer(chorus, frame)
     assert code == 4403, (code, reason)
 
 
 async def test_unusual_but_valid_tokens_open_a_websocket(chorus: ChorusServer) -> None:
     for token in ACCEPTED.values():
-        code, ack = await _connection_init(chorus, _init_frame(f"Bearer {token}"))
+        code, ack = await first_answer(chorus, _init_frame(f"Bearer {token}"))
         assert code == 0, ack
         assert json.loads(ack)["type"] == "connection_ack"
 

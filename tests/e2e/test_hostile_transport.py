@@ -28,6 +28,7 @@ from chorus.auth import mint_token
 from chorus.graphql.guards.nesting import MAX_JSON_DEPTH
 from chorus.transport import MAX_PIPELINED
 from tests.deadlines import patience
+from tests.e2e.raw import split_response
 from tests.servers import TEST_SECRET, ChorusServer
 
 APP_ORIGIN = "http://localhost:5173"
@@ -111,19 +112,14 @@ def _read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
         if not chunk:
             raise ConnectionError(f"closed before a response head: {data!r}")
         data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
+    status, headers, body = split_response(data)
     length = int(headers.get("content-length", "0"))
     while len(body) < length:
         chunk = sock.recv(65536)
         if not chunk:
             break
         body += chunk
-    return int(status_line.split()[1]), headers, body
+    return status, headers, body
 
 
 def _read_pipelined(sock: socket.socket, count: int) -> tuple[list[tuple[int, bytes]], bytes]:

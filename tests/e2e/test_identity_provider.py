@@ -7,7 +7,6 @@ whose fetches it counts.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -15,10 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-import websockets
 
 from chorus.auth import mint_token
 from tests.e2e.helpers import error_codes
+from tests.e2e.raw import first_answer
 from tests.jwks_server import AUDIENCE, ISSUER, JWKSServer, ProviderKey
 from tests.servers import TEST_SECRET, ChorusServer
 
@@ -129,18 +128,9 @@ def test_a_rotated_key_is_found_and_the_removed_one_refused(
 
 
 async def _connection_init(server: ChorusServer, token: str) -> tuple[int, str]:
-    url = server.url.replace("http://", "ws://")
     frame = json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
-    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
-        await ws.send(frame)
-        try:
-            message = await asyncio.wait_for(ws.recv(), 10)
-        except websockets.ConnectionClosed as closed:
-            received = closed.rcvd
-        else:
-            return 0, json.loads(message)["type"]
-    assert received is not None, "closed without a close frame (1006)"
-    return received.code, received.reason
+    code, said = await first_answer(server, frame)
+    return code, json.loads(said)["type"] if code == 0 else said
 
 
 async def test_a_provider_token_opens_a_websocket(chorus: ChorusServer) -> None:
