@@ -35,15 +35,7 @@ def ttl(value: str) -> float:
     from chorus.auth import MAX_TTL
 
     most = MAX_TTL.total_seconds()
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= most:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(
-            f"must be a number of seconds above 0 and at most {most:.0f} (366 days)"
-        )
-    return seconds
+    return _above_zero(value, most, f"seconds above 0 and at most {most:.0f} (366 days)")
 
 
 def host(value: str) -> str:
@@ -59,15 +51,19 @@ def host(value: str) -> str:
 def days(value: str) -> float:
     from chorus.settings import MAX_KEEP_DAYS
 
+    return _above_zero(value, MAX_KEEP_DAYS, f"days above 0 and at most {MAX_KEEP_DAYS:g}")
+
+
+def _above_zero(value: str, most: float, bounds: str) -> float:
+    """``value`` as a number above 0 and at most ``most``, else refused: "must be a number of
+    ``bounds``"."""
     try:
-        days = float(value)
+        number = float(value)
     except ValueError:
-        days = -1.0
-    if not 0 < days <= MAX_KEEP_DAYS:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(
-            f"must be a number of days above 0 and at most {MAX_KEEP_DAYS:g}"
-        )
-    return days
+        number = -1.0
+    if not 0 < number <= most:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a number of {bounds}")
+    return number
 
 
 def port(value: str) -> int:
