@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,21 +22,6 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = exited.value.code
     assert isinstance(code, int)
     return code, capsys.readouterr().err
-
-
-def refused_settings(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    *argv: str,
-) -> str:
-    """What ``chorus argv…`` says on stderr as it exits 2, refusing the settings in ``env``."""
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    code, err = _run(capsys, *argv)
-    assert code == 2
-    assert "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize(
@@ -99,13 +85,9 @@ def refused_settings(
 )
 @pytest.mark.parametrize("command", ["serve", "relay", "fanout", "project-cache", "feed"])
 def test_bad_full_profile_settings_exit_2_naming_the_variable(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    named: str,
-    command: str,
+    refused_settings: Callable[..., str], env: dict[str, str], named: str, command: str
 ) -> None:
-    err = refused_settings(monkeypatch, capsys, env, command)
+    err = refused_settings(env, command)
     assert err.startswith("chorus: bad settings:")
     assert named in err
     assert len(err.strip().splitlines()) == 1
@@ -280,12 +262,9 @@ def test_every_integer_setting_refuses_a_number_past_32_bits(
     ],
 )
 def test_bad_or_contradicting_serve_settings_are_refused_saying_why(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    said: str,
+    refused_settings: Callable[..., str], env: dict[str, str], said: str
 ) -> None:
-    assert said in refused_settings(monkeypatch, capsys, env, "serve")
+    assert said in refused_settings(env, "serve")
 
 
 def test_every_float_setting_has_a_bound_below_overflow(monkeypatch: pytest.MonkeyPatch) -> None:

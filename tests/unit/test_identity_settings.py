@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import jwt
 import pytest
 
 from chorus.auth import ClaimRules, InvalidToken, mint_token, verify
 from chorus.cli import main
-from tests.unit.test_cli_settings import refused_settings
 
 SECRET = "s" * 40
 PROVIDER = {
@@ -47,12 +47,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     ],
 )
 def test_bad_identity_settings_exit_2_naming_the_variable(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    said: str,
+    refused_settings: Callable[..., str], env: dict[str, str], said: str
 ) -> None:
-    assert said in refused_settings(monkeypatch, capsys, env, "serve")
+    assert said in refused_settings(env, "serve")
 
 
 @pytest.mark.parametrize("ttl", ["0", "-5", "abc", "nan", "inf", "31622401", ""])
