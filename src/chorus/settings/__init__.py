@@ -84,12 +84,7 @@ class Settings(
 
     @model_validator(mode="after")
     def _page_sizes(self) -> Self:
-        if self.page_size_default > self.page_size_max:
-            raise ValueError(
-                f"CHORUS_PAGE_SIZE_DEFAULT ({self.page_size_default}) is above "
-                f"CHORUS_PAGE_SIZE_MAX ({self.page_size_max})"
-            )
-        return self
+        return self._not_above("page_size_default", "page_size_max")
 
     @model_validator(mode="after")
     def _integers_fit(self) -> Self:
@@ -115,12 +110,7 @@ class Settings(
 
     @model_validator(mode="after")
     def _feed_page_sizes(self) -> Self:
-        if self.feed_page_size_default > self.feed_page_size_max:
-            raise ValueError(
-                f"CHORUS_FEED_PAGE_SIZE_DEFAULT ({self.feed_page_size_default}) is above "
-                f"CHORUS_FEED_PAGE_SIZE_MAX ({self.feed_page_size_max})"
-            )
-        return self
+        return self._not_above("feed_page_size_default", "feed_page_size_max")
 
     @model_validator(mode="after")
     def _full_profile_together(self) -> Self:
@@ -173,10 +163,18 @@ class Settings(
 
     @model_validator(mode="after")
     def _user_share_fits(self) -> Self:
-        if self.owner_queue_per_user > self.owner_queue_size:
+        return self._not_above("owner_queue_per_user", "owner_queue_size", "is larger than")
+
+    def _not_above(self, name: str, bound: str, said: str = "is above") -> Self:
+        """``self``, unless setting ``name`` is above setting ``bound``.
+
+        Raises:
+            ValueError: "CHORUS_<NAME> (value) <said> CHORUS_<BOUND> (value)".
+        """
+        value, most = getattr(self, name), getattr(self, bound)
+        if value > most:
             raise ValueError(
-                f"CHORUS_OWNER_QUEUE_PER_USER ({self.owner_queue_per_user}) is larger than "
-                f"CHORUS_OWNER_QUEUE_SIZE ({self.owner_queue_size})"
+                f"CHORUS_{name.upper()} ({value}) {said} CHORUS_{bound.upper()} ({most})"
             )
         return self
 
