@@ -91,6 +91,16 @@ class Chain:
         follower.task = asyncio.create_task(follower.follow(stream))
         return follower
 
+    async def followed_playlist(self, versions: int) -> tuple[str, Follower]:
+        """Start every part; a new playlist of ``versions`` adds, and a follower that
+        heard them live."""
+        self.start("relay", "fanout", "projector")
+        pid = await create_playlist(self.store)
+        follower = self.follow(pid)
+        await add(self.store, pid, versions)
+        await eventually(lambda: _has(follower, versions), what=f"versions 1..{versions} live")
+        return pid, follower
+
     async def aclose(self) -> None:
         await self.stop()
         await self.publisher.aclose()
@@ -135,11 +145,7 @@ async def test_kafka_down_mutations_commit_and_the_backlog_drains_in_order_after
     pg_database: Database, private_tansu: TansuServer, redis_url: str
 ) -> None:
     async with chain(pg_database, _config(private_tansu), redis_url) as parts:
-        parts.start("relay", "fanout", "projector")
-        pid = await create_playlist(parts.store)
-        follower = parts.follow(pid)
-        await add(parts.store, pid, 3)
-        await eventually(lambda: _has(follower, 3), what="versions 1..3 live")
+        pid, follower = await parts.followed_playlist(3)
 
         private_tansu.kill()
         head = await add(parts.store, pid, 5)  # mutations keep committing
@@ -167,11 +173,7 @@ async def test_events_lost_with_the_broker_are_repaired_from_sql_by_the_version_
     pg_database: Database, private_tansu: TansuServer, redis_url: str
 ) -> None:
     async with chain(pg_database, _config(private_tansu), redis_url) as parts:
-        parts.start("relay", "fanout", "projector")
-        pid = await create_playlist(parts.store)
-        follower = parts.follow(pid)
-        await add(parts.store, pid, 2)
-        await eventually(lambda: _has(follower, 2), what="versions 1..2 live")
+        pid, follower = await parts.followed_playlist(2)
 
         # Versions 3..5 are published and stamped, but no consumer reads
         # them before the broker dies with its in-memory log.
