@@ -46,6 +46,7 @@ from chorus.db.engine import Database
 from chorus.db.migrate import upgrade_async
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist, playlist_entry, playlist_mutation
+from chorus.db.writer import entry_values
 from chorus.domain.changes import WIRE_VERSION, EntriesAdded, PlaylistEvent, encode_change
 from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.committed import CommittedVersion
@@ -202,21 +203,7 @@ async def build_log(db: Database, versions: int) -> str:
             }
         )
     async with db.write() as conn:
-        await conn.execute(
-            insert(playlist_entry),
-            [
-                {
-                    "playlist_id": pid,
-                    "entry_id": e.entry_id,
-                    "position_key": e.position_key,
-                    "media_id": e.media_id,
-                    "added_by": e.added_by,
-                    "added_at": e.added_at,
-                    "removed_at": None,
-                }
-                for e in entries
-            ],
-        )
+        await conn.execute(insert(playlist_entry), [entry_values(pid, e) for e in entries])
         await conn.execute(insert(playlist_mutation), log_rows)
         await conn.execute(
             update(playlist)

@@ -46,7 +46,8 @@ def _header_values(p: Playlist) -> dict[str, Any]:
     return values
 
 
-def _entry_values(playlist_id: str, e: Entry) -> dict[str, Any]:
+def entry_values(playlist_id: str, e: Entry) -> dict[str, Any]:
+    """The ``playlist_entry`` row of ``e``, live, in ``playlist_id``."""
     return {
         "playlist_id": playlist_id,
         "entry_id": e.entry_id,
@@ -65,7 +66,7 @@ async def _upsert_entries(
     stmt = _ENTRY_UPSERTS.get(conn.dialect.name)
     if stmt is None:
         stmt = _ENTRY_UPSERTS[conn.dialect.name] = _entry_upsert(conn.dialect.name)
-    await conn.execute(stmt, [_entry_values(playlist_id, e) for e in entries])
+    await conn.execute(stmt, [entry_values(playlist_id, e) for e in entries])
 
 
 def _entry_upsert(dialect_name: str) -> postgresql.Insert | sqlite.Insert:
