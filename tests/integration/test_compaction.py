@@ -138,13 +138,19 @@ async def test_compaction_keeps_the_last_n_versions(database: Database) -> None:
     assert await compact(database, keep_versions=10, now=T0) == CompactionReport(0, 0, 0, 0)
 
 
-async def test_operation_ids_within_the_retry_window_still_replay(database: Database) -> None:
-    clock = Clock(T0 - timedelta(hours=48))
+async def _thirty_versions(database: Database, hours_before: float) -> Log:
+    """A playlist created and given 10 adds ``hours_before`` T0, then 20 adds an hour before it."""
+    clock = Clock(T0 - timedelta(hours=hours_before))
     log = Log(database, clock)
     await log.create()
     await log.adds(10)
     clock.now = T0 - timedelta(hours=1)
     await log.adds(20)
+    return log
+
+
+async def test_operation_ids_within_the_retry_window_still_replay(database: Database) -> None:
+    log = await _thirty_versions(database, hours_before=48)
     first_outcomes = {}
     for version in (15, 27):
         async with database.read() as conn:
@@ -184,12 +190,7 @@ async def test_operation_ids_within_the_retry_window_still_replay(database: Data
 
 
 async def test_records_kept_for_retries_go_once_past_the_retry_window(database: Database) -> None:
-    clock = Clock(T0 - timedelta(hours=20))
-    log = Log(database, clock)
-    await log.create()
-    await log.adds(10)
-    clock.now = T0 - timedelta(hours=1)
-    await log.adds(20)
+    log = await _thirty_versions(database, hours_before=20)
     first = await compact(database, keep_versions=5, now=T0)
     assert (first.playlists, first.log_rows_deleted) == (1, 0)  # all within 24 h
     assert await log.floor() == 26

@@ -220,14 +220,8 @@ async def test_below_the_retention_floor_is_a_clear_error(
         assert error.extensions == {"code": "BAD_USER_INPUT"}
     assert (await ok(database, AT, id=gid, v=15))["playlist"]["atVersion"]["version"] == 15
     # Checkpoints below the floor went with the log.
+    versions = await _checkpoints(database, ed.playlist_id)
     async with database.read() as conn:
-        versions = (
-            await conn.scalars(
-                select(playlist_checkpoint.c.version).where(
-                    playlist_checkpoint.c.playlist_id == ed.playlist_id
-                )
-            )
-        ).all()
         rows = await conn.scalar(
             select(func.count()).where(
                 playlist_checkpoint_entry.c.playlist_id == ed.playlist_id,
@@ -287,14 +281,7 @@ async def test_a_group_commit_across_a_checkpoint_keeps_one_at_its_last_version(
     commands += [AddEntries(ed.playlist_id, new_op(), 1, (f"h{i}",)) for i in range(EVERY + 1)]
     await asyncio.gather(*(store.execute(c, "alice") for c in commands))
     head = (await fold_log(database, ed.playlist_id)).playlist.version
-    async with database.read() as conn:
-        kept = (
-            await conn.scalars(
-                select(playlist_checkpoint.c.version).where(
-                    playlist_checkpoint.c.playlist_id == ed.playlist_id
-                )
-            )
-        ).all()
+    kept = await _checkpoints(database, ed.playlist_id)
     assert kept  # at the last version of each group that crossed a multiple of 4
     # Every version, against the fold of the log from version 0 (the reference).
     for version in range(head + 1):
@@ -304,6 +291,18 @@ async def test_a_group_commit_across_a_checkpoint_keeps_one_at_its_last_version(
         found = await pages.playlist_at(database, ed.playlist_id, version)
         assert isinstance(found, AtVersion)
         assert found.replayed <= EVERY + len(commands)  # a checkpoint a group after
+
+
+async def _checkpoints(database: Database, playlist_id: str) -> list[int]:
+    """The versions the playlist has a checkpoint of."""
+    async with database.read() as conn:
+        return list(
+            await conn.scalars(
+                select(playlist_checkpoint.c.version).where(
+                    playlist_checkpoint.c.playlist_id == playlist_id
+                )
+            )
+        )
 
 
 async def _folded_at(database: Database, playlist_id: str, version: int) -> list[str]:
