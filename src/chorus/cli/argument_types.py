@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def user(value: str) -> str:
     from chorus.auth import check_user_id
 
-    try:
-        return check_user_id(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _checked(check_user_id, value)
 
 
 def count(value: str) -> int:
@@ -42,8 +40,13 @@ def host(value: str) -> str:
     """A bind address (:func:`chorus.settings.server.check_host`: not empty, no blanks)."""
     from chorus.settings.server import check_host
 
+    return _checked(check_host, value)
+
+
+def _checked(check: Callable[[str], str], value: str) -> str:
+    """``check(value)``; its ``ValueError`` becomes the argument's refusal."""
     try:
-        return check_host(value)
+        return check(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
