@@ -14,7 +14,6 @@ import json
 import re
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +22,7 @@ from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
 from chorus.graphql.guards.nesting import MAX_JSON_VALUES
+from tests.e2e.conftest import running_server
 from tests.e2e.helpers import mutation_document
 from tests.e2e.raw import split_response
 from tests.servers import TEST_SECRET, ChorusServer
@@ -32,11 +32,8 @@ GENERATED_ID = re.compile(r"[0-9a-f]{32}")
 
 @pytest.fixture(scope="module")
 def chorus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
-    data_dir: Path = tmp_path_factory.mktemp("hostile-input")
-    server = ChorusServer(f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}", data_dir)
-    server.start()
-    yield server
-    server.stop()
+    with running_server("sqlite", tmp_path_factory) as server:
+        yield server
 
 
 def _token() -> str:

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from chorus.auth import MAX_NUMERIC_DATE, MAX_TOKEN_LENGTH
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import error_codes
 from tests.e2e.raw import first_answer
 from tests.servers import TEST_SECRET, ChorusServer, free_port
@@ -131,11 +131,8 @@ ACCEPTED = {
 
 @pytest.fixture(scope="module")
 def chorus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChorusServer]:
-    data_dir = tmp_path_factory.mktemp("hostile-tokens")
-    server = ChorusServer(f"sqlite+aiosqlite:///{data_dir / 'chorus.db'}", data_dir)
-    server.start()
-    yield server
-    server.stop()
+    with running_server("sqlite", tmp_path_factory) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

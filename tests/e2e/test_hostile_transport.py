@@ -199,19 +199,26 @@ def _graphql_error(response: httpx.Response, code: str) -> str:
 def test_deeply_nested_json_is_a_400_bad_request_and_at_most_one_log_line(
     chorus: ChorusServer, body: str
 ) -> None:
+    message = _refused_body(chorus, body, f"deep-{len(body)}-{body[-1] == ']'}")
+    assert f"deeper than {MAX_JSON_DEPTH}" in message
+
+
+def _refused_body(chorus: ChorusServer, body: str, request_id: str) -> str:
+    """The message of the ``BAD_REQUEST`` that ``body`` is answered with; the server
+    logged at most the access line for it (no traceback) and still answers."""
     before = len(_log_lines(chorus))
-    request_id = f"deep-{len(body)}-{body[-1] == ']'}"
     response = httpx.post(
         chorus.url,
         content=body,
         headers={**_auth(), "Content-Type": "application/json", "X-Request-Id": request_id},
         timeout=10,
     )
-    assert response.status_code == 400, response.text
-    assert f"deeper than {MAX_JSON_DEPTH}" in _graphql_error(response, "BAD_REQUEST")
+    assert response.status_code == 400, response.text[:500]
+    message = _graphql_error(response, "BAD_REQUEST")
     new = _wait_for_log(chorus, request_id)[before:]
-    assert len(new) <= 1, new  # the access line, no traceback
+    assert len(new) <= 1, new
     _healthy(chorus)
+    return message
 
 
 def test_nesting_up_to_the_limit_and_brackets_in_strings_are_answered(chorus: ChorusServer) -> None:
@@ -268,20 +275,8 @@ async def test_a_deeply_nested_websocket_frame_closes_with_4400(
 def test_a_json_number_too_long_to_convert_is_a_400_bad_request_and_one_log_line(
     chorus: ChorusServer, body: str
 ) -> None:
-    before = len(_log_lines(chorus))
-    request_id = f"long-number-{len(body)}"
-    response = httpx.post(
-        chorus.url,
-        content=body,
-        headers={**_auth(), "Content-Type": "application/json", "X-Request-Id": request_id},
-        timeout=10,
-    )
-    assert response.status_code == 400, response.text[:500]
-    message = _graphql_error(response, "BAD_REQUEST")
+    message = _refused_body(chorus, body, f"long-number-{len(body)}")
     assert message == "the request body has a number of more than 4300 digits"
-    new = _wait_for_log(chorus, request_id)[before:]
-    assert len(new) <= 1, new  # the access line, no traceback
-    _healthy(chorus)
 
 
 def test_long_numbers_that_convert_are_answered(chorus: ChorusServer) -> None:

@@ -61,13 +61,6 @@ def server(database: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     chorus.stop()
 
 
-@pytest.fixture(scope="module")
-def api(server: ChorusServer) -> Iterator[Api]:
-    client = Api(server)
-    yield client
-    client.http.close()
-
-
 async def add(
     http: httpx.AsyncClient, server: ChorusServer, user: str, op: str, base: int
 ) -> dict[str, Any]:
