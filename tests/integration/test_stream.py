@@ -392,22 +392,32 @@ async def test_a_stream_cancelled_as_an_event_wakes_it_still_ends(database: Data
 # --- slow consumers -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("bound", "held"),
+    [({"queue_size": 4}, 4), ({"queue_entries": 5}, 5)],
+    ids=["versions", "entries"],
+)
 async def test_a_slow_consumer_gets_resync_then_continues_from_current_version(
-    database: Database,
+    database: Database, bound: dict[str, int], held: int
 ) -> None:
-    async with rig(database, queue_size=4) as parts:
+    # The consumer stops reading while 60 versions are published: its queue
+    # overflows and it falls 60 > max_lag versions behind. A queue with room
+    # for 1,000 versions but only 5 entries overflows as surely: heavy versions
+    # count as much as many light ones (a stalled socket keeps little memory).
+    async with rig(database, **bound) as parts:
         pid = await parts.create()
         await parts.add(pid)
         stream = parts.stream(ALICE, pid, 0, max_lag=20)
         assert versions([await _next(stream)]) == [1]
-        # The consumer stops reading while 60 versions are published: its
-        # queue of 4 overflows and it falls 60 > max_lag versions behind.
         await parts.add(pid, 60)
         await parts.relay_caught_up()
-        resync = await _next(stream)
-        assert versions([resync]) == [("resync", 61, "slow consumer")]
+        [membership] = parts.hub._members[pid]
+        assert membership.overflowed
+        assert membership.queue.qsize() == membership.entries == held
+        assert versions([await _next(stream)]) == [("resync", 61, "slow consumer")]
         await parts.add(pid, 3)
         assert versions([await _next(stream) for _ in range(3)]) == [62, 63, 64]
+        assert membership.entries == 0
         await stream.aclose()  # type: ignore[attr-defined]
         assert parts.counts() == (0, 0, 0)
 
@@ -459,28 +469,6 @@ async def test_one_viewers_streams_catch_up_a_page_at_a_time_and_others_do_not_w
         await second.close()
         await bob.close()
         assert parts.counts() == (0, 0, 0)
-
-
-async def test_a_slow_consumer_is_bounded_by_the_entries_it_buffers_too(
-    database: Database,
-) -> None:
-    # Room for 1,000 versions but only 5 entries: heavy versions overflow it
-    # as surely as many light ones do (a stalled socket keeps little memory).
-    async with rig(database, queue_entries=5) as parts:
-        pid = await parts.create()
-        await parts.add(pid)
-        stream = parts.stream(ALICE, pid, 0, max_lag=20)
-        assert versions([await _next(stream)]) == [1]
-        await parts.add(pid, 60)
-        await parts.relay_caught_up()
-        [membership] = parts.hub._members[pid]
-        assert membership.overflowed
-        assert membership.queue.qsize() == membership.entries == 5
-        assert versions([await _next(stream)]) == [("resync", 61, "slow consumer")]
-        await parts.add(pid, 3)
-        assert versions([await _next(stream) for _ in range(3)]) == [62, 63, 64]
-        assert membership.entries == 0
-        await stream.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_slow_consumer_within_max_lag_catches_up_from_sql(database: Database) -> None:
