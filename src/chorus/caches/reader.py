@@ -14,6 +14,8 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from enum import Enum
+from typing import Literal, TypeVar
 
 from redis.asyncio import Redis
 
@@ -25,6 +27,16 @@ from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
 
 log = logging.getLogger("chorus.snapshots")
+
+T = TypeVar("T")
+
+
+class _Unanswered(Enum):
+    UNANSWERED = "unanswered"
+
+
+_UNANSWERED = _Unanswered.UNANSWERED
+"""What :meth:`SnapshotCache._ask` returns when Redis did not answer (``None`` is an answer)."""
 
 FLUSH_BATCH = 500
 """Head bumps written per pipeline when several are pending (Redis came back)."""
@@ -137,13 +149,10 @@ class SnapshotCache:
         ids = list(playlist_ids)
         if not self._breaker.allow():
             return None
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                generation, found = await self._store.heads(ids)
-        except Exception as exc:
-            self._failed(exc)
+        answer = await self._ask(self._store.heads(ids))
+        if answer is _UNANSWERED:
             return None
-        self._succeeded()
+        generation, found = answer
         if generation is None:
             self._check_generation()
             return None
@@ -167,14 +176,8 @@ class SnapshotCache:
         """
         if not self._breaker.allow():
             return False
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                taken = await self._store.learn_heads(versions, ticket)
-        except Exception as exc:
-            self._failed(exc)
-            return False
-        self._succeeded()
-        return taken
+        taken = await self._ask(self._store.learn_heads(versions, ticket))
+        return taken is not _UNANSWERED and taken
 
     def fill(self, playlist_id: str, read: Callable[[], Awaitable[Snapshot | None]]) -> None:
         """Read-through: store the snapshot ``read`` makes, in the background; never raises.
@@ -264,13 +267,7 @@ class SnapshotCache:
             self._checking = asyncio.get_running_loop().create_task(self._ensure())
 
     async def _ensure(self) -> None:
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._store.ensure()
-        except Exception as exc:
-            self._failed(exc)
-            return
-        self._succeeded()
+        await self._ask(self._store.ensure())
 
     def _keep_flushing(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -282,13 +279,10 @@ class SnapshotCache:
 
     async def _read(self, playlist_id: str) -> _Read | None:
         self.redis_calls += 1
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                head, doc = await self._store.read_raw(playlist_id)
-        except Exception as exc:
-            self._failed(exc)
+        answer = await self._ask(self._store.read_raw(playlist_id))
+        if answer is _UNANSWERED:
             return None
-        self._succeeded()
+        head, doc = answer
         try:
             return head, Snapshot.from_json(doc) if doc is not None else None
         except ValueError:
@@ -318,17 +312,24 @@ class SnapshotCache:
         if not self._pending or not self._breaker.allow():
             return False
         sent = dict(itertools.islice(self._pending.items(), FLUSH_BATCH))
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._store.bump_heads(sent)
-        except Exception as exc:
-            self._failed(exc)
+        if await self._ask(self._store.bump_heads(sent)) is _UNANSWERED:
             return False
-        self._succeeded()
         for playlist_id, version in sent.items():
             if self._pending.get(playlist_id) == version:
                 del self._pending[playlist_id]
         return True
+
+    async def _ask(self, request: Awaitable[T]) -> T | Literal[_Unanswered.UNANSWERED]:
+        """``request``'s answer within the timeout, told to the breaker; a failure is
+        told to it too, and is :data:`_UNANSWERED`."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                answer = await request
+        except Exception as exc:
+            self._failed(exc)
+            return _UNANSWERED
+        self._succeeded()
+        return answer
 
     def _failed(self, exc: Exception) -> None:
         was = self._breaker.state
