@@ -57,13 +57,19 @@ async def test_a_strangers_batch_learns_nothing_of_a_private_playlist(
     assert mine["version"] == 2
 
 
-async def test_a_retry_of_a_committed_batch_is_answered_past_the_rate_limit(
-    database: Database, store: PlaylistStore
-) -> None:
+async def _ten_edits_a_minute(database: Database, store: PlaylistStore) -> tuple[Services, str]:
+    """Services allowing each user 10 edits a minute, and a new playlist of alice's (its id)."""
     created = await store.create(CreatePlaylist("c", "Mix"), "alice")
     gid = ids.playlist_global_id(created.outcome.playlist_id)
     limiter = RateLimiter(10)
     services = Services(database, store, CountingCatalog(), DEFAULT_LIMITS, rate_limiter=limiter)
+    return services, gid
+
+
+async def test_a_retry_of_a_committed_batch_is_answered_past_the_rate_limit(
+    database: Database, store: PlaylistStore
+) -> None:
+    services, gid = await _ten_edits_a_minute(database, store)
     first = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(8))
     assert [r["version"] for r in first["results"]] == list(range(1, 9))
     again = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(8))
@@ -81,10 +87,7 @@ async def test_a_batch_of_more_operations_than_a_minute_s_tokens_commits_from_a_
 ) -> None:
     # 12 operations at 10 a minute: refused forever before ("retry later with the
     # same operationIds" could never come true); now taken into debt.
-    created = await store.create(CreatePlaylist("c", "Mix"), "alice")
-    gid = ids.playlist_global_id(created.outcome.playlist_id)
-    limiter = RateLimiter(10)
-    services = Services(database, store, CountingCatalog(), DEFAULT_LIMITS, rate_limiter=limiter)
+    services, gid = await _ten_edits_a_minute(database, store)
     first = await run(services, "alice", playlistId=gid, baseVersion=0, operations=adds(12))
     assert first["userErrors"] == []
     assert [r["version"] for r in first["results"]] == list(range(1, 13))
