@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as redis
@@ -29,6 +30,8 @@ from tests.servers import (
     drop_database,
     postgres_url,
 )
+
+S = TypeVar("S", TansuServer, RedisServer)
 
 REDIS_URL = os.environ.get("CHORUS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -81,22 +84,23 @@ async def pg_database(pg_url: str) -> AsyncIterator[Database]:
     await db.dispose()
 
 
-@pytest.fixture
-def private_tansu(tmp_path: Path) -> Iterator[TansuServer]:
-    """A broker of this test's own, to kill and restart."""
-    server = TansuServer(tmp_path / "tansu.log")
+def _started(server: S) -> Iterator[S]:
+    """``server`` started for one test, killed after it."""
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def private_tansu(tmp_path: Path) -> Iterator[TansuServer]:
+    """A broker of this test's own, to kill and restart."""
+    yield from _started(TansuServer(tmp_path / "tansu.log"))
 
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis of this test's own, to stop, kill and restart."""
-    server = RedisServer(tmp_path / "redis.log")
-    server.start()
-    yield server
-    server.kill()
+    yield from _started(RedisServer(tmp_path / "redis.log"))
 
 
 @pytest.fixture
