@@ -12,13 +12,11 @@ from chorus.domain.follows import (
     FanOut,
     FeedItem,
     FeedLimits,
-    Follow,
     Target,
     TargetKind,
     check_follow_limit,
     check_target,
     merge,
-    visible_since,
 )
 from chorus.graphql.schema.common import arguments, ids
 from chorus.resolvers.request_errors import BadUserInput
@@ -68,12 +66,6 @@ def test_the_fan_out_moves_with_hysteresis() -> None:
     assert limits.fan_out(10_000, None) is FanOut.PULL
     assert limits.fan_out(10_000, FanOut.PUSH) is FanOut.PUSH
     assert FeedLimits(push_max_followers=2).push_again_below == 2  # no band below 10
-
-
-def test_a_follow_brings_items_since_it_began_within_retention() -> None:
-    follow = Follow("bob", Target(TargetKind.PLAYLIST, "p"), T0)
-    assert visible_since(follow, T0 - timedelta(days=1)) == T0
-    assert visible_since(follow, T0 + timedelta(days=1)) == T0 + timedelta(days=1)
 
 
 def test_bad_targets_and_the_follow_limit() -> None:

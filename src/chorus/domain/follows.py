@@ -14,7 +14,8 @@ Hybrid fan-out: a target with fewer than :attr:`FeedLimits.push_max_followers`
 followers is *pushed* (the feed consumer writes one row per follower, at least
 once, idempotent on ``(follower, playlist, version)``); a larger one is
 *pulled* (reading a feed reads that target's recent log). Both give the same
-items for the same history (:func:`visible_since`), so a target crossing the
+items for the same history (each from when the follow began, within retention),
+so a target crossing the
 threshold in either direction loses and repeats nothing.
 
 Which side a target is on is its :class:`FanOut`, kept per target and moved
@@ -159,11 +160,6 @@ class FeedLimits:
 
 
 DEFAULT_FEED_LIMITS = FeedLimits()
-
-
-def visible_since(follow: Follow, horizon: datetime) -> datetime:
-    """The oldest time of an item this follow brings: when it began, within retention."""
-    return max(follow.created_at, horizon)
 
 
 def check_target(follower_id: str, target: Target) -> None:
