@@ -15,8 +15,7 @@ followers is *pushed* (the feed consumer writes one row per follower, at least
 once, idempotent on ``(follower, playlist, version)``); a larger one is
 *pulled* (reading a feed reads that target's recent log). Both give the same
 items for the same history (each from when the follow began, within retention),
-so a target crossing the
-threshold in either direction loses and repeats nothing.
+so a target crossing the threshold in either direction loses and repeats nothing.
 
 Which side a target is on is its :class:`FanOut`, kept per target and moved
 by :meth:`FeedLimits.next_fan_out` with hysteresis: to pull at the threshold,
