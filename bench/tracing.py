@@ -72,7 +72,7 @@ def main() -> None:
         asyncio.run(strawberry_rows(args.rounds, args.requests))
         return
     if shutil.which("wrk") is None:
-        peers._install_wrk()
+        peers.install_wrk()
     servers: Any = peers.servers_module()
     sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
     threading.Thread(target=sink.serve_forever, daemon=True).start()
