@@ -44,6 +44,12 @@ latency in ms, and the ratio Chorus / raw SQL. Every answer is checked: a
 request error, a user error or a version that is not rebased counts as a
 failure and fails the run.
 
+Then, for every contender, the CPU milliseconds per request: the server's
+processes (``chorus serve``, the bare peer; their user + system time from
+``/proc``, ``bench/_cpu.py``) and PostgreSQL's (the whole server's, so other
+users' queries count too; pgbench's transactions cost only this), over each
+slice and its warm-up, divided by every request served in them.
+
 ``--sqlite`` adds the embedded profile's figures: Chorus on a SQLite file
 (one per mode: the embedded profile serves a file from one process), against
 the same transaction run by Python's ``sqlite3`` in a loop on one connection
@@ -74,6 +80,7 @@ import tempfile
 import time
 import uuid
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +88,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import httpx
 import jwt
+
+from _cpu import cpu_seconds, postmaster_pid
 
 if TYPE_CHECKING:
     from tests.servers import ChorusServer
@@ -115,30 +124,47 @@ def percentile(samples: list[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured slice: each request's (transaction's) latency in ms, and the window in s."""
+    """One measured slice: each request's (transaction's) latency in ms, and the window in s;
+    with the warm-up before it, the requests ``served`` and the CPU seconds the server's
+    processes and PostgreSQL's spent meanwhile (``None``: not measured)."""
 
     latencies: list[float]
     seconds: float
+    served: int = 0
+    cpu_s: float | None = None
+    db_cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One workload over all its slices: rate per second, latencies in milliseconds."""
+    """One workload over all its slices: rate per second, latencies in milliseconds, CPU
+    milliseconds per request of the server and of PostgreSQL (``None``: not measured)."""
 
     rate: float
     p50_ms: float
     p99_ms: float
     count: int
+    cpu_ms: float | None = None
+    db_cpu_ms: float | None = None
 
     @classmethod
     def of(cls, samples: list[Sample]) -> Figure:
         latencies = [x for s in samples for x in s.latencies]
         seconds = sum(s.seconds for s in samples)
+        served = sum(s.served for s in samples)
+
+        def per_request(cpu: list[float | None]) -> float | None:
+            if not served or any(c is None for c in cpu):
+                return None
+            return sum(c for c in cpu if c is not None) * 1000 / served
+
         return cls(
             len(latencies) / seconds,
             statistics.median(latencies),
             percentile(latencies, 0.99),
             len(latencies),
+            per_request([s.cpu_s for s in samples]),
+            per_request([s.db_cpu_s for s in samples]),
         )
 
 
@@ -153,8 +179,10 @@ async def _client(
     window_start: float,
     latencies: list[float],
     failures: list[str],
+    served: list[int],
 ) -> None:
-    """Client ``index``: a keep-alive connection per server port, one request after another.
+    """Client ``index``: a keep-alive connection per server port, one request after another;
+    ``served[0]`` counts its answered requests, warm-up included.
 
     A playlist's request goes to its ports' ``index % len(ports)``-th: with one
     port per playlist (``--routing playlist``) its owner, with all of them
@@ -206,8 +234,10 @@ async def _client(
             failures.append(f"{status!r} {answer}"[:300])
         elif not payload["rebased"] or payload["replayed"]:
             failures.append(f"not a rebased fresh commit: {payload}")
-        elif window_start <= started:
-            latencies.append((ended - started) * 1000)
+        else:
+            served[0] += 1
+            if window_start <= started:
+                latencies.append((ended - started) * 1000)
     for _, writer in streams.values():
         writer.close()
 
@@ -219,20 +249,23 @@ def _load(
     seconds: float,
     out: multiprocessing.Queue[Any],
 ) -> None:
-    async def run() -> tuple[list[float], list[str], float]:
+    async def run() -> tuple[list[float], list[str], float, int]:
         latencies: list[float] = []
         failures: list[str] = []
+        served = [0]
         start = time.monotonic()
         window_start = start + WARMUP_S
         stop_at = window_start + seconds
         await asyncio.gather(
             *(
-                _client(n, routes, authorization, stop_at, window_start, latencies, failures)
+                _client(
+                    n, routes, authorization, stop_at, window_start, latencies, failures, served
+                )
                 for n in range(clients)
             )
         )
         # Requests started inside the window; the last ones end a little after it.
-        return latencies, failures, seconds
+        return latencies, failures, seconds, served[0]
 
     out.put(asyncio.run(run()))
 
@@ -262,17 +295,44 @@ def result_of(process: Any, queue: multiprocessing.Queue[Any], timeout_s: float)
 
 
 def load(
-    routes: dict[str, tuple[int, ...]], authorization: str, clients: int, seconds: float
+    routes: dict[str, tuple[int, ...]],
+    authorization: str,
+    clients: int,
+    seconds: float,
+    pids: Sequence[int] = (),
+    db_pids: Sequence[int] = (),
 ) -> Sample:
-    """Run the load process against ``routes`` (playlist id → its ports) and measure."""
+    """Run the load process against ``routes`` (playlist id → its ports) and measure; with
+    the CPU time of ``pids`` (the servers) and ``db_pids`` (PostgreSQL) over its whole run.
+
+    The CPU time covers the warm-up and the load process's start as well, so it is
+    divided by every request served, warm-up included (an idle server spends next to none).
+    """
     ctx = multiprocessing.get_context("spawn")
     queue: multiprocessing.Queue[Any] = ctx.Queue()
     process = ctx.Process(target=_load, args=(routes, authorization, clients, seconds, queue))
+    meters = CpuMeters(pids, db_pids)
     process.start()
-    latencies, failures, window = result_of(process, queue, seconds + 120)
+    latencies, failures, window, served = result_of(process, queue, seconds + 120)
+    cpu_s, db_cpu_s = meters.spent()
     if failures:
         raise SystemExit(f"{len(failures)} failed requests, first: {failures[0]}")
-    return Sample(latencies, window)
+    return Sample(latencies, window, served, cpu_s, db_cpu_s)
+
+
+class CpuMeters:
+    """The CPU seconds of a server's processes and of PostgreSQL's since it was made."""
+
+    def __init__(self, pids: Sequence[int], db_pids: Sequence[int]) -> None:
+        self.roots = (pids, db_pids)
+        self.start = [cpu_seconds(p) if p else None for p in self.roots]
+
+    def spent(self) -> tuple[float | None, float | None]:
+        server, db = (
+            None if s is None else cpu_seconds(p) - s
+            for p, s in zip(self.roots, self.start, strict=True)
+        )
+        return server, db
 
 
 # --- Chorus -----------------------------------------------------------------
@@ -392,6 +452,7 @@ def interleaved(
     chorus: dict[str, Chorus],
     peers: dict[str, dict[str, Any]],
     args: argparse.Namespace,
+    db_pids: Sequence[int] = (),
 ) -> tuple[dict[str, dict[str, Figure]], dict[str, dict[str, Figure]]]:
     """``--rounds`` rounds of short slices: each mode and each peer in turn, per workload.
 
@@ -406,7 +467,10 @@ def interleaved(
     for _ in range(args.rounds):
         for workload in ("spread", "hot"):
             for mode, c in chorus.items():
-                sample = load(c.routes[workload], c.authorization, args.clients, seconds)
+                pids = [s.process.pid for s in c.servers.servers if s.process is not None]
+                sample = load(
+                    c.routes[workload], c.authorization, args.clients, seconds, pids, db_pids
+                )
                 samples[mode][workload].append(sample)
             for name, runners in peers.items():
                 samples[name][workload].append(runners[workload](seconds))
@@ -484,9 +548,17 @@ async def _pgbench_playlists(dsn: str, prefix: str, count: int) -> None:
         await conn.close()
 
 
-def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: Path) -> Any:
+def pgbench_runner(
+    dsn: str,
+    database: str,
+    playlists: int,
+    clients: int,
+    tmp: Path,
+    db_pids: Sequence[int] = (),
+) -> Any:
     """A function ``seconds → Sample`` running the transaction as a pgbench script on
-    ``playlists`` playlists of its own (made now), after a 2 s warm-up."""
+    ``playlists`` playlists of its own (made now), after a 2 s warm-up; the CPU time is
+    PostgreSQL's (``db_pids``) alone, pgbench being the client."""
     binary = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
     payload, result, event = asyncio.run(committed_rows(dsn))
     prefix = f"pgbench-{uuid.uuid4().hex[:8]}-"  # its own, whatever the other workload's count
@@ -506,7 +578,10 @@ def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: P
     target = [*asyncpg_dsn_parts(dsn), database]
 
     def run(seconds: float) -> Sample:
-        warm = subprocess.run([*base, "-T", "2", *target], check=False, capture_output=True)
+        meters = CpuMeters((), db_pids)
+        warm = subprocess.run(
+            [*base, "-T", "2", *target], check=False, capture_output=True, text=True
+        )
         if warm.returncode != 0:
             raise RuntimeError(f"pgbench failed: {warm.stdout!r}{warm.stderr!r}")
         logs = tmp / f"log-{uuid.uuid4().hex}"
@@ -519,12 +594,18 @@ def pgbench_runner(dsn: str, database: str, playlists: int, clients: int, tmp: P
         )
         if done.returncode != 0 or not re.search(r"failed transactions: 0 ", done.stdout):
             raise RuntimeError(f"pgbench failed: {done.stdout}{done.stderr}")
+        _, db_cpu_s = meters.spent()
         latencies = [
             int(line.split()[2]) / 1000
             for log in logs.glob("tx*")
             for line in log.read_text().splitlines()
         ]
-        return Sample(latencies, max(1, round(seconds)))
+        served = sum(
+            int(n)
+            for out in (warm.stdout, done.stdout)
+            for n in re.findall(r"number of transactions actually processed: (\d+)", out)
+        )
+        return Sample(latencies, max(1, round(seconds)), served, None, db_cpu_s)
 
     return run
 
@@ -534,11 +615,19 @@ class BarePeer:
     playlists of their own; a function ``seconds → Sample`` driving them with :func:`load`."""
 
     def __init__(
-        self, dsn: str, playlists: int, processes: int, routing: str, clients: int, tmp: Path
+        self,
+        dsn: str,
+        playlists: int,
+        processes: int,
+        routing: str,
+        clients: int,
+        tmp: Path,
+        db_pids: Sequence[int] = (),
     ) -> None:
         from tests.servers import free_port
 
         self.clients = clients
+        self.db_pids = db_pids
         rows = tmp / "bare-rows.json"
         rows.write_text(json.dumps(list(asyncio.run(committed_rows(dsn)))))
         prefix = f"bare-{uuid.uuid4().hex[:8]}-"
@@ -563,7 +652,8 @@ class BarePeer:
                     time.sleep(0.1)
 
     def __call__(self, seconds: float) -> Sample:
-        return load(self.routes, "Bearer -", self.clients, seconds)
+        pids = [p.pid for p in self.processes]
+        return load(self.routes, "Bearer -", self.clients, seconds, pids, self.db_pids)
 
     def close(self) -> None:
         for process in self.processes:
@@ -707,7 +797,7 @@ def table(
             if targets and mode == "group":
                 # The target is of ``ratio`` (against raw SQL), not of /bare or /plain.
                 met = ratio >= goals[name]
-                verdict = f"  ratio {'>=' if met else '<'} target {goals[name]}"
+                verdict = f"  target ratio >= {goals[name]}: {'pass' if met else 'FAIL'}"
             print(
                 f"{name + ' ' + mode:16}{c.rate:>13.0f}{c.p50_ms:>8.1f}{c.p99_ms:>8.1f}"
                 f"{p.rate:>10.0f}{p.p50_ms:>8.1f}{p.p99_ms:>8.1f}{ratio:>7.3f}"
@@ -720,6 +810,27 @@ def table(
                 f"{peer[name].rate:>10.0f}{'':>16}{b.rate / peer[name].rate:>7.3f}"
                 "  (the bare HTTP peer against raw SQL)"
             )
+
+
+def cpu_table(chorus: dict[str, dict[str, Figure]], peers: dict[str, dict[str, Figure]]) -> None:
+    """CPU milliseconds per request (transaction) of each contender: its server's processes
+    (``chorus serve``, the bare peer's uvicorn; pgbench has none but PostgreSQL) and
+    PostgreSQL's (the whole server's: other users' queries count too)."""
+
+    def ms(value: float | None) -> str:
+        return f"{value:>10.2f}" if value is not None else f"{'—':>10}"
+
+    print("\nCPU per request, ms (server: its processes; PostgreSQL: the whole server)")
+    print(f"{'workload':16}{'server':>10}{'PostgreSQL':>11}{'sum':>10}")
+    names = {**{m: m for m in chorus}, "raw": "pgbench", "bare": "bare"}
+    contenders = {**chorus, **peers}
+    for workload in ("spread", "hot"):
+        for name, figures in contenders.items():
+            f = figures[workload]
+            both = [x for x in (f.cpu_ms, f.db_cpu_ms) if x is not None]
+            total = sum(both) if both else None
+            label = f"{workload} {names.get(name, name)}"
+            print(f"{label:16}{ms(f.cpu_ms)} {ms(f.db_cpu_ms)}{ms(total)}")
 
 
 def positive(kind: type[int] | type[float]) -> Any:
@@ -793,10 +904,12 @@ def main() -> None:
                 for m in modes
             }
             dsn = postgres_url(name, "postgresql")
+            postmaster = asyncio.run(postmaster_pid(dsn))
+            db = [postmaster] if postmaster else []
             peers: dict[str, dict[str, Any]] = {
                 "raw": {
-                    "spread": pgbench_runner(dsn, name, args.playlists, args.clients, Path(tmp)),
-                    "hot": pgbench_runner(dsn, name, 1, args.clients, Path(tmp)),
+                    w: pgbench_runner(dsn, name, count, args.clients, Path(tmp), db)
+                    for w, count in (("spread", args.playlists), ("hot", 1))
                 }
             }
             if not args.no_bare:
@@ -804,19 +917,26 @@ def main() -> None:
                     w: stack.enter_context(
                         contextlib.closing(
                             BarePeer(
-                                dsn, count, args.processes, args.routing, args.clients, Path(tmp)
+                                dsn,
+                                count,
+                                args.processes,
+                                args.routing,
+                                args.clients,
+                                Path(tmp),
+                                db,
                             )
                         )
                     )
                     for w, count in (("spread", args.playlists), ("hot", 1))
                 }
-            figures, measured = interleaved(chorus, peers, args)
+            figures, measured = interleaved(chorus, peers, args, db)
         finally:
             try:
                 stack.close()
             finally:
                 drop_database(name)
         table("PostgreSQL: Chorus over HTTP against pgbench", figures, measured, targets=True)
+        cpu_table(figures, measured)
         if args.sqlite:
             # One file per mode: the embedded profile serves a file from one process.
             files = {m: Path(tmp) / "sqlite" / m / "chorus.db" for m in modes}
@@ -839,6 +959,7 @@ def main() -> None:
                 }
                 figures, measured = interleaved(chorus, {"raw": sqlite_peers}, args)
             table("SQLite: Chorus over HTTP against sqlite3 in a loop", figures, measured, False)
+            cpu_table(figures, {})
 
 
 if __name__ == "__main__":
