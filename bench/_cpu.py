@@ -18,7 +18,7 @@ in its own processes, read with :func:`postmaster_pid` as the root.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -60,6 +60,23 @@ def cpu_seconds(roots: Iterable[int]) -> float:
             seen.add(pid)
             wanted.extend(children.get(pid, ()))
     return sum(stats[pid][1] for pid in seen)
+
+
+class CpuMeters:
+    """The CPU seconds a server's processes and PostgreSQL's spent since it was made
+    (:func:`cpu_seconds` of each; an empty list of roots is not measured)."""
+
+    def __init__(self, pids: Sequence[int], db_pids: Sequence[int] = ()) -> None:
+        self.roots = (pids, db_pids)
+        self.start = [cpu_seconds(p) if p else None for p in self.roots]
+
+    def spent(self) -> tuple[float | None, float | None]:
+        """``(server, PostgreSQL)`` CPU seconds so far; ``None`` for one not measured."""
+        server, db = (
+            None if s is None else cpu_seconds(p) - s
+            for p, s in zip(self.roots, self.start, strict=True)
+        )
+        return server, db
 
 
 def _parent_of_postgres(backend: int) -> int | None:

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from _cpu import cpu_seconds
+from _cpu import CpuMeters
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,11 @@ def wrk(
         f.write(script)
     try:
         argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", f.name]
-        before = [cpu_seconds(p) if p else None for p in (pids, db_pids)]
+        meters = CpuMeters(pids, db_pids)
         out = subprocess.run(
             [*argv, "--latency", url], check=True, capture_output=True, text=True
         ).stdout
-        cpu, db_cpu = (
-            None if b is None else cpu_seconds(p) - b
-            for p, b in zip((pids, db_pids), before, strict=True)
-        )
+        cpu, db_cpu = meters.spent()
     finally:
         os.unlink(f.name)
     total = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)

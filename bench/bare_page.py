@@ -18,8 +18,14 @@ in it is answered 404.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -52,6 +58,28 @@ def app_for(answers: list[list[Any]]) -> Any:
         await send({"type": "http.response.body", "body": out})
 
     return app
+
+
+@contextlib.contextmanager
+def serving(answers: list[list[Any]], port: int, table: Path) -> Iterator[int]:
+    """This app in its own process at ``port``, answering ``answers`` (written to ``table``,
+    the format of the module docstring); yields its process id once it accepts connections."""
+    table.write_text(json.dumps(answers))
+    process = subprocess.Popen([sys.executable, __file__, str(port), str(table)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the bare peer did not start") from None
+                time.sleep(0.1)
+        yield process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 def main() -> None:

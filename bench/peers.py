@@ -23,8 +23,9 @@ Each system is asked for the first page of 50 live entries, with
 least 50 entries, round-robin, in its natural query (PostGraphile:
 ``playlist(id) { playlistEntries(first: 50, orderBy: [POSITION_KEY_ASC,
 ENTRY_ID_ASC], condition: {removedAt: null}) … media { … } }``, the same text
-for v4 and v5; Chorus: ``playlist(id) { entries(first: 50) … }`` with a bearer
-token; PostGraphile runs without authentication). Before the load every system
+for v4 and v5 but for v5's name of the key argument, ``rowId``; Chorus:
+``playlist(id) { entries(first: 50) … }`` with a bearer token; PostGraphile
+runs without authentication). Before the load every system
 answers every playlist and the media titles of their pages are compared: they
 must be equal.
 
@@ -64,11 +65,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -78,6 +77,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+import bare_page
 from _cpu import postmaster_pid
 from _postgraphile import SMART_COMMENTS, postgraphile
 from _wrk import Row, Sample, install_wrk, summarize, wrk, wrk_script
@@ -247,25 +247,12 @@ def bare_target(hot: Target, gids: list[str], port: int, tmp: Path) -> Iterator[
         for _ in range(2):  # the second is a response-cache hit
             r = httpx.post(hot.url, content=request, headers=headers, timeout=30)
         answers.append([request, r.status_code, list(r.headers.items()), r.text])
-    table = tmp / "bare-answers.json"
-    table.write_text(json.dumps(answers))
-    script = str(Path(__file__).resolve().parent / "bare_page.py")
-    process = subprocess.Popen([sys.executable, script, str(port), str(table)])
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the bare peer did not start") from None
-                time.sleep(0.1)
+    with bare_page.serving(answers, port, tmp / "bare-answers.json") as pid:
         url = f"http://127.0.0.1:{port}/graphql"
-        yield Target("bare peer (cached bytes)", url, hot.script, key="bare", pids=[process.pid])
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+        for request, _, _, body in answers:
+            mine = httpx.post(url, content=request, headers=headers, timeout=30)
+            assert mine.text == body, "the bare peer's answer is not Chorus's"
+        yield Target("bare peer (cached bytes)", url, hot.script, key="bare", pids=[pid])
 
 
 def main() -> None:

@@ -89,7 +89,7 @@ import asyncpg
 import httpx
 import jwt
 
-from _cpu import cpu_seconds, postmaster_pid
+from _cpu import CpuMeters, postmaster_pid
 
 if TYPE_CHECKING:
     from tests.servers import ChorusServer
@@ -318,21 +318,6 @@ def load(
     if failures:
         raise SystemExit(f"{len(failures)} failed requests, first: {failures[0]}")
     return Sample(latencies, window, served, cpu_s, db_cpu_s)
-
-
-class CpuMeters:
-    """The CPU seconds of a server's processes and of PostgreSQL's since it was made."""
-
-    def __init__(self, pids: Sequence[int], db_pids: Sequence[int]) -> None:
-        self.roots = (pids, db_pids)
-        self.start = [cpu_seconds(p) if p else None for p in self.roots]
-
-    def spent(self) -> tuple[float | None, float | None]:
-        server, db = (
-            None if s is None else cpu_seconds(p) - s
-            for p, s in zip(self.roots, self.start, strict=True)
-        )
-        return server, db
 
 
 # --- Chorus -----------------------------------------------------------------
