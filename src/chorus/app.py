@@ -184,6 +184,7 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
         connection_init_wait_timeout=timedelta(seconds=settings.head_timeout_s),
         max_connections_per_user=settings.max_ws_connections_per_user,
         fast_field_execution=settings.fast_field_execution,
+        compiled_execution=settings.compiled_execution,
         introspection_answers=settings.introspection_answers,
         role=settings.serve_role,
         allowed_origins=settings.cors_origin_list,

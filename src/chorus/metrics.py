@@ -22,6 +22,13 @@ SUBSCRIPTIONS = Counter(
     "GraphQL subscriptions started, by operation name (not timed: they last).",
     ["operation_name"],
 )
+PLANNED = Counter(
+    "chorus_graphql_planned_total",
+    "GraphQL queries executed, by how: plan (the kept document's plan answered), "
+    "abandoned (the plan gave way to graphql-core: an error, a null in a non-null "
+    "position) or unplanned (graphql-core only), by operation name.",
+    ["operation_name", "served_by"],
+)
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
 OWNER_QUEUE_WAITING = Gauge(
     "chorus_owner_queue_waiting",

@@ -40,16 +40,20 @@ from tests.integration.test_raced_reads import SECRET, running, settings_for
 
 Apps = tuple[httpx.AsyncClient, httpx.AsyncClient]
 
+_ONLY_EXECUTED = {"response_cache": False, "compiled_execution": False}
+"""Every query executed, and by graphql-core (plans have their own test:
+``test_planned_differential.py``)."""
+
 
 @asynccontextmanager
 async def _twins(url: str, tmp_path: Path, setting: str) -> AsyncIterator[tuple[Apps, Services]]:
     """The app with ``setting`` on and its twin with it off, on ``url``; the first's services."""
     async with AsyncExitStack() as stack:
         on, services = await stack.enter_async_context(
-            running(settings_for(url, tmp_path, response_cache=False, **{setting: True}))
+            running(settings_for(url, tmp_path, **_ONLY_EXECUTED, **{setting: True}))
         )
         off, _ = await stack.enter_async_context(
-            running(settings_for(url, tmp_path, response_cache=False, **{setting: False}))
+            running(settings_for(url, tmp_path, **_ONLY_EXECUTED, **{setting: False}))
         )
         yield (on, off), services
 

@@ -111,6 +111,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         operation_names: OperationNames | None = None,
         persisted: PersistedDocuments | None = None,
         fast_field_execution: bool = True,
+        compiled_execution: bool = True,
         introspection_answers: bool = True,
         role: ServeRole = "all",
         **kwargs: Any,
@@ -124,6 +125,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             self.documents,
             threaded_validation=True,
             fast_field_execution=fast_field_execution,
+            compiled_execution=compiled_execution,
         )
         super().__init__(schema, **kwargs)
         self._tokens = tokens

@@ -56,6 +56,10 @@ class Operation:
     """``query``, ``mutation`` or ``subscription``."""
     name: str | None = None
     """The executed operation's name (sent, or the document's only one)."""
+    served_by: str | None = None
+    """How a query was executed: ``plan``, ``abandoned`` (its plan gave way to
+    graphql-core) or ``unplanned``; ``None``: plans are off, or not a query
+    (:mod:`chorus.graphql.execution.planned`)."""
     introspection_only: bool = False
     """Every root field of the operation is ``__schema``, ``__type`` or ``__typename``
     (set by :mod:`chorus.graphql.guards.cost` when execution starts): its answer is the schema's."""

@@ -112,6 +112,12 @@ class ApiSettings(BaseModel):
         description="Read plain fields directly instead of through graphql-core's field "
         "execution (graphql/execution/executor.py); false: graphql-core executes every field.",
     )
+    compiled_execution: bool = Field(
+        True,
+        description="Run a kept query document by its plan, built once, instead of "
+        "graphql-core's execution (graphql/execution/planned.py); anything the plan "
+        "cannot answer exactly still goes to graphql-core; false: no plans.",
+    )
     introspection_answers: bool = Field(
         True,
         description="Keep the answers of introspection-only operations for the process's "

@@ -32,7 +32,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from chorus.logs import note_access
-from chorus.metrics import REQUEST_SECONDS, SUBSCRIPTIONS
+from chorus.metrics import PLANNED, REQUEST_SECONDS, SUBSCRIPTIONS
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.request_errors import RequestError
 
@@ -128,6 +128,9 @@ class OperationMetrics(SchemaExtension):
         # UNKNOWN: the requested name is not even in the document.
         name = UNKNOWN if operation_type == UNKNOWN else self._label()
         REQUEST_SECONDS.labels(operation_type, name).observe(seconds)
+        context = self.execution_context.context
+        if isinstance(context, RequestContext) and context.operation.served_by is not None:
+            PLANNED.labels(name, context.operation.served_by).inc()
 
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only what parsed and passed validation.

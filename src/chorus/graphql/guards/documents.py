@@ -73,6 +73,8 @@ class _Kept:
     document: DocumentNode
     passed: set[Rules] = field(default_factory=set)
     """The rule sets it passed (a request without an operation name adds a rule)."""
+    plans: dict[Any, Any] = field(default_factory=dict)
+    """Its operations' execution plans (:mod:`chorus.graphql.execution.planned`)."""
 
 
 class DocumentCache:
@@ -91,6 +93,8 @@ class DocumentCache:
         self._kept: OrderedDict[_Key, _Kept] = OrderedDict()
         self._chars = 0
         self._held: OrderedDict[_Key, DocumentNode | GraphQLError] = OrderedDict()
+        self._by_document: dict[int, _Kept] = {}
+        """The kept entries by the id of their document (each entry holds its document)."""
 
     def __len__(self) -> int:
         """Documents kept (those held for a request aside)."""
@@ -118,6 +122,12 @@ class DocumentCache:
         takes nothing (unlike :meth:`document`) and does not count as a use."""
         kept = self._kept.get(_key(query, options))
         return kept.document if kept is not None else None
+
+    def plans(self, document: DocumentNode) -> dict[Any, Any] | None:
+        """The plans of ``document`` (a dict its executor fills, dropped with the document)
+        if it is kept, else ``None``: only validated documents are planned."""
+        kept = self._by_document.get(id(document))
+        return kept.plans if kept is not None and kept.document is document else None
 
     def hold(
         self, query: str, options: Mapping[str, Any], document: DocumentNode | GraphQLError
@@ -148,13 +158,17 @@ class DocumentCache:
         if kept is None or kept.document is not document:
             if kept is not None:
                 self._chars -= len(query)
+                self._by_document.pop(id(kept.document), None)
             kept = self._kept[key] = _Kept(document)
+            self._by_document[id(document)] = kept
             self._chars += len(query)
         kept.passed.add(rules)
         self._kept.move_to_end(key)
         while len(self._kept) > self._max_documents or self._chars > self._max_chars:
-            (dropped, _), _ = self._kept.popitem(last=False)
+            (dropped, _), gone = self._kept.popitem(last=False)
             self._chars -= len(dropped)
+            if self._by_document.get(id(gone.document)) is gone:
+                del self._by_document[id(gone.document)]
 
 
 MAX_QUERY_CHARS = 100_000

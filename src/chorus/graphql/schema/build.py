@@ -20,6 +20,7 @@ from chorus.graphql.execution.cacheable_fields import VersionedFieldsOnly
 from chorus.graphql.execution.delivery import DeliveryExecutor, PlainFieldsDeliveryExecutor
 from chorus.graphql.execution.error_masking import ErrorPolicy
 from chorus.graphql.execution.operation_metrics import OperationMetrics, OperationNames
+from chorus.graphql.execution.planned import planned_executor
 from chorus.graphql.guards.cost_limit import QueryCostLimit
 from chorus.graphql.guards.document_limits import (
     SEVERAL_OPERATIONS,
@@ -131,6 +132,7 @@ def build_schema(
     *,
     threaded_validation: bool = False,
     fast_field_execution: bool = True,
+    compiled_execution: bool = True,
 ) -> strawberry.Schema:
     """The Chorus schema with its request limits (DESIGN §4).
 
@@ -146,6 +148,9 @@ def build_schema(
             schema does, but then only async execution works (not ``execute_sync``).
         fast_field_execution: read plain fields directly (``CHORUS_FAST_FIELD_EXECUTION``,
             :mod:`chorus.graphql.execution.executor`); false: graphql-core executes each.
+        compiled_execution: run kept query documents by their plans
+            (``CHORUS_COMPILED_EXECUTION``, :mod:`chorus.graphql.execution.planned`);
+            false: graphql-core executes every operation.
 
     The order of the extensions is the order of the checks: tokens while
     parsing, then the document's shape, then a viewer for anything but
@@ -158,6 +163,9 @@ def build_schema(
     limits = limits or RequestLimits()
     names = operation_names or OperationNames()
     kept = documents if documents is not None else DocumentCache()
+    executor: type[Any] = DeliveryExecutor if fast_field_execution else PlainFieldsDeliveryExecutor
+    if compiled_execution:
+        executor = planned_executor(executor, kept)
     return ChorusSchema(
         query=Query,
         mutation=Mutation,
@@ -165,9 +173,8 @@ def build_schema(
         types=[PlaylistEntry],
         # Plain leaves skip graphql-core's per-field machinery (graphql/execution/executor.py)
         # and a live event is executed once per delivery group (graphql/execution/delivery.py).
-        execution_context_class=(
-            DeliveryExecutor if fast_field_execution else PlainFieldsDeliveryExecutor
-        ),
+        # A kept query runs by its plan, built once (graphql/execution/planned.py).
+        execution_context_class=executor,
         extensions=[
             # First, so its time covers parsing, validation and the limits.
             lambda: OperationMetrics(names),

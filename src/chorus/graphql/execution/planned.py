@@ -1,0 +1,178 @@
+"""Planned execution: a kept query runs by its plan, graphql-core stays the reference.
+
+:func:`planned_executor` makes, per schema, a subclass of the schema's
+execution context whose ``execute_operation`` runs the operation's plan
+(:mod:`chorus.graphql.execution.plans`) when there is one, and graphql-core's
+execution otherwise. A plan is built the first time a **kept** document's
+query operation is executed (:class:`PlanStore`: kept with the document in
+:class:`~chorus.graphql.guards.documents.DocumentCache`, dropped with it) and
+reused by every later request with the same ``@skip``/``@include`` variable
+values. Everything before execution (parsing, validation, variables coerced
+by graphql-core's ``coerce_variable_values``, the limits, the cost) and after
+it (error masking, the response cache, ``ETag``) is the same for both.
+
+A plan run that meets anything it cannot answer exactly is abandoned and the
+request executed again by graphql-core (:class:`~chorus.graphql.execution.plans.Abandon`);
+so is one that raises. Reads have no side effects: running one twice only
+costs time. Mutations and subscriptions are never planned.
+
+How each query was served is noted on the request context
+(``Operation.served_by``: ``plan``, ``abandoned``, ``unplanned``) and counted
+by :class:`~chorus.graphql.execution.operation_metrics.OperationMetrics` in
+``chorus_graphql_planned_total{operation_name, served_by}``.
+``CHORUS_COMPILED_EXECUTION=false`` builds no plans (nothing is counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from graphql import DocumentNode, ExecutionResult, GraphQLSkipDirective, OperationType, visit
+from graphql.language import DirectiveNode, VariableNode, Visitor
+
+from chorus.graphql.execution.plans import Builder, Run, Unplannable, run
+from chorus.resolvers.context import RequestContext
+
+MAX_DIRECTIVE_VARIABLES = 4
+"""Variables in ``@skip``/``@include`` an operation may have and be planned (one plan
+per combination of their values: at most 16)."""
+
+Root = Callable[[Any, Run], dict[str, Any]]
+
+
+class PlanStore(Protocol):
+    """Where the plans of a kept document live (the document cache)."""
+
+    def plans(self, document: DocumentNode) -> dict[Any, Any] | None:
+        """The plans of ``document`` if it is kept (it passed validation), else ``None``."""
+
+
+class _OperationPlans:
+    """The plans of one operation: by the values of its ``@skip``/``@include`` variables."""
+
+    __slots__ = ("by_values", "variables")
+
+    def __init__(self, variables: tuple[str, ...]) -> None:
+        self.variables = variables
+        self.by_values: dict[tuple[bool, ...], Root | None] = {}
+
+
+_UNPLANNABLE = _OperationPlans(())
+"""An operation with too many ``@skip``/``@include`` variables."""
+
+
+class _DirectiveVariables(Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def enter_directive(self, node: DirectiveNode, *_: Any) -> None:
+        if node.name.value in (GraphQLSkipDirective.name, "include"):
+            for argument in node.arguments or ():
+                if isinstance(argument.value, VariableNode):
+                    self.names.add(argument.value.name.value)
+
+
+def _directive_variables(document: DocumentNode) -> tuple[str, ...]:
+    finder = _DirectiveVariables()
+    visit(document, finder)
+    return tuple(sorted(finder.names))
+
+
+def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
+    """A subclass of the execution context ``base`` that runs kept queries by their plans.
+
+    Args:
+        base: the schema's execution context class (graphql-core's ``Executor`` API).
+        store: where a kept document's plans are kept.
+    """
+
+    class PlannedExecutor(base):  # type: ignore[misc]
+        plans = store
+        document: DocumentNode | None = None
+
+        @classmethod
+        def build(cls, schema: Any, document: DocumentNode, *args: Any, **kwargs: Any) -> Any:
+            executor = super().build(schema, document, *args, **kwargs)
+            if not isinstance(executor, list):
+                executor.document = document
+            return executor
+
+        def execute_operation(self, serially: bool | None = None) -> Any:
+            if self.operation.operation is not OperationType.QUERY or serially:
+                return super().execute_operation(serially)
+            root = self._plan()
+            if root is None:
+                _note(self.context_value, "unplanned")
+                return super().execute_operation(serially)
+            return self._run(root)
+
+        def _plan(self) -> Root | None:
+            manager = self.middleware_manager
+            if self.abort_signal is not None or (manager is not None and manager.middlewares):
+                return None
+            document = self.document
+            kept = self.plans.plans(document) if document is not None else None
+            if kept is None:
+                return None
+            name = self.operation.name.value if self.operation.name else None
+            found = kept.get(name)
+            if found is None:
+                assert document is not None
+                variables = _directive_variables(document)
+                found = kept[name] = (
+                    _OperationPlans(variables)
+                    if len(variables) <= MAX_DIRECTIVE_VARIABLES
+                    else _UNPLANNABLE
+                )
+            if found is _UNPLANNABLE:
+                return None
+            coerced = self.variable_values.coerced
+            values = tuple(coerced.get(v) for v in found.variables)
+            if not all(isinstance(v, bool) for v in values):
+                return None
+            if values not in found.by_values:
+                try:
+                    found.by_values[values] = Builder(
+                        self.schema, self.fragments, self.operation, self.variable_values
+                    ).root()
+                except Unplannable:
+                    found.by_values[values] = None
+            root: Root | None = found.by_values[values]
+            return root
+
+        def _run(self, root: Root) -> Any:
+            try:
+                data = run(root, self)
+            except Exception:  # Abandon, or what a resolver raised
+                return self._fallback()
+            if not isinstance(data, dict):
+                return self._awaited(data)
+            _note(self.context_value, "plan")
+            return self.build_response(data)
+
+        async def _awaited(self, data: Awaitable[dict[str, Any]]) -> ExecutionResult:
+            try:
+                done = await data
+            except Exception:
+                result = self._fallback()
+                return await result if self.is_awaitable(result) else result  # type: ignore[no-any-return]
+            _note(self.context_value, "plan")
+            return self.build_response(done)  # type: ignore[no-any-return]
+
+        def _fallback(self) -> Any:
+            """graphql-core executes the operation, which reports what the plan met."""
+            _note(self.context_value, "abandoned")
+            return super().execute_operation(None)
+
+    PlannedExecutor.__qualname__ = PlannedExecutor.__name__ = f"Planned{base.__name__}"
+    return PlannedExecutor
+
+
+def _note(context: object, served_by: str) -> None:
+    if isinstance(context, RequestContext):
+        context.operation.served_by = served_by
+
+
+__all__ = ["MAX_DIRECTIVE_VARIABLES", "PlanStore", "planned_executor"]

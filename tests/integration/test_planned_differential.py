@@ -1,0 +1,236 @@
+"""Plans against graphql-core, over the real schema (differential).
+
+Two apps run on the same database (SQLite and PostgreSQL), the response
+cache off in both so every query executes: ``CHORUS_COMPILED_EXECUTION`` on
+in one (kept query documents run by their plans,
+:mod:`chorus.graphql.execution.planned`), off in the other, whose field fast
+path is off too (graphql-core executes every field: the reference). Each
+request gets the same status and the same body, byte for byte (data, errors
+and their paths, extensions):
+
+* every document of :data:`tests.integration.graphql_corpus.CORPUS`, the
+  GraphQL blocks of the README and docs/, and the benches' query documents;
+* selections drawn by Hypothesis over the cold page's shape (playlist →
+  entries → edges → node → media): aliases, named and inline fragments,
+  ``__typename``, ``@skip``/``@include`` by literal and by variable,
+  nullable and non-null fields, lists, page sizes that are refused.
+
+``chorus_graphql_planned_total`` shows the plans did answer (the test is not
+comparing graphql-core with itself).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chorus.metrics import PLANNED
+from chorus.resolvers.context import Services
+from tests.integration.graphql_corpus import CORPUS, OPERATION_NAMES, bind
+from tests.integration.test_fast_paths_differential import _post, _seed
+from tests.integration.test_raced_reads import running, settings_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@asynccontextmanager
+async def _twins(
+    url: str, tmp_path: Path
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient, Services]]:
+    """The planned app, graphql-core's, and the first's services, on ``url``."""
+    async with AsyncExitStack() as stack:
+        planned, services = await stack.enter_async_context(
+            running(settings_for(url, tmp_path, response_cache=False, compiled_execution=True))
+        )
+        plain, _ = await stack.enter_async_context(
+            running(
+                settings_for(
+                    url,
+                    tmp_path,
+                    response_cache=False,
+                    compiled_execution=False,
+                    fast_field_execution=False,
+                )
+            )
+        )
+        yield planned, plain, services
+
+
+def _served(served_by: str) -> float:
+    """Queries counted as ``served_by``, over every operation name."""
+    return sum(
+        sample.value
+        for metric in PLANNED.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels["served_by"] == served_by
+    )
+
+
+def _written_documents() -> list[str]:
+    """Query documents of the README, docs/ and bench/ that parse (mutations left out)."""
+    texts = [(ROOT / "README.md").read_text()]
+    texts += [p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))]
+    found = [b for t in texts for b in re.findall(r"```graphql\n(.*?)```", t, re.DOTALL)]
+    for bench in sorted((ROOT / "bench").glob("*.py")):
+        found += re.findall(r'"""((?:query|\{)[^"]*?)"""', bench.read_text())
+    documents = []
+    for text in dict.fromkeys(found):
+        try:
+            parsed = parse(text)
+        except GraphQLError:
+            continue
+        operations = [d for d in parsed.definitions if isinstance(d, OperationDefinitionNode)]
+        if operations and all(o.operation is OperationType.QUERY for o in operations):
+            documents.append(text)
+    return documents
+
+
+def _variables_of(document: str, seeded: dict[str, Any]) -> dict[str, Any]:
+    """Values for a written document's variables, by their type: ids are the seeded mix."""
+    values: dict[str, Any] = {}
+    for definition in parse(document).definitions:
+        if not isinstance(definition, OperationDefinitionNode):
+            continue
+        for variable in definition.variable_definitions or ():
+            named = variable.type
+            while hasattr(named, "type"):
+                named = named.type
+            kind = named.name.value  # type: ignore[attr-defined]
+            name = variable.variable.name.value
+            if kind == "ID":
+                values[name] = seeded["entry"] if "entry" in name.lower() else seeded["pid"]
+            elif kind == "Int":
+                values[name] = 3
+            elif kind == "String":
+                values[name] = "mix"
+            elif kind == "Boolean":
+                values[name] = True
+    return values
+
+
+async def _same(
+    planned: httpx.AsyncClient, plain: httpx.AsyncClient, user: str | None, body: dict[str, Any]
+) -> Any:
+    one, other = await _post(planned, user, body), await _post(plain, user, body)
+    assert (one.status_code, one.content) == (other.status_code, other.content), body
+    return one
+
+
+async def test_plans_answer_the_corpus_as_graphql_core(database_url: str, tmp_path: Path) -> None:
+    async with _twins(database_url, tmp_path) as (planned, plain, services):
+        seeded = await _seed(services, planned)
+        before = _served("plan")
+        for user, document, variables in CORPUS:
+            body = {"query": document, "variables": bind(variables, seeded)}
+            if document in OPERATION_NAMES:
+                body["operationName"] = OPERATION_NAMES[document]
+            await _same(planned, plain, user, body)
+        written = _written_documents()
+        for document in written:
+            body = {"query": document, "variables": _variables_of(document, seeded)}
+            await _same(planned, plain, "alice", body)
+        assert len(written) >= 5
+        # Most corpus documents are plain reads: the plans answered them.
+        assert _served("plan") - before >= 20
+
+
+ENTRY_LEAVES = ("id", "positionKey", "mediaId", "addedAt")
+MEDIA_LEAVES = ("id", "title", "artists", "album", "durationMs", "available", "viewerHasLiked")
+PLAYLIST_LEAVES = ("id", "title", "description", "visibility", "version", "entryCount")
+
+
+@st.composite
+def _field(draw: st.DrawFn, name: str, inner: str = "", typename: str = "") -> str:
+    """``name`` (with ``inner``) maybe aliased, maybe under a directive or an inline fragment."""
+    alias = draw(st.sampled_from(["", f"a{draw(st.integers(0, 3))}{name}: "]))
+    directive = draw(
+        st.sampled_from(
+            [
+                "",
+                "",
+                "@skip(if: true)",
+                "@skip(if: false)",
+                "@include(if: $inc)",
+                "@skip(if: $skip)",
+            ]
+        )
+    )
+    text = f"{alias}{name} {directive} {inner}".strip()
+    if typename and draw(st.booleans()):
+        return f"... on {typename} {{ {text} }}"
+    return text
+
+
+@st.composite
+def _selection(draw: st.DrawFn, leaves: tuple[str, ...], typename: str, *extra: str) -> str:
+    chosen = draw(st.lists(st.sampled_from(leaves), min_size=1, max_size=len(leaves)))
+    parts = [draw(_field(name, typename=typename)) for name in chosen]
+    parts += [e for e in extra if e]
+    if draw(st.booleans()):
+        parts.append("__typename")
+    return " ".join(draw(st.permutations(parts)))
+
+
+@st.composite
+def _document(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    media = draw(_selection(MEDIA_LEAVES, "Media"))
+    node = draw(
+        _selection(
+            ENTRY_LEAVES,
+            "PlaylistEntry",
+            draw(_field("media", f"{{ {media} }}", "PlaylistEntry")),
+            draw(st.sampled_from(["", "addedBy { id }"])),
+        )
+    )
+    size = draw(st.sampled_from([1, 3, 50, 0, 101]))  # 0 and 101 are refused
+    page_info = draw(st.sampled_from(["", "pageInfo { hasNextPage endCursor }"]))
+    edges = f"edges {{ cursor node {{ {node} }} }} {page_info} totalCount"
+    entries = draw(_field("entries", f"{{ {edges} }}", "Playlist")).replace(
+        "entries", f"entries(first: {size})", 1
+    )
+    playlist = draw(_selection(PLAYLIST_LEAVES, "Playlist", entries))
+    fragment = draw(st.booleans())
+    body = "...P" if fragment else playlist
+    head = "query Drawn($id: ID!, $inc: Boolean!, $skip: Boolean!)"
+    document = f"{head} {{ playlist(id: $id) {{ {body} }} }}"
+    if fragment:
+        document += f" fragment P on Playlist {{ {playlist} }}"
+    variables = {"inc": draw(st.booleans()), "skip": draw(st.booleans())}
+    return document, variables
+
+
+async def test_drawn_selections_answer_as_graphql_core(database_url: str, tmp_path: Path) -> None:
+    async with _twins(database_url, tmp_path) as (planned, plain, services):
+        seeded = await _seed(services, planned)
+        before = _served("plan")
+        answered: list[int] = []
+
+        @settings(
+            max_examples=60,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )
+        @given(_document())
+        def check(drawn: tuple[str, dict[str, Any]]) -> None:
+            document, variables = drawn
+            variables["id"] = seeded["pid"]
+            pending.append({"query": document, "variables": variables})
+
+        pending: list[dict[str, Any]] = []
+        check()
+        for body in pending:
+            for user in ("alice", "carol"):
+                answer = await _same(planned, plain, user, body)
+                answered.append(answer.status_code)
+        print({s: _served(s) for s in ("plan", "abandoned", "unplanned")})
+        assert len(pending) >= 30
+        assert _served("plan") - before >= 20
