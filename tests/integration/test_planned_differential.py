@@ -127,7 +127,7 @@ async def _same(
 async def test_plans_answer_the_corpus_as_graphql_core(database_url: str, tmp_path: Path) -> None:
     async with _twins(database_url, tmp_path) as (planned, plain, services):
         seeded = await _seed(services, planned)
-        before = _served("plan")
+        before, abandoned = _served("plan"), _served("abandoned")
         for user, document, variables in CORPUS:
             body = {"query": document, "variables": bind(variables, seeded)}
             if document in OPERATION_NAMES:
@@ -140,6 +140,8 @@ async def test_plans_answer_the_corpus_as_graphql_core(database_url: str, tmp_pa
         assert len(written) >= 5
         # Most corpus documents are plain reads: the plans answered them.
         assert _served("plan") - before >= 20
+        # Those with errors in execution were answered by graphql-core.
+        assert _served("abandoned") - abandoned >= 3
 
 
 ENTRY_LEAVES = ("id", "positionKey", "mediaId", "addedAt")
@@ -199,11 +201,13 @@ def _document(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     playlist = draw(_selection(PLAYLIST_LEAVES, "Playlist", entries))
     fragment = draw(st.booleans())
     body = "...P" if fragment else playlist
-    head = "query Drawn($id: ID!, $inc: Boolean!, $skip: Boolean!)"
+    text = playlist
+    declared = ["$id: ID!"] + [f"${v}: Boolean!" for v in ("inc", "skip") if f"${v}" in text]
+    head = f"query Drawn({', '.join(declared)})"
     document = f"{head} {{ playlist(id: $id) {{ {body} }} }}"
     if fragment:
         document += f" fragment P on Playlist {{ {playlist} }}"
-    variables = {"inc": draw(st.booleans()), "skip": draw(st.booleans())}
+    variables = {v: draw(st.booleans()) for v in ("inc", "skip") if f"${v}" in text}
     return document, variables
 
 
@@ -211,7 +215,7 @@ async def test_drawn_selections_answer_as_graphql_core(database_url: str, tmp_pa
     async with _twins(database_url, tmp_path) as (planned, plain, services):
         seeded = await _seed(services, planned)
         before = _served("plan")
-        answered: list[int] = []
+        answered: list[bool] = []
 
         @settings(
             max_examples=60,
@@ -230,7 +234,8 @@ async def test_drawn_selections_answer_as_graphql_core(database_url: str, tmp_pa
         for body in pending:
             for user in ("alice", "carol"):
                 answer = await _same(planned, plain, user, body)
-                answered.append(answer.status_code)
-        print({s: _served(s) for s in ("plan", "abandoned", "unplanned")})
+                answered.append(bool(answer.json().get("errors")))
         assert len(pending) >= 30
         assert _served("plan") - before >= 20
+        # Some met an error (a refused page size, no access): graphql-core answered them.
+        assert any(answered)
