@@ -142,6 +142,10 @@ async def test_plans_answer_the_corpus_as_graphql_core(database_url: str, tmp_pa
         assert _served("plan") - before >= 20
         # Those with errors in execution were answered by graphql-core.
         assert _served("abandoned") - abandoned >= 3
+        metrics = (await planned.get("/metrics")).text
+        assert re.search(
+            r'chorus_graphql_planned_total\{operation_name="\w+",served_by="plan"\} [1-9]', metrics
+        )
 
 
 ENTRY_LEAVES = ("id", "positionKey", "mediaId", "addedAt")
