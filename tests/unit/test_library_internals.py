@@ -67,6 +67,23 @@ INTERNALS: list[tuple[str, str, str]] = [
     ),
     ("graphql.execution.executor", "Executor.is_awaitable", "graphql/execution/executor.py"),
     ("graphql.validation", "ASTValidationContext", "graphql/guards/documents.py"),
+    ("graphql.execution.collect_fields", "collect_fields", "graphql/execution/plans.py"),
+    ("graphql.execution.collect_fields", "collect_subfields", "graphql/execution/plans.py"),
+    ("graphql.execution.collect_fields", "FragmentDetails", "graphql/execution/plans.py"),
+    ("graphql.execution.values", "VariableValues", "graphql/execution/plans.py"),
+    ("graphql.execution.values", "get_argument_values", "graphql/execution/plans.py"),
+    ("graphql.execution.executor", "Executor.build", "graphql/execution/planned.py: overrides"),
+    (
+        "graphql.execution.executor",
+        "Executor.execute_operation",
+        "graphql/execution/planned.py: overrides",
+    ),
+    ("graphql.execution.executor", "Executor.build_response", "graphql/execution/planned.py"),
+    (
+        "strawberry.schema.schema",
+        "StrawberryGraphQLCoreExecutionContext.build_resolve_info",
+        "graphql/execution/plans.py: each resolver's info",
+    ),
     # aiokafka
     (
         "aiokafka.consumer.group_coordinator",
@@ -112,6 +129,11 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
     definition = (field.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     assert getattr(definition, "python_name", None) == "x", "execution.py: python_name"
     assert getattr(field.resolve, "_is_default", False), "execution.py: _is_default resolver"
+    # plans.py reads a plain field as an attribute only behind this resolver.
+    assert field.resolve.__name__ == "_get_basic_result", "plans.py: strawberry's basic field"
+    executor = inspect.getsource(importlib.import_module("graphql.execution.executor"))
+    for attribute in ("fragments", "variable_values", "middleware_manager", "abort_signal"):
+        assert f"self.{attribute} =" in executor, f"Executor.{attribute}: planned.py, plans.py"
 
 
 def test_aiokafka_coordinator_carries_the_attributes_can_commit_reads() -> None:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from graphql import DocumentNode, ExecutionResult, GraphQLSkipDirective, OperationType, visit
 from graphql.language import DirectiveNode, VariableNode, Visitor
 
-from chorus.graphql.execution.plans import Builder, Run, Unplannable, run
+from chorus.graphql.execution.plans import Builder, Run, run
 from chorus.resolvers.context import RequestContext
 
 MAX_DIRECTIVE_VARIABLES = 4
@@ -137,7 +137,7 @@ def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
                     found.by_values[values] = Builder(
                         self.schema, self.fragments, self.operation, self.variable_values
                     ).root()
-                except Unplannable:
+                except Exception:  # Unplannable, or a document too deep to walk
                     found.by_values[values] = None
             root: Root | None = found.by_values[values]
             return root

@@ -1,0 +1,61 @@
+"""What a plan covers, decided when it is built (graphql/execution/plans.py).
+
+The answers plans give are compared with graphql-core's over the real schema
+and data in ``tests/integration/test_planned_differential.py``; here, which
+operations get a plan at all, without a server.
+"""
+
+from __future__ import annotations
+
+import pytest
+from graphql import OperationDefinitionNode, parse
+from graphql.execution.collect_fields import FragmentDetails
+from graphql.execution.values import VariableValues
+
+from chorus.graphql.execution.plans import Builder, Unplannable
+from chorus.graphql.schema.build import build_schema
+
+SCHEMA = build_schema()._schema  # type: ignore[attr-defined]
+
+
+def _builder(document: str, variables: dict[str, object] | None = None) -> Builder:
+    parsed = parse(document)
+    operation = next(d for d in parsed.definitions if isinstance(d, OperationDefinitionNode))
+    fragments = {
+        d.name.value: FragmentDetails(d)
+        for d in parsed.definitions
+        if not isinstance(d, OperationDefinitionNode)
+    }
+    return Builder(SCHEMA, fragments, operation, VariableValues(variables or {}, {}))
+
+
+PLANNED = [
+    # The cold first page (bench/peers.py).
+    """query Page($id: ID!) { playlist(id: $id) { version entries(first: 50) {
+      edges { cursor node { id positionKey media { title artists album durationMs } } } } } }""",
+    # Aliases, named and inline fragments, __typename, literal @skip/@include.
+    """query ($id: ID!) { p: playlist(id: $id) { ...H ... on Playlist { t: title }
+      __typename d: description @skip(if: true) v: version @include(if: false) }
+      viewer { user { id } } }
+    fragment H on Playlist { id owner { id } }""",
+]
+
+UNPLANNED = [
+    # An interface: which object type is only known at run time.
+    """query ($id: ID!) { node(id: $id) { id } }""",
+    # Introspection.
+    """{ __schema { queryType { name } } }""",
+    # Mutations are never planned.
+    """mutation { createPlaylist(input: {operationId: "o", title: "t"}) { playlist { id } } }""",
+]
+
+
+@pytest.mark.parametrize("document", PLANNED)
+def test_reads_of_object_types_are_planned(document: str) -> None:
+    assert callable(_builder(document).root())
+
+
+@pytest.mark.parametrize("document", UNPLANNED)
+def test_what_only_graphql_core_can_run_is_unplannable(document: str) -> None:
+    with pytest.raises(Unplannable):
+        _builder(document).root()
