@@ -12,6 +12,7 @@ from graphql import OperationDefinitionNode, parse
 from graphql.execution.collect_fields import FragmentDetails
 from graphql.execution.values import VariableValues
 
+from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
 from chorus.graphql.execution.plans import Builder, Unplannable
 from chorus.graphql.schema.build import build_schema
 
@@ -59,3 +60,12 @@ def test_reads_of_object_types_are_planned(document: str) -> None:
 def test_what_only_graphql_core_can_run_is_unplannable(document: str) -> None:
     with pytest.raises(Unplannable):
         _builder(document).root()
+
+
+def test_a_resolver_without_arguments_is_called_directly() -> None:
+    entry = SCHEMA.get_type("PlaylistEntry")
+    playlist = SCHEMA.get_type("Playlist")
+    assert direct_resolver(entry.fields["media"]) is not None  # type: ignore[union-attr]
+    # Arguments are converted by strawberry's wrapper: through it.
+    assert direct_resolver(playlist.fields["entries"]) is None  # type: ignore[union-attr]
+    assert plain_attribute(entry.fields["positionKey"]) == "position_key"  # type: ignore[union-attr]

@@ -129,6 +129,12 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
     definition = (field.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     assert getattr(definition, "python_name", None) == "x", "execution.py: python_name"
     assert getattr(field.resolve, "_is_default", False), "execution.py: _is_default resolver"
+    # field_reads.py calls a resolver directly after reading these of strawberry's wrapper.
+    resolver_source = inspect.getsource(
+        importlib.import_module("strawberry.schema.schema_converter")
+    )
+    for name in ("field_exception_handlers", "_strawberry_info_from_graphql", "def _resolver("):
+        assert name in resolver_source, f"from_resolver's {name}: field_reads.py"
     # plans.py reads a plain field as an attribute only behind this resolver.
     assert field.resolve.__name__ == "_get_basic_result", "plans.py: strawberry's basic field"
     executor = inspect.getsource(importlib.import_module("graphql.execution.executor"))

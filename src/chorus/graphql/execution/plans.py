@@ -5,8 +5,9 @@ per request worked out once: fragments merged and ``@skip``/``@include``
 folded (by graphql-core's own ``collect_fields``/``collect_subfields``, so the
 merge and the order of the response keys are graphql-core's), each field's
 response key, how its value is read (an attribute for strawberry's plain
-fields; the field's resolver, called exactly as graphql-core calls it, for the
-others) and how it is completed (the scalar's ``coerce_output_value``, a
+fields; the resolver, called directly when strawberry's wrapper would add
+nothing, :mod:`chorus.graphql.execution.field_reads`, else as graphql-core
+calls it) and how it is completed (the scalar's ``coerce_output_value``, a
 list, an object with strawberry's ``is_type_of``). :func:`run` walks it: no
 ``Info`` or ``Path`` for a plain field, no ``ExecutionResult`` per field, no
 awaiting per field — the awaitables a wave of resolvers returns are gathered
@@ -66,7 +67,13 @@ from graphql.execution.collect_fields import (
 )
 from graphql.execution.values import VariableValues, get_argument_values
 from graphql.pyutils import Path
-from strawberry.schema.schema_converter import GraphQLCoreConverter
+
+from chorus.graphql.execution.field_reads import (
+    direct_resolver,
+    plain_attribute,
+    strawberry_is_type_of,
+    uses_variables,
+)
 
 
 class Unplannable(Exception):
@@ -93,23 +100,6 @@ class Run:
         default_factory=list
     )
     """``(result, key, awaitable, complete, path)``: ``result[key]`` waits for the awaitable."""
-
-
-_CONVERTER_MODULE = GraphQLCoreConverter.__module__
-
-
-def _plain_attribute(field_def: GraphQLField) -> str | None:
-    """The attribute strawberry's resolver of ``field_def`` reads, if that is all it does."""
-    resolve = field_def.resolve
-    if (
-        field_def.args
-        or not getattr(resolve, "_is_default", False)
-        or getattr(resolve, "__name__", "") != "_get_basic_result"
-    ):
-        return None
-    definition = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
-    attribute = getattr(definition, "python_name", None)
-    return attribute if isinstance(attribute, str) else None
 
 
 @dataclass(slots=True)
@@ -227,7 +217,7 @@ class Builder:
         details: FieldDetailsList,
     ) -> _Step:
         complete, below = self._completion(field_def.type, details)
-        attribute = _plain_attribute(field_def)
+        attribute = plain_attribute(field_def)
         if attribute is not None:
             if below:  # a resolver below needs this field's path: no attribute shortcut
                 return _Step(key, None, _attribute_call(attribute), complete, needs_path=True)
@@ -241,10 +231,21 @@ class Builder:
         resolve = field_def.resolve
         nodes = [d.node for d in details]
         node = nodes[0]
+        direct = direct_resolver(field_def)
+        if direct is not None:
+            function, make_info, wants_info = direct
+
+            def call_directly(source: Any, run: Run, path: Path | None) -> Any:
+                if not wants_info:
+                    return function(source, None)
+                raw = run.executor.build_resolve_info(field_def, nodes, parent_type, path)
+                return function(source, make_info(raw))
+
+            return call_directly
         fixed: dict[str, Any] | None = None
         if not (field_def.args or node.arguments):
             fixed = {}
-        elif not _uses_variables(node):
+        elif not uses_variables(node):
             try:
                 fixed = get_argument_values(field_def, node, self.no_variables)
             except Exception as error:  # graphql-core reports it, located
@@ -277,7 +278,7 @@ class Builder:
         if not isinstance(inner, GraphQLObjectType):
             raise Unplannable(f"{inner}: an abstract type")
         check = inner.is_type_of
-        if check is not None and getattr(check, "__module__", None) != _CONVERTER_MODULE:
+        if check is not None and not strawberry_is_type_of(check):
             raise Unplannable(f"{inner.name}: an is_type_of of its own")
         collected = collect_subfields(
             self.schema, self.fragments, self.variable_values, self.operation, inner, details
@@ -295,23 +296,6 @@ def _attribute_call(attribute: str) -> Callable[[Any, Run, Path | None], Any]:
         return getattr(source, attribute)
 
     return call
-
-
-def _uses_variables(node: Any) -> bool:
-    """Whether a variable appears in ``node``'s arguments (at any depth)."""
-    from graphql import VariableNode, visit
-    from graphql.language import Visitor
-
-    class _Finder(Visitor):
-        found = False
-
-        def enter_variable(self, variable: VariableNode, *_: Any) -> None:
-            self.found = True
-
-    finder = _Finder()
-    for argument in node.arguments or ():
-        visit(argument, finder)
-    return finder.found
 
 
 def _leaf(coerce: Callable[[Any], Any], nullable: bool) -> Complete:

@@ -1,0 +1,106 @@
+"""How a plan reads a strawberry field's value: an attribute, or its resolver called directly.
+
+Strawberry wraps each resolver (``GraphQLCoreConverter.from_resolver``): for a
+field without a resolver of ours, a read of the attribute (its
+``_get_basic_result``); for the others, a wrapper that builds strawberry's
+``Info``, converts the GraphQL arguments to Python values, runs the field's
+extensions and exception handlers, then calls the resolver. For a resolver
+with no arguments, no field extensions and no exception handlers that
+wrapper does nothing but build the ``Info`` and pass the source as ``self``,
+``root`` or ``parent``; a plan does just that (:func:`direct_resolver`). Every
+other resolver is called through strawberry's wrapper, as graphql-core calls
+it. The strawberry internals read here are named in
+``tests/unit/test_library_internals.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from graphql import GraphQLField, VariableNode, visit
+from graphql.language import Visitor
+from strawberry.schema.schema_converter import GraphQLCoreConverter
+
+
+def plain_attribute(field_def: GraphQLField) -> str | None:
+    """The attribute strawberry's resolver of ``field_def`` reads, if that is all it does."""
+    resolve = field_def.resolve
+    if (
+        field_def.args
+        or not getattr(resolve, "_is_default", False)
+        or getattr(resolve, "__name__", "") != "_get_basic_result"
+    ):
+        return None
+    definition = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    attribute = getattr(definition, "python_name", None)
+    return attribute if isinstance(attribute, str) else None
+
+
+def direct_resolver(field_def: GraphQLField) -> tuple[Callable[..., Any], Any, bool] | None:
+    """``(call, make_info, wants_info)`` for a strawberry resolver without arguments, field
+    extensions or exception handlers: the resolver is called directly, as strawberry's
+    wrapper would call it (``self``/``root``/``parent`` the source, ``info`` its ``Info``),
+    without the wrapper's argument conversion and extension chain; else ``None``."""
+    resolve = field_def.resolve
+    definition = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    resolver = getattr(definition, "base_resolver", None)
+    if (
+        resolver is None
+        or field_def.args
+        or getattr(definition, "extensions", True)
+        or getattr(definition, "arguments", True)
+        or getattr(resolve, "__name__", "") not in ("_resolver", "_async_resolver")
+    ):
+        return None
+    code = getattr(resolve, "__code__", None)
+    cells = getattr(resolve, "__closure__", None) or ()
+    closure = dict(zip(getattr(code, "co_freevars", ()), cells, strict=False))
+    handlers, make_info = (
+        closure.get("field_exception_handlers"),
+        closure.get("_strawberry_info_from_graphql"),
+    )
+    if handlers is None or handlers.cell_contents or make_info is None:
+        return None
+    by_name: dict[str, str] = {}
+    for role in ("parent_parameter", "root_parameter"):
+        parameter = getattr(resolver, role)
+        if parameter is not None:
+            by_name[parameter.name] = "source"
+    info = resolver.info_parameter
+    takes_self = resolver.self_parameter is not None
+    function = resolver.wrapped_func
+    source_names = tuple(by_name)
+    info_name = info.name if info is not None else None
+
+    def call(source: Any, info_value: Any) -> Any:
+        kwargs = {name: source for name in source_names}
+        if info_name is not None:
+            kwargs[info_name] = info_value
+        return function(source, **kwargs) if takes_self else function(**kwargs)
+
+    return call, make_info.cell_contents, info is not None
+
+
+def strawberry_is_type_of(check: Callable[..., Any]) -> bool:
+    """Whether an object type's ``is_type_of`` is strawberry's (an ``isinstance``; the
+    resolve info it is given is unused, so a plan passes ``None``)."""
+    return getattr(check, "__module__", None) == GraphQLCoreConverter.__module__
+
+
+def uses_variables(node: Any) -> bool:
+    """Whether a variable appears in ``node``'s arguments (at any depth)."""
+
+    class _Finder(Visitor):
+        found = False
+
+        def enter_variable(self, variable: VariableNode, *_: Any) -> None:
+            self.found = True
+
+    finder = _Finder()
+    for argument in node.arguments or ():
+        visit(argument, finder)
+    return finder.found
+
+
+__all__ = ["direct_resolver", "plain_attribute", "strawberry_is_type_of", "uses_variables"]
