@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chorus.graphql.schema.common.types import PlaylistEntry
 from chorus.metrics import PLANNED
 from chorus.resolvers.context import Services
 from tests.integration.graphql_corpus import CORPUS, OPERATION_NAMES, bind
@@ -243,3 +245,35 @@ async def test_drawn_selections_answer_as_graphql_core(database_url: str, tmp_pa
         assert _served("plan") - before >= 20
         # Some met an error (a refused page size, no access): graphql-core answered them.
         assert any(answered)
+
+
+async def test_errors_met_by_a_plan_are_answered_by_graphql_core(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resolver that raises, ``None`` in a non-null field, a value another type's:
+    injected into both apps at once; graphql-core's answer, byte for byte."""
+    real = PlaylistEntry.from_record.__func__  # type: ignore[attr-defined]
+    broken: dict[str, str] = {}
+
+    def injected(cls: type[PlaylistEntry], playlist_id: str, e: Any, media: Any = None) -> Any:
+        entry = real(cls, playlist_id, e, media)
+        kind = broken.get(e.media_id)
+        if kind == "null":
+            entry.position_key = None
+        elif kind == "raise":
+            raise RuntimeError("injected")
+        elif kind == "wrong type":
+            entry.prefetched = "not a media"
+        return entry
+
+    monkeypatch.setattr(PlaylistEntry, "from_record", classmethod(injected))
+    async with _twins(database_url, tmp_path) as (planned, plain, services):
+        seeded = await _seed(services, planned)
+        abandoned = _served("abandoned")
+        for kind in ("null", "raise", "wrong type"):
+            broken.clear()
+            broken["chinook:track:4"] = kind
+            for user, document, variables in CORPUS[:9]:
+                body = {"query": document, "variables": bind(variables, seeded)}
+                await _same(planned, plain, user, body)
+        assert _served("abandoned") - abandoned >= 6
