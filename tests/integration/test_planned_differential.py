@@ -13,7 +13,9 @@ and their paths, extensions):
 * selections drawn by Hypothesis over the cold page's shape (playlist →
   entries → edges → node → media): aliases, named and inline fragments,
   ``__typename``, ``@skip``/``@include`` by literal and by variable,
-  nullable and non-null fields, lists, page sizes that are refused.
+  nullable and non-null fields, lists, page sizes that are refused;
+* the cold page's documents with errors injected into both apps at once
+  (an entry that raises, a ``None`` position key, a media of the wrong type).
 
 ``chorus_graphql_planned_total`` shows the plans did answer (the test is not
 comparing graphql-core with itself).
