@@ -116,6 +116,9 @@ class OperationMetrics(SchemaExtension):
 
     def on_operation(self) -> Iterator[None]:
         started = time.perf_counter()
+        context = self.execution_context.context
+        if isinstance(context, RequestContext):  # a WebSocket's context outlives an operation
+            context.operation.served_by = None
         try:
             yield
         finally:  # an operation strawberry refuses by raising is timed too
