@@ -39,6 +39,7 @@ PLAIN = {
     "CHORUS_RESPONSE_CACHE": "false",
     "CHORUS_FAST_FIELD_EXECUTION": "false",
     "CHORUS_INTROSPECTION_ANSWERS": "false",
+    "CHORUS_COMPILED_EXECUTION": "false",
 }
 """Every fast path off: the plain twin."""
 

@@ -29,8 +29,6 @@ from contextvars import ContextVar
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
-from graphql import get_operation_ast
-from graphql.language.ast import OperationType as DocumentOperation
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -328,17 +326,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return served(request, cached.body, cached.etag, label)
 
     def _mutates(self, operation: HttpOperation) -> bool:
-        """Whether ``operation`` is a mutation of a document kept (validated once).
-
-        A mutation is never answered from the response cache: its keys
-        (two hashes of its variables) and single flight are skipped. A
-        document not kept yet goes the cache's way, which declines it.
-        """
-        document = self.documents.kept(operation.document, parse_options(self._max_tokens))
-        if document is None:
-            return False
-        chosen = get_operation_ast(document, operation.operation_name)
-        return chosen is not None and chosen.operation is DocumentOperation.MUTATION
+        """Whether ``operation`` is a mutation of a kept document: never answered from the
+        response cache (its keys and single flight are skipped); one not kept yet goes the
+        cache's way, which declines it."""
+        options = parse_options(self._max_tokens)
+        return self.documents.kept_mutation(operation.document, operation.operation_name, options)
 
     async def _execute(
         self,

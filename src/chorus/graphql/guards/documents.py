@@ -41,7 +41,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, parse
+from graphql import (
+    ASTValidationRule,
+    DocumentNode,
+    GraphQLError,
+    GraphQLSchema,
+    OperationType,
+    get_operation_ast,
+    parse,
+)
 from graphql.validation import ASTValidationContext
 from strawberry.extensions import SchemaExtension
 from strawberry.schema.schema import validate_document
@@ -122,6 +130,20 @@ class DocumentCache:
         takes nothing (unlike :meth:`document`) and does not count as a use."""
         kept = self._kept.get(_key(query, options))
         return kept.document if kept is not None else None
+
+    def kept_mutation(
+        self, query: str, operation_name: str | None, options: Mapping[str, Any]
+    ) -> bool:
+        """Whether ``query``'s operation ``operation_name`` is a mutation of a kept document.
+
+        A document not kept yet (never validated) answers ``False``: the caller
+        goes the way that validates it first.
+        """
+        document = self.kept(query, options)
+        if document is None:
+            return False
+        chosen = get_operation_ast(document, operation_name)
+        return chosen is not None and chosen.operation is OperationType.MUTATION
 
     def plans(self, document: DocumentNode) -> dict[Any, Any] | None:
         """The plans of ``document`` (a dict its executor fills, dropped with the document)
