@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from _bare import read_body, run, wait_for_port
 
 SKIPPED = {"date", "server", "content-length", "transfer-encoding", "connection"}
 """Response headers uvicorn writes itself (or that belong to the connection)."""
@@ -47,13 +45,7 @@ def app_for(answers: list[list[Any]]) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        status, headers, out = table.get(body, missing)
+        status, headers, out = table.get(await read_body(receive), missing)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": out})
 
@@ -67,15 +59,7 @@ def serving(answers: list[list[Any]], port: int, table: Path) -> Iterator[int]:
     table.write_text(json.dumps(answers))
     process = subprocess.Popen([sys.executable, __file__, str(port), str(table)])
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the bare peer did not start") from None
-                time.sleep(0.1)
+        wait_for_port(port, lambda: process.poll() is not None, "the bare peer")
         yield process.pid
     finally:
         process.terminate()
@@ -86,15 +70,7 @@ def main() -> None:
     port, answers = sys.argv[1:3]
     with open(answers) as f:
         table = json.load(f)
-    uvicorn.run(
-        app_for(table),
-        host="127.0.0.1",
-        port=int(port),
-        http="httptools",
-        lifespan="off",
-        log_level="warning",
-        access_log=False,
-    )
+    run(app_for(table), int(port), lifespan="off")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import uuid
 from typing import Any
 
 import asyncpg
-import uvicorn
+
+from _bare import read_body, run
 
 LOCK = "SELECT version FROM playlist WHERE id = $1 FOR UPDATE"
 ENTRY = (
@@ -56,20 +57,14 @@ def app_for(dsn: str, payload: str, result: str, event: str) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         nonlocal pool
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 pool = await asyncpg.create_pool(dsn, min_size=10, max_size=10)
                 await send({"type": "lifespan.startup.complete"})
             if pool is not None:
                 await pool.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        request = json.loads(body)["variables"]["input"]
+        request = json.loads(await read_body(receive))["variables"]["input"]
         playlist = request["playlistId"]
         assert pool is not None
         async with pool.acquire() as conn, conn.transaction():
@@ -94,15 +89,7 @@ def main() -> None:
     port, dsn, rows = sys.argv[1:4]
     with open(rows) as f:
         payload, result, event = json.load(f)
-    uvicorn.run(
-        app_for(dsn, payload, result, event),
-        host="127.0.0.1",
-        port=int(port),
-        http="httptools",
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-    )
+    run(app_for(dsn, payload, result, event), int(port), lifespan="on")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -89,7 +88,9 @@ import asyncpg
 import httpx
 import jwt
 
+from _bare import wait_for_port
 from _cpu import CpuMeters, postmaster_pid
+from _wrk import per_request_ms
 
 if TYPE_CHECKING:
     from tests.servers import ChorusServer
@@ -153,18 +154,13 @@ class Figure:
         seconds = sum(s.seconds for s in samples)
         served = sum(s.served for s in samples)
 
-        def per_request(cpu: list[float | None]) -> float | None:
-            if not served or any(c is None for c in cpu):
-                return None
-            return sum(c for c in cpu if c is not None) * 1000 / served
-
         return cls(
             len(latencies) / seconds,
             statistics.median(latencies),
             percentile(latencies, 0.99),
             len(latencies),
-            per_request([s.cpu_s for s in samples]),
-            per_request([s.db_cpu_s for s in samples]),
+            per_request_ms([s.cpu_s for s in samples], served),
+            per_request_ms([s.db_cpu_s for s in samples], served),
         )
 
 
@@ -624,17 +620,12 @@ class BarePeer:
         self.processes = [
             subprocess.Popen([sys.executable, script, str(port), dsn, str(rows)]) for port in ports
         ]
-        for port in ports:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        self.close()
-                        raise RuntimeError(f"the bare peer on port {port} did not start") from None
-                    time.sleep(0.1)
+        try:
+            for port in ports:
+                wait_for_port(port, lambda: False, f"the bare peer on port {port}")
+        except RuntimeError:
+            self.close()
+            raise
 
     def __call__(self, seconds: float) -> Sample:
         pids = [p.pid for p in self.processes]

@@ -1,0 +1,49 @@
+"""What the bare peers (``bench/bare_page.py``, ``bench/bare_writes.py``) share: reading a
+request's body, serving an ASGI app as ``chorus serve`` does, waiting for a started port."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request, however many messages it came in."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+def run(app: Any, port: int, *, lifespan: str) -> None:
+    """``app`` on uvicorn at 127.0.0.1:``port`` with httptools and no access log, as
+    ``chorus serve`` runs; ``lifespan`` is uvicorn's (``"on"`` or ``"off"``)."""
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        http="httptools",
+        lifespan=lifespan,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+def wait_for_port(port: int, failed: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    """Return once 127.0.0.1:``port`` accepts a connection; raise :class:`RuntimeError`
+    saying ``what`` did not start when ``failed()`` holds or after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if failed() or time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not start") from None
+            time.sleep(0.1)
