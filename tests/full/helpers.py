@@ -1,4 +1,5 @@
-"""Helpers of the full-profile tests: writers that commit versions, a topic reader."""
+"""Helpers of the full-profile tests: deployments of processes, writers that commit
+versions, a topic reader."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
@@ -73,6 +74,56 @@ def full_api(tansu: TansuServer, folder: Path) -> Iterator[Api]:
     finally:
         client.http.close()
         server.stop()
+        drop_database(name)
+
+
+class Deployment:
+    """The processes of one full-profile deployment over one database, topic and Redis.
+
+    ``servers`` run ``chorus serve``, one per entry of ``roles`` (a
+    ``CHORUS_SERVE_ROLE``, or ``None`` for a server of both roles); ``workers``
+    run ``chorus <name>``, one per name. The first server migrates the database.
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        data_dir: Path,
+        bootstrap_servers: str,
+        roles: Sequence[str | None],
+        workers: Sequence[str],
+    ) -> None:
+        env = full_profile_env(bootstrap_servers, REDIS_URL)
+        self.servers = [
+            ChorusServer(database_url, data_dir, **env, **({"CHORUS_SERVE_ROLE": r} if r else {}))
+            for r in roles
+        ]
+        self.workers = [
+            ChorusServer(database_url, data_dir, command=(name,), **env) for name in workers
+        ]
+
+    def start(self) -> None:
+        for process in [*self.servers, *self.workers]:
+            process.start()  # the first server first: it migrates the database
+
+    def stop(self) -> None:
+        for process in [*reversed(self.workers), *reversed(self.servers)]:
+            process.stop()
+
+
+@contextlib.contextmanager
+def full_deployment(
+    tansu: TansuServer, data_dir: Path, roles: Sequence[str | None], workers: Sequence[str]
+) -> Iterator[Deployment]:
+    """A started :class:`Deployment` on a database of its own and ``tansu``'s Kafka,
+    stopped and its database dropped afterwards (also when a process fails to start)."""
+    name = create_database()
+    running = Deployment(postgres_url(name), data_dir, tansu.bootstrap_servers, roles, workers)
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
         drop_database(name)
 
 

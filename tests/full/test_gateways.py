@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,53 +24,22 @@ from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, mutation_document, track, version
 from tests.e2e.test_subscriptions import PROTOCOL, SUBSCRIPTION, close_socket, open_socket, ws_url
-from tests.full.conftest import REDIS_URL
-from tests.full.helpers import full_profile_env
-from tests.servers import TEST_SECRET, ChorusServer, TansuServer
+from tests.full.helpers import Deployment, full_deployment
+from tests.servers import TEST_SECRET, TansuServer
 
 EDITS = 12
 TIMEOUT_S = patience(20.0)
-
-
-class Deployment:
-    """One API process, two gateways and the workers between them, over one database."""
-
-    def __init__(self, database_url: str, data_dir: Path, bootstrap_servers: str) -> None:
-        env = full_profile_env(bootstrap_servers, REDIS_URL)
-        self.api = ChorusServer(database_url, data_dir, CHORUS_SERVE_ROLE="api", **env)
-        self.gateways = [
-            ChorusServer(database_url, data_dir, CHORUS_SERVE_ROLE="gateway", **env)
-            for _ in range(2)
-        ]
-        self.workers = [
-            ChorusServer(database_url, data_dir, command=(name,), **env)
-            for name in ("relay", "fanout")
-        ]
-
-    def start(self) -> None:
-        self.api.start()  # migrates the database first
-        for process in [*self.gateways, *self.workers]:
-            process.start()
-
-    def stop(self) -> None:
-        for process in [*self.workers, *self.gateways, self.api]:
-            process.stop()
 
 
 @pytest.fixture(scope="module")
 def deployment(
     postgres_template: str, tansu: TansuServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
-    from tests.servers import create_database, drop_database, postgres_url
-
-    name = create_database()
-    running = Deployment(
-        postgres_url(name), tmp_path_factory.mktemp("gateways"), tansu.bootstrap_servers
-    )
-    running.start()
-    yield running
-    running.stop()
-    drop_database(name)
+    """One API process (``servers[0]``), two gateways and the relay and fanout between them."""
+    roles = ("api", "gateway", "gateway")
+    data_dir = tmp_path_factory.mktemp("gateways")
+    with full_deployment(tansu, data_dir, roles, ("relay", "fanout")) as running:
+        yield running
 
 
 async def _subscribe(ws: ClientConnection, playlist_id: str, since: int) -> None:
@@ -97,12 +65,12 @@ async def _versions(ws: ClientConnection, count: int) -> list[int]:
 async def test_mutations_through_the_api_reach_every_gateway_in_order(
     deployment: Deployment,
 ) -> None:
-    api = Api(deployment.api)
+    api = Api(deployment.servers[0])
     try:
         playlist_id = create_playlist(api, visibility="PUBLIC")
         since = version(api, playlist_id)
         token = mint_token(TEST_SECRET, "alice")
-        sockets = [await open_socket(gateway, token) for gateway in deployment.gateways]
+        sockets = [await open_socket(gateway, token) for gateway in deployment.servers[1:]]
         try:
             for ws in sockets:
                 await _subscribe(ws, playlist_id, since)
@@ -123,12 +91,12 @@ async def test_mutations_through_the_api_reach_every_gateway_in_order(
 async def test_a_subscriber_moving_to_another_gateway_resumes_where_it_left(
     deployment: Deployment,
 ) -> None:
-    api = Api(deployment.api)
+    api = Api(deployment.servers[0])
     token = mint_token(TEST_SECRET, "alice")
     try:
         playlist_id = create_playlist(api, visibility="PUBLIC")
         since = base = version(api, playlist_id)
-        first = await open_socket(deployment.gateways[0], token)
+        first = await open_socket(deployment.servers[1], token)
         try:
             await _subscribe(first, playlist_id, since)
             for n in range(EDITS // 2):
@@ -139,7 +107,7 @@ async def test_a_subscriber_moving_to_another_gateway_resumes_where_it_left(
         # Committed while the client has no socket: the next gateway reads them from SQL.
         for n in range(EDITS // 2, EDITS):
             base = add(api, playlist_id, [track(n + 1)], base)["version"]
-        second = await open_socket(deployment.gateways[1], token)
+        second = await open_socket(deployment.servers[2], token)
         try:
             await _subscribe(second, playlist_id, seen[-1])
             rest = await _versions(second, since + EDITS - seen[-1])
@@ -151,8 +119,9 @@ async def test_a_subscriber_moving_to_another_gateway_resumes_where_it_left(
 
 
 async def test_the_api_process_refuses_websockets(deployment: Deployment) -> None:
+    url = ws_url(deployment.servers[0])
     with pytest.raises(InvalidStatus) as refused:
-        await connect(ws_url(deployment.api), subprotocols=[PROTOCOL], open_timeout=TIMEOUT_S)
+        await connect(url, subprotocols=[PROTOCOL], open_timeout=TIMEOUT_S)
     response = refused.value.response
     assert response.status_code == 421
     error = json.loads(response.body or b"{}")["errors"][0]
@@ -161,7 +130,7 @@ async def test_the_api_process_refuses_websockets(deployment: Deployment) -> Non
 
 
 def test_a_gateway_refuses_http_queries_and_mutations(deployment: Deployment) -> None:
-    gateway = Api(deployment.gateways[0])
+    gateway = Api(deployment.servers[1])
     try:
         create = {"operationId": "op-gateway", "title": "Mix"}
         for body in (
@@ -178,7 +147,7 @@ def test_a_gateway_refuses_http_queries_and_mutations(deployment: Deployment) ->
 
 
 async def test_a_gateway_refuses_a_mutation_over_its_socket(deployment: Deployment) -> None:
-    gateway = deployment.gateways[1]
+    gateway = deployment.servers[2]
     ws = await open_socket(gateway, mint_token(TEST_SECRET, "alice"))
     try:
         create = {"operationId": "op-over-socket", "title": "Mix"}
@@ -193,10 +162,10 @@ async def test_a_gateway_refuses_a_mutation_over_its_socket(deployment: Deployme
 
 def test_readyz_names_each_process_role(deployment: Deployment) -> None:
     roles = {}
-    for server in [deployment.api, *deployment.gateways]:
+    for server in deployment.servers:
         ready = httpx.get(f"{server.base_url}/readyz", timeout=TIMEOUT_S)
         assert ready.status_code == 200, ready.text
         roles[server.port] = ready.json()["role"]
     assert sorted(roles.values()) == ["api", "gateway", "gateway"]
-    banner = deployment.gateways[0].log.read_text()
+    banner = deployment.servers[1].log.read_text()
     assert "role gateway" in banner

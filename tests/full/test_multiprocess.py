@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +18,7 @@ from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.e2e.test_subscriptions_convergence import converge
-from tests.full.conftest import REDIS_URL
-from tests.full.helpers import full_profile_env
+from tests.full.helpers import Deployment, full_deployment
 from tests.servers import ChorusServer, TansuServer
 
 ENTRIES_TOTAL = (
@@ -28,48 +26,21 @@ ENTRIES_TOTAL = (
 )
 
 
-class Cluster:
-    """The processes of one full-profile deployment over one database, topic and Redis."""
-
-    def __init__(self, database_url: str, data_dir: Path, bootstrap_servers: str) -> None:
-        env = full_profile_env(bootstrap_servers, REDIS_URL)
-        self.writers = ChorusServer(database_url, data_dir, **env)
-        self.readers = ChorusServer(database_url, data_dir, **env)
-        self.workers = [
-            ChorusServer(database_url, data_dir, command=(name,), **env)
-            for name in ("relay", "fanout", "project-cache")
-        ]
-
-    def start(self) -> None:
-        self.writers.start()  # migrates the database first
-        for process in [self.readers, *self.workers]:
-            process.start()
-
-    def stop(self) -> None:
-        for process in [*self.workers, self.readers, self.writers]:
-            process.stop()
-
-
 @pytest.fixture(scope="module")
 def cluster(
     postgres_template: str, tansu: TansuServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    from tests.servers import create_database, drop_database, postgres_url
-
-    name = create_database()
-    running = Cluster(
-        postgres_url(name), tmp_path_factory.mktemp("cluster"), tansu.bootstrap_servers
-    )
-    running.start()
-    yield running
-    running.stop()
-    drop_database(name)
+) -> Iterator[Deployment]:
+    """Two API servers (writers, readers) and a relay, a fanout and a projector."""
+    data_dir = tmp_path_factory.mktemp("cluster")
+    workers = ("relay", "fanout", "project-cache")
+    with full_deployment(tansu, data_dir, (None, None), workers) as running:
+        yield running
 
 
 async def test_writers_on_one_process_and_subscribers_on_another_converge(
-    cluster: Cluster,
+    cluster: Deployment,
 ) -> None:
-    writing, following = Api(cluster.writers), Api(cluster.readers)
+    writing, following = Api(cluster.servers[0]), Api(cluster.servers[1])
     try:
         await converge(writing, following)
     finally:
@@ -88,22 +59,23 @@ def _commits(server: ChorusServer) -> float:
     return _sample(server, "chorus_commits_total")
 
 
-def test_each_process_is_ready_and_reports_metrics(cluster: Cluster) -> None:
-    api = Api(cluster.writers)
+def test_each_process_is_ready_and_reports_metrics(cluster: Deployment) -> None:
+    writers, readers = cluster.servers
+    api = Api(writers)
     try:
-        before = _commits(cluster.writers), _commits(cluster.readers)
+        before = _commits(writers), _commits(readers)
         playlist_id = create_playlist(api, visibility="PUBLIC")
         add(api, playlist_id, [track(1), track(2)], 0)
-        for server in (cluster.writers, cluster.readers):
+        for server in (writers, readers):
             ready = httpx.get(f"{server.base_url}/readyz", timeout=5)
             assert ready.status_code == 200, ready.text
             assert set(ready.json()["checks"]) == {"postgresql", "redis", "kafka"}
             metrics = httpx.get(f"{server.base_url}/metrics", timeout=5).text
             assert "chorus_outbox_backlog" in metrics
             assert "chorus_live_subscribers" in metrics
-        assert 'operation_type="mutation"' in httpx.get(f"{cluster.writers.base_url}/metrics").text
+        assert 'operation_type="mutation"' in httpx.get(f"{writers.base_url}/metrics").text
         # Each process counts its own commits: two on the writers' side, none on the readers'.
-        assert (_commits(cluster.writers), _commits(cluster.readers)) == (before[0] + 2, before[1])
+        assert (_commits(writers), _commits(readers)) == (before[0] + 2, before[1])
     finally:
         api.http.close()
 
@@ -120,9 +92,9 @@ WORKER_COUNTERS = {  # what each counts, and how many of the test's two versions
 }
 
 
-def test_each_worker_answers_its_probes_and_counts_its_work(cluster: Cluster) -> None:
+def test_each_worker_answers_its_probes_and_counts_its_work(cluster: Deployment) -> None:
     before = {w.command[0]: _sample(w, WORKER_COUNTERS[w.command[0]][0]) for w in cluster.workers}
-    api = Api(cluster.writers)
+    api = Api(cluster.servers[0])
     try:
         playlist_id = create_playlist(api, visibility="PUBLIC")
         add(api, playlist_id, [track(1)], 0)
