@@ -11,6 +11,7 @@ response cache is off: every query reads the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -139,6 +140,36 @@ def until(check: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+def replica_answers(
+    api: Api, server: ChorusServer, playlist_id: str, expected: tuple[int, int, int], what: str
+) -> None:
+    """Wait until a read through ``api`` is ``expected`` and the replica served one more read."""
+    before = replica_reads(server)
+    until(lambda: read(api, playlist_id) == expected and replica_reads(server) > before, what)
+
+
+def one_version_on_the_replica(api: Api, server: ChorusServer) -> tuple[str, int]:
+    """A new public playlist at its first version, once the replica served it."""
+    playlist_id = create_playlist(api, visibility="PUBLIC")
+    head = add(api, playlist_id, [track(1)], 0)["version"]
+    replica_answers(api, server, playlist_id, (head, head, 1), "the replica never served a read")
+    return playlist_id, head
+
+
+@contextlib.contextmanager
+def replay_paused(replica: Replica, pg_url: str) -> Iterator[None]:
+    """The replica's WAL replay paused within, resumed afterwards."""
+    replica.sql(pg_url, "SELECT pg_wal_replay_pause()")
+    try:
+        until(
+            lambda: replica.sql(pg_url, "SELECT pg_get_wal_replay_pause_state() = 'paused'"),
+            "replay did not pause",
+        )
+        yield
+    finally:
+        replica.sql(pg_url, "SELECT pg_wal_replay_resume()")
+
+
 def test_a_client_reads_its_own_writes_and_the_replica_serves_the_rest(
     api: Api, server: ChorusServer
 ) -> None:
@@ -150,11 +181,7 @@ def test_a_client_reads_its_own_writes_and_the_replica_serves_the_rest(
         for user in ("alice", "bob"):
             assert read(api, playlist_id, user) == (head, head, n)
     # Once replay caught up, the replica answers (the rule is not "always the primary").
-    before = replica_reads(server)
-    until(
-        lambda: read(api, playlist_id) == (head, head, 20) and replica_reads(server) > before,
-        "the replica never served a read",
-    )
+    replica_answers(api, server, playlist_id, (head, head, 20), "the replica never served a read")
     # A later page is a read of its own: also the replica's, also at the head.
     found = api.data(LATER_PAGE, "bob", id=playlist_id, after=None)["playlist"]
     assert found["entries"]["version"] == head
@@ -163,19 +190,8 @@ def test_a_client_reads_its_own_writes_and_the_replica_serves_the_rest(
 def test_a_paused_replica_changes_nothing_a_client_sees(
     api: Api, server: ChorusServer, replica: Replica, pg_url: str
 ) -> None:
-    playlist_id = create_playlist(api, visibility="PUBLIC")
-    head = add(api, playlist_id, [track(1)], 0)["version"]
-    before = replica_reads(server)
-    until(
-        lambda: read(api, playlist_id) == (head, head, 1) and replica_reads(server) > before,
-        "the replica never served a read before the pause",
-    )
-    replica.sql(pg_url, "SELECT pg_wal_replay_pause()")
-    try:
-        until(
-            lambda: replica.sql(pg_url, "SELECT pg_get_wal_replay_pause_state() = 'paused'"),
-            "replay did not pause",
-        )
+    playlist_id, head = one_version_on_the_replica(api, server)
+    with replay_paused(replica, pg_url):
         stale_before = metric(server, "chorus_db_replica_reads_discarded_total", 'reason="stale"')
         for n in range(2, 12):
             head = add(api, playlist_id, [track(n)], head)["version"]
@@ -192,26 +208,15 @@ def test_a_paused_replica_changes_nothing_a_client_sees(
         check = ready.json()["checks"][f"replica 127.0.0.1:{replica.port}"]
         assert check.startswith("ok: lag "), check
         assert not check.endswith(" 0 bytes"), check  # the WAL it has not replayed
-    finally:
-        replica.sql(pg_url, "SELECT pg_wal_replay_resume()")
     # Replay resumed: the replica catches up and answers again, at the head.
-    before = replica_reads(server)
-    until(
-        lambda: read(api, playlist_id) == (head, head, 11) and replica_reads(server) > before,
-        "the replica did not answer again after replay resumed",
-    )
+    again = "the replica did not answer again after replay resumed"
+    replica_answers(api, server, playlist_id, (head, head, 11), again)
 
 
 def test_a_stopped_replica_leaves_reads_to_the_primary(
     api: Api, server: ChorusServer, replica: Replica
 ) -> None:
-    playlist_id = create_playlist(api, visibility="PUBLIC")
-    head = add(api, playlist_id, [track(1)], 0)["version"]
-    before = replica_reads(server)
-    until(
-        lambda: read(api, playlist_id) == (head, head, 1) and replica_reads(server) > before,
-        "the replica never served a read",
-    )
+    playlist_id, head = one_version_on_the_replica(api, server)
     replica.run("stop")
     try:
         for n in range(2, 8):
@@ -227,11 +232,8 @@ def test_a_stopped_replica_leaves_reads_to_the_primary(
     finally:
         replica.run("start")
     # Back: after its breaker's half a second, the replica answers again, at the head.
-    before = replica_reads(server)
-    until(
-        lambda: read(api, playlist_id) == (head, head, 7) and replica_reads(server) > before,
-        "the replica did not answer again after it restarted",
-    )
+    again = "the replica did not answer again after it restarted"
+    replica_answers(api, server, playlist_id, (head, head, 7), again)
 
 
 def test_across_api_processes_redis_heads_keep_a_paused_replica_out(
@@ -253,19 +255,9 @@ def test_across_api_processes_redis_heads_keep_a_paused_replica_out(
         # PRIVATE: no snapshot answers, every read of it is SQL.
         playlist_id = create_playlist(writing, visibility="PRIVATE")
         head = add(writing, playlist_id, [track(1)], 0)["version"]
-        before = replica_reads(reader)
-        until(
-            lambda: (
-                read(reading, playlist_id) == (head, head, 1) and replica_reads(reader) > before
-            ),
-            "the reader's replica never served a read",
-        )
-        replica.sql(pg_url, "SELECT pg_wal_replay_pause()")
-        try:
-            until(
-                lambda: replica.sql(pg_url, "SELECT pg_get_wal_replay_pause_state() = 'paused'"),
-                "replay did not pause",
-            )
+        never = "the reader's replica never served a read"
+        replica_answers(reading, reader, playlist_id, (head, head, 1), never)
+        with replay_paused(replica, pg_url):
             shown = head
             for n in range(2, 7):
                 head = add(writing, playlist_id, [track(n)], head)["version"]
@@ -281,8 +273,6 @@ def test_across_api_processes_redis_heads_keep_a_paused_replica_out(
                 shown = head
                 # The writer's version as minVersion: at it, through the other process.
                 assert read(reading, playlist_id, min=head) == (head, head, n)
-        finally:
-            replica.sql(pg_url, "SELECT pg_wal_replay_resume()")
     finally:
         writing.http.close()
         reading.http.close()
