@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -15,13 +15,13 @@ async def read_body(receive: Any) -> bytes:
     """The whole body of an ASGI HTTP request, however many messages it came in."""
     body = b""
     while True:
-        message = await receive()
-        body += message.get("body", b"")
+        message: dict[str, Any] = await receive()
+        body += bytes(message.get("body", b""))
         if not message.get("more_body"):
             return body
 
 
-def run(app: Any, port: int, *, lifespan: str) -> None:
+def run(app: Any, port: int, *, lifespan: Literal["on", "off"]) -> None:
     """``app`` on uvicorn at 127.0.0.1:``port`` with httptools and no access log, as
     ``chorus serve`` runs; ``lifespan`` is uvicorn's (``"on"`` or ``"off"``)."""
     uvicorn.run(

@@ -6,6 +6,13 @@ from __future__ import annotations
 from _wrk import Row
 
 
+def over(row: Row, other: Row) -> float:
+    """``row``'s req/s divided by ``other``'s (every row of this bench is measured)."""
+    assert row.rps is not None
+    assert other.rps is not None
+    return row.rps / other.rps
+
+
 def table(
     title: str,
     chorus: dict[str, dict[str, Row]],
@@ -26,10 +33,10 @@ def table(
     for name, p in peer.items():
         for mode, figures in chorus.items():
             c = figures[name]
-            ratio = c.rps / p.rps
+            ratio = over(c, p)
             plain = chorus.get("plain", {}).get(name)
-            versus = f"{c.rps / plain.rps:>8.2f}" if plain and mode != "plain" else " " * 8
-            ceiling = f"{bare[name].rps:>11.0f}{c.rps / bare[name].rps:>7.2f}" if bare else ""
+            versus = f"{over(c, plain):>8.2f}" if plain and mode != "plain" else " " * 8
+            ceiling = f"{bare[name].rps:>11.0f}{over(c, bare[name]):>7.2f}" if bare else ""
             verdict = ""
             if targets and mode == "group":
                 # The target is of ``ratio`` (against raw SQL), not of /bare or /plain.
@@ -44,7 +51,7 @@ def table(
         for name, b in bare.items():
             print(
                 f"{name + ' bare':16}{b.rps:>13.0f}{b.p50_ms:>8.1f}{b.p99_ms:>8.1f}"
-                f"{peer[name].rps:>10.0f}{'':>16}{b.rps / peer[name].rps:>7.3f}"
+                f"{peer[name].rps:>10.0f}{'':>16}{over(b, peer[name]):>7.3f}"
                 "  (the bare HTTP peer against raw SQL)"
             )
 
