@@ -32,7 +32,9 @@ must be equal.
 The load tool is ``wrk`` (``apt-get install wrk``), one thread, 16 connections
 by default, the same for every row. Rows (``--rows``): ``pg`` PostGraphile v4;
 ``pg5`` PostGraphile v5; ``hot`` Chorus hot (response cache warm); ``bare``
-the bare peer; ``cold`` Chorus cold (``CHORUS_RESPONSE_CACHE=false``); ``304``
+the bare peer; ``cold`` Chorus cold (``CHORUS_RESPONSE_CACHE=false``);
+``cold-plain`` the same without plans (``CHORUS_COMPILED_EXECUTION=false``:
+graphql-core executes, the plain twin of ``cold``); ``304``
 Chorus revalidation (``If-None-Match`` with each page's ``ETag`` → 304);
 ``full`` Chorus full profile hot (Redis heads and snapshots, Kafka from a
 Tansu broker this script starts) and, on request, ``full-cold``; the
@@ -51,7 +53,7 @@ cold ≥ 1.0× v5 and ≥ 1.5× v4, hot ≥ 0.5× the bare peer. A row whose ser
 does not support a mode (no ETag) is printed as such.
 
     python bench/peers.py [--seconds 20] [--rounds 4] [--connections 16]
-        [--rows pg,pg5,hot,bare,cold,304,full,full-cold] [--workers 1]
+        [--rows pg,pg5,hot,bare,cold,cold-plain,304,full,full-cold] [--workers 1]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/0]
 """
@@ -260,7 +262,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per row, over all rounds")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rows", default="pg,pg5,hot,bare,cold,304,full")
+    parser.add_argument("--rows", default="pg,pg5,hot,bare,cold,cold-plain,304,full")
     parser.add_argument(
         "--workers",
         type=int,
@@ -350,6 +352,10 @@ def main() -> None:
                 targets.append(
                     chorus_target("Chorus cold (cache off)", cold, gids, expected, key="cold")
                 )
+            if "cold-plain" in wanted:
+                plain = chorus(CHORUS_RESPONSE_CACHE="false", CHORUS_COMPILED_EXECUTION="false")
+                title = "Chorus cold, no plans"
+                targets.append(chorus_target(title, plain, gids, expected, key="cold-plain"))
             full_rows = [r for r in ("full", "full-cold") if r in wanted]
             if full_rows:
                 tansu = servers.TansuServer(tmp / "tansu.log")
