@@ -242,23 +242,29 @@ class Events:
 
 
 class HeadRaisingPublisher(BusPublisher):
-    """The embedded relay's publisher, which also raises the response cache's heads.
+    """The embedded relay's publisher, which also raises what this process knows of heads.
 
     A commit of this process raised them already (``CommitHooks``); one of
-    another process (``chorus import`` beside the server) is learned here,
-    when the relay publishes it, so no cached answer outlives it by more
-    than the commit watch's poll and the relay's turn.
+    another process (``chorus import`` beside the server, or another ``chorus
+    serve`` on the same PostgreSQL) is learned here, when the relay publishes
+    it: the response cache's heads, so no cached answer outlives it by more
+    than the commit watch's poll and the relay's turn, and the read replicas'
+    floors, so no read here is older than a version this process delivered.
     """
 
-    def __init__(self, bus: Bus, heads: Heads) -> None:
+    def __init__(self, bus: Bus, heads: Heads | None, replicas: Replicas | None = None) -> None:
         super().__init__(bus)
         self._heads = heads
+        self._replicas = replicas
 
     async def publish_batch(
         self, events: Sequence[PlaylistEvent], *, traceparents: Sequence[str | None] = ()
     ) -> None:
         for event in events:
-            self._heads.committed(event["playlist_id"], event["version"])
+            if self._replicas is not None:
+                self._replicas.committed(event["playlist_id"], event["version"])
+            if self._heads is not None:
+                self._heads.committed(event["playlist_id"], event["version"])
         await super().publish_batch(events, traceparents=traceparents)
 
 
@@ -286,7 +292,8 @@ async def embedded_events(
     bus = InProcessBus()
     presence = Presence(LocalPresenceStore(), ttl_s=settings.presence_ttl_s)
     await presence.start()
-    publisher = BusPublisher(bus) if heads is None else HeadRaisingPublisher(bus, heads)
+    learns = heads is not None or db.replicas is not None
+    publisher = HeadRaisingPublisher(bus, heads, db.replicas) if learns else BusPublisher(bus)
     relay = OutboxRelay(db, FeedingPublisher(publisher, FeedSink(db, settings.feed_limits)))
     tasks = [
         asyncio.create_task(relay.run(), name="outbox-relay"),

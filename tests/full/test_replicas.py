@@ -24,11 +24,22 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from chorus.db import pages
+from chorus.db import replicas as db_replicas
+from chorus.db.engine import Database, postgres_engine
+from chorus.db.store import PlaylistStore
+from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.limits import DEFAULT_LIMITS
+from chorus.domain.model import Visibility
+from chorus.resilience.breaker import CircuitBreaker
+from chorus.resolvers.read_source import ReadSource
+from chorus.resolvers.services import Services
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
 from tests.full.conftest import REDIS_URL
 from tests.full.helpers import full_profile_env
+from tests.integration.test_read_source import Catalog
 from tests.servers import ChorusServer, TansuServer, free_port
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "replica"
@@ -278,3 +289,45 @@ def test_across_api_processes_redis_heads_keep_a_paused_replica_out(
         reading.http.close()
         reader.stop()
         writer.stop()
+
+
+async def test_min_version_keeps_a_stale_replica_out_of_a_header_read(
+    pg_url: str, replica: Replica
+) -> None:
+    # A process that learned nothing of a commit (another process made it; Redis's
+    # heads late or absent) is asked for the header alone with the client's
+    # minVersion: the DataLoader's batched read, which knows no minVersion itself.
+    writer = Database(pg_url)
+    store = PlaylistStore(writer)
+    created = await store.create(CreatePlaylist("c", "Mix", "", Visibility.PRIVATE), "alice")
+    pid = created.outcome.playlist_id
+
+    def replayed() -> bool:
+        try:
+            found = replica.sql(pg_url, f"SELECT count(*) FROM playlist WHERE id = '{pid}'")
+        except asyncpg.PostgresError:  # the database itself is not replayed yet
+            return False
+        return bool(found == 1)
+
+    await asyncio.to_thread(until, replayed, "the replica never had the playlist")
+    engine = postgres_engine(replica.url(pg_url), pool_size=2)
+    member = db_replicas.Replica(engine, CircuitBreaker(failures=1))
+    reader = Database(pg_url, replicas=db_replicas.Replicas([member]))
+    try:
+        # The reader knows the playlist at its first version (a read teaches the floor).
+        assert (await pages.playlists_by_id(reader, [pid]))[pid].version == 0
+        await asyncio.to_thread(replica.sql, pg_url, "SELECT pg_wal_replay_pause()")
+        try:
+            paused = "SELECT pg_get_wal_replay_pause_state() = 'paused'"
+            await asyncio.to_thread(until, lambda: replica.sql(pg_url, paused), "no pause")
+            added = await store.execute(AddEntries(pid, "a", 0, ("m1",)), "alice")
+            head = added.outcome.version
+            services = Services(reader, PlaylistStore(reader), Catalog(), DEFAULT_LIMITS)
+            header = await ReadSource(services, "alice").playlist(pid, head)
+            assert header is not None
+            assert header.version == head
+        finally:
+            await asyncio.to_thread(replica.sql, pg_url, "SELECT pg_wal_replay_resume()")
+    finally:
+        await reader.dispose()
+        await writer.dispose()

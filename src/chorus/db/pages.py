@@ -62,17 +62,23 @@ class EntriesPage(Page[Entry]):
     """The playlist version the page (and ``total``) was read at."""
 
 
-async def playlists_by_id(db: Database, playlist_ids: Collection[str]) -> dict[str, Playlist]:
+async def playlists_by_id(
+    db: Database, playlist_ids: Collection[str], *, min_version: int | None = None
+) -> dict[str, Playlist]:
     """Playlist headers by id, deleted ones included; unknown ids are absent.
 
     From a replica when it holds each at least as new as known (:mod:`chorus.db.replicas`).
+
+    Args:
+        min_version: the client's ``minVersion``: a replica may answer only at
+            this version or newer.
     """
     ids = list(dict.fromkeys(playlist_ids))
 
     async def read(conn: AsyncConnection) -> dict[str, Playlist]:
         return await listing.get_playlists(conn, ids)
 
-    return await read_fresh(db, ids, read, _header_versions)
+    return await read_fresh(db, ids, read, _header_versions, min_version=min_version)
 
 
 def _header_versions(headers: dict[str, Playlist]) -> dict[str, int]:

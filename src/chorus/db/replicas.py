@@ -159,7 +159,8 @@ class Replicas:
             shared = answer
         floors = {}
         for pid in playlist_ids:
-            known = max(self.floors.get(pid) or -1, shared.get(pid, -1))
+            own = self.floors.get(pid)
+            known = max(-1 if own is None else own, shared.get(pid, -1))
             if known < 0:
                 return None
             floors[pid] = max(known, min_version or -1)

@@ -128,8 +128,16 @@ class ReadSource:
                 self.record.playlist(hit)
                 return hit
             self._sql_only.add(playlist_id)
-        if first_page is None:
+        if first_page is None and (min_version is None or self._db.replicas is None):
             playlist = await self.loaders.playlist.load(playlist_id)
+        elif first_page is None:
+            # The loader's batch knows no minVersion: a replica must not answer older.
+            found_header = await pages.playlists_by_id(
+                self._db, [playlist_id], min_version=min_version
+            )
+            playlist = found_header.get(playlist_id)
+            if playlist is not None:
+                self.loaders.playlist.prime(playlist_id, playlist)
         else:
             found = await pages.playlist_and_first_page(
                 self._db, playlist_id, first_page, min_version=min_version
