@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+import socket
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from chorus import bootstrap
-from chorus.settings import Settings
+from chorus.cli import main, subcommands
+from chorus.settings import Settings, masked_url
 
 PRIMARY = "postgresql+asyncpg://postgres@127.0.0.1:5432/chorus"
 
@@ -33,9 +36,12 @@ def test_replica_urls_are_a_comma_separated_list_of_postgresql_urls() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"database_replica_urls": "sqlite+aiosqlite:///x.db"}, "URL 1: use postgresql+asyncpg"),
+        (
+            {"database_replica_urls": "sqlite+aiosqlite:///x.db"},
+            "URL 1 of 1: use postgresql+asyncpg",
+        ),
         ({"database_replica_urls": f"{PRIMARY},,{PRIMARY}"}, "an empty URL in the list"),
-        ({"database_replica_urls": "not a url"}, "URL 1: not a database URL"),
+        ({"database_replica_urls": "not a url"}, "URL 1 of 1: not a database URL (***)"),
         ({"database_replica_urls": ",".join([PRIMARY] * 17)}, "17 URLs; at most 16"),
         ({"database_pooler": "session"}, "'none' or 'transaction'"),
         ({"database_direct_url": PRIMARY}, "CHORUS_DATABASE_DIRECT_URL is for"),
@@ -71,3 +77,83 @@ async def test_the_root_builds_replicas_and_the_pooler_s_options() -> None:
         assert db.write_engine.url.query["prepared_statement_cache_size"] == "0"
     finally:
         await db.dispose()
+
+
+SECRET = "S3cretPW"
+
+
+def _messages(error: ValidationError) -> str:
+    """What ``chorus`` prints of a refusal: each error's message (never its input)."""
+    return "; ".join(e["msg"] for e in error.errors())
+
+
+@pytest.mark.parametrize(
+    ("replicas", "said"),
+    [
+        # The driver is wrong: the URL is shown, its password is not.
+        (
+            f"postgresql://postgres:{SECRET}@r1/chorus",
+            "URL 1 of 1: use postgresql+asyncpg://user@host:port/db, "
+            "got postgresql://postgres:***@r1/chorus",
+        ),
+        (
+            f"{PRIMARY},postgresql://postgres:{SECRET}@r2/chorus",
+            "URL 2 of 2: use postgresql+asyncpg",
+        ),
+        # A comma in the password splits the URL: "postgres:S3c" has no port.
+        (
+            "postgresql+asyncpg://postgres:S3c,retPW@r1/chorus",
+            "URL 1 of 2: not a database URL (***); a comma inside a URL (in a password) "
+            "must be percent-encoded as %2C",
+        ),
+    ],
+)
+def test_a_bad_replica_url_is_named_by_its_place_without_its_password(
+    replicas: str, said: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        _settings(database_url=PRIMARY, database_replica_urls=replicas)
+    message = _messages(refused.value)
+    assert said in message
+    assert "S3c" not in message  # nor any part of the password
+    assert "int()" not in message
+
+
+@pytest.mark.parametrize("field", ["database_url", "database_direct_url"])
+def test_an_unparsable_database_url_is_refused_without_its_password(field: str) -> None:
+    env = {"database_pooler": "transaction"} if field == "database_direct_url" else {}
+    with pytest.raises(ValidationError) as refused:
+        _settings(
+            **({"database_url": PRIMARY} | env | {field: f"postgresql+asyncpg://u:{SECRET}@h:x/d"})
+        )
+    message = _messages(refused.value)
+    assert "not a database URL (***)" in message
+    assert SECRET not in message
+
+
+def test_masked_url_hides_the_password_or_the_whole_url() -> None:
+    assert masked_url(f"postgresql+asyncpg://postgres:{SECRET}@127.0.0.1:5432/chorus") == (
+        "postgresql+asyncpg://postgres:***@127.0.0.1:5432/chorus"
+    )
+    assert masked_url(f"redis://:{SECRET}@127.0.0.1:6379/0") == "redis://:***@127.0.0.1:6379/0"
+    assert masked_url(PRIMARY) == PRIMARY
+    assert masked_url("postgresql+asyncpg://postgres:S3c") == "***"
+
+
+def test_the_start_banner_shows_the_database_without_its_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def no_server(_app: object, listener: socket.socket, **_options: object) -> int:
+        listener.close()
+        return 0
+
+    monkeypatch.setenv("CHORUS_DATABASE_URL", PRIMARY.replace("postgres@", f"postgres:{SECRET}@"))
+    monkeypatch.setenv("CHORUS_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(subcommands, "migrate", lambda *_a, **_k: None)  # no server is asked
+    monkeypatch.setattr(subcommands, "stop_cleanly_on_signals", lambda: None)
+    monkeypatch.setattr(subcommands, "run_server", no_server)
+    monkeypatch.setenv("CHORUS_PORT", "0")  # any free port
+    assert main(["serve", "--host", "127.0.0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "database: postgresql+asyncpg://postgres:***@127.0.0.1:5432/chorus" in out
+    assert SECRET not in out

@@ -27,6 +27,7 @@ from chorus.cli.process import (
     stop_cleanly_on_signals,
     transport_options,
 )
+from chorus.settings import masked_url
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -73,7 +74,7 @@ def serve(args: argparse.Namespace) -> int:
     print(
         f"Chorus {__version__} on http://{host}:{port}/graphql (GraphiQL in a browser)\n"
         f"  profile:  {profile}\n"
-        f"  database: {settings.database_url}\n"
+        f"  database: {masked_url(settings.database_url)}\n"
         f"  a token:  {token_hint}  (send 'Authorization: Bearer <token>')",
         flush=True,
     )
@@ -181,7 +182,7 @@ async def _compact_async(args: argparse.Namespace) -> int:
 def db_upgrade(_args: argparse.Namespace) -> int:
     settings = load_settings()
     migrate(settings, wait=False)
-    print(f"database is at the latest schema: {settings.database_url}")
+    print(f"database is at the latest schema: {masked_url(settings.database_url)}")
     return 0
 
 

@@ -30,7 +30,7 @@ from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from chorus.settings.api import ApiSettings
-from chorus.settings.database import DatabaseSettings
+from chorus.settings.database import DatabaseSettings, masked_url
 from chorus.settings.identity import IdentitySettings
 from chorus.settings.observability import ObservabilitySettings
 from chorus.settings.profile import FULL_PROFILE_SETTINGS, ProfileSettings
@@ -48,6 +48,7 @@ __all__ = [
     "NOT_SETTINGS",
     "OPERATION_NAME",
     "Settings",
+    "masked_url",
     "unknown_variables",
 ]
 

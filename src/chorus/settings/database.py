@@ -18,14 +18,35 @@ MAX_REPLICAS = 16
 """The most replica URLs ``CHORUS_DATABASE_REPLICA_URLS`` takes (more is a pasting slip)."""
 
 
-def _postgres_url(value: str, what: str) -> str:
-    """``value`` if it is a ``postgresql+asyncpg://`` URL; else a message naming ``what``."""
+COMMA_HINT = "a comma inside a URL (in a password) must be percent-encoded as %2C"
+"""Why a list of URLs may split where the user did not mean it to."""
+
+
+def masked_url(value: str) -> str:
+    """``value`` with its password shown as ``***``, for messages, banners and logs.
+
+    Returns:
+        SQLAlchemy's rendering with ``hide_password``
+        (``postgresql+asyncpg://postgres:***@host:5432/db``, ``redis://:***@host/0``),
+        or ``***`` whole when ``value`` does not parse (a fragment could be a password).
+    """
+    try:
+        return make_url(value).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):  # a port that is not a number raises ValueError
+        return "***"
+
+
+def _postgres_url(value: str, what: str, hint: str = "") -> str:
+    """``value`` if it is a ``postgresql+asyncpg://`` URL; else a message naming ``what``,
+    with the URL's password masked (:func:`masked_url`) and ``hint`` after it."""
     try:
         url = make_url(value)
-    except ArgumentError as exc:
-        raise ValueError(f"{what}: not a database URL: {exc}") from None
+    except (ArgumentError, ValueError):
+        raise ValueError(f"{what}: not a database URL ({masked_url(value)}){hint}") from None
     if url.drivername != "postgresql+asyncpg":
-        raise ValueError(f"{what}: use postgresql+asyncpg://user@host:port/db, got {value!r}")
+        raise ValueError(
+            f"{what}: use postgresql+asyncpg://user@host:port/db, got {masked_url(value)}"
+        )
     return value
 
 
@@ -67,8 +88,9 @@ class DatabaseSettings(BaseModel):
             raise ValueError("an empty URL in the list (two commas, or one at an end)")
         if len(urls) > MAX_REPLICAS:
             raise ValueError(f"{len(urls)} URLs; at most {MAX_REPLICAS}")
+        hint = f"; {COMMA_HINT}" if len(urls) > 1 else ""
         for number, url in enumerate(urls, 1):
-            _postgres_url(url, f"URL {number}")
+            _postgres_url(url, f"URL {number} of {len(urls)}", hint)
         return value
 
     @field_validator("database_direct_url")

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from chorus.auth import MIN_SECRET_LENGTH
+from chorus.settings.database import masked_url
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./chorus-data/chorus.db"
 
@@ -79,8 +80,8 @@ class StorageSettings(BaseModel):
     def _known_database(cls, value: str) -> str:
         try:
             backend = make_url(value).get_backend_name()
-        except ArgumentError as exc:
-            raise ValueError(f"not a database URL: {exc}") from None
+        except (ArgumentError, ValueError):  # a port that is not a number raises ValueError
+            raise ValueError(f"not a database URL ({masked_url(value)})") from None
         if backend not in ("sqlite", "postgresql"):
             raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
         if backend == "sqlite":
