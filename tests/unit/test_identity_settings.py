@@ -52,11 +52,28 @@ def test_bad_identity_settings_exit_2_naming_the_variable(
     assert said in refused_settings(env, "serve")
 
 
-@pytest.mark.parametrize("ttl", ["0", "-5", "abc", "nan", "inf", "31622401", ""])
-def test_token_ttl_must_be_bounded_seconds(capsys: pytest.CaptureFixture[str], ttl: str) -> None:
-    code, _, err = _run(capsys, "token", "alice", "--ttl", ttl)
+@pytest.mark.parametrize(
+    # 0.5 would mint a token expired at once; 1.5 would be cut to 1 without a word.
+    "ttl",
+    ["0", "-5", "abc", "nan", "inf", "31622401", "", "0.5", "1.5", "1e3"],
+)
+def test_token_ttl_must_be_whole_bounded_seconds(
+    capsys: pytest.CaptureFixture[str], ttl: str
+) -> None:
+    code, out, err = _run(capsys, "token", "alice", "--ttl", ttl)
     assert code == 2
-    assert "--ttl: must be a number of seconds above 0 and at most 31622400" in err
+    assert not out
+    assert "--ttl: must be a whole number of seconds from 1 to 31622400 (366 days)" in err
+
+
+@pytest.mark.parametrize("ttl", ["1", "31622400"])
+def test_token_ttl_takes_its_bounds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ttl: str
+) -> None:
+    monkeypatch.setenv("CHORUS_JWT_SECRET", SECRET)
+    assert main(["token", "alice", "--ttl", ttl]) == 0
+    claims = jwt.decode(capsys.readouterr().out.strip(), SECRET, algorithms=["HS256"])
+    assert claims["exp"] - claims["iat"] == int(ttl)
 
 
 def test_token_ttl_sets_the_expiry(

@@ -108,7 +108,7 @@ def _add_tools(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=ttl,
         default=None,
         metavar="SECONDS",
-        help="how long the token is valid (1 s to 366 days; default 30 days)",
+        help="how long the token is valid (whole seconds, 1 to 366 days; default 30 days)",
     )
     token.set_defaults(run=subcommands.token)
 

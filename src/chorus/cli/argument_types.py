@@ -28,12 +28,24 @@ def count(value: str) -> int:
     return number
 
 
-def ttl(value: str) -> float:
-    """A token lifetime in seconds: above 0, at most :data:`chorus.auth.MAX_TTL`."""
+def ttl(value: str) -> int:
+    """A token lifetime in whole seconds, from 1 to :data:`chorus.auth.MAX_TTL`.
+
+    A fraction is refused, not rounded: below 1 the token would be expired
+    when printed, and a token's ``exp`` holds whole seconds (1.5 would be cut).
+    """
     from chorus.auth import MAX_TTL
 
-    most = MAX_TTL.total_seconds()
-    return _above_zero(value, most, f"seconds above 0 and at most {most:.0f} (366 days)")
+    most = int(MAX_TTL.total_seconds())
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= most:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of seconds from 1 to {most} (366 days)"
+        )
+    return number
 
 
 def host(value: str) -> str:
