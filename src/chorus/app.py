@@ -124,9 +124,9 @@ def create_app(
     then answers 503 and HTTP responses carry ``Connection: close``.
 
     Raises:
-        ValueError: ``with_workers`` or ``CHORUS_SERVE_ROLE=gateway`` without the
-            full profile's settings, or a ``CHORUS_PERSISTED_DOCUMENTS`` file that
-            cannot be used.
+        ValueError: ``with_workers`` without the full profile's settings,
+            ``CHORUS_SERVE_ROLE=gateway`` without them and a PostgreSQL database, or
+            a ``CHORUS_PERSISTED_DOCUMENTS`` file that cannot be used.
     """
     settings = settings or Settings()
     tokens = bootstrap.token_verifier(settings)
@@ -134,7 +134,7 @@ def create_app(
         settings.require_full_profile("--with-workers")
     if settings.serve_role == "gateway":
         # A gateway hears of commits only through Redis pub/sub (chorus.graphql.roles).
-        settings.require_full_profile("CHORUS_SERVE_ROLE=gateway")
+        settings.require_postgres_full_profile("CHORUS_SERVE_ROLE=gateway")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -117,17 +117,49 @@ def test_serve_workers_refuse_the_embedded_profile(capsys: pytest.CaptureFixture
     assert "--workers 2 needs the full profile" in err
 
 
+GATEWAY_REFUSED = (
+    "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway) needs the full profile: set "
+    "CHORUS_KAFKA_BOOTSTRAP_SERVERS, CHORUS_REDIS_URL and a PostgreSQL CHORUS_DATABASE_URL"
+)
+
+
 def test_serve_as_a_gateway_refuses_the_embedded_profile(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     code, err = _run(capsys, "serve", "--role", "gateway")
     assert code == 2
-    assert "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway) needs the full profile" in err
+    assert GATEWAY_REFUSED in err
     assert len(err.strip().splitlines()) == 1
     monkeypatch.setenv("CHORUS_SERVE_ROLE", "gateway")
     code, err = _run(capsys, "serve")
     assert code == 2
     assert "needs the full profile" in err
+
+
+def test_serve_as_a_gateway_refuses_kafka_and_redis_beside_sqlite(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens on port 9: the refusal must come before any connection.
+    monkeypatch.setenv("CHORUS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("CHORUS_REDIS_URL", "redis://127.0.0.1:9/0")
+    code, err = _run(capsys, "serve", "--role", "gateway")
+    assert code == 2
+    assert GATEWAY_REFUSED in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_app_refuses_a_gateway_on_sqlite() -> None:
+    from chorus.app import create_app
+    from chorus.settings import Settings
+
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        serve_role="gateway",
+        kafka_bootstrap_servers="127.0.0.1:9",
+        redis_url="redis://127.0.0.1:9/0",
+    )
+    with pytest.raises(ValueError, match="a PostgreSQL CHORUS_DATABASE_URL"):
+        create_app(settings)
 
 
 def test_serve_role_is_one_of_three(

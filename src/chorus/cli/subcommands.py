@@ -42,8 +42,13 @@ def serve(args: argparse.Namespace) -> int:
     if args.with_workers:
         require_full_profile(settings, "--with-workers")
     if settings.serve_role == "gateway":
-        # Only Redis pub/sub carries another process's commits to this one's sockets.
-        require_full_profile(settings, "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway)")
+        # Only Redis pub/sub carries another process's commits to this one's sockets,
+        # fed by the relay from PostgreSQL's outbox.
+        what = "a gateway (CHORUS_SERVE_ROLE=gateway, --role gateway)"
+        try:
+            settings.require_postgres_full_profile(what)
+        except ValueError as exc:
+            fail(str(exc))
     if args.workers > 1:
         # Each process has its own head registry and subscription hub: only
         # Redis (heads, pub/sub) tells every process of the others' commits.

@@ -162,6 +162,19 @@ class Settings(
         """The primary without a pooler: LISTEN and migrations connect here."""
         return self.database_direct_url or self.database_url
 
+    def require_postgres_full_profile(self, what: str) -> None:
+        """Nothing, when Kafka, Redis and a PostgreSQL database are all set.
+
+        A gateway hears of commits only through Redis pub/sub, which the relay
+        feeds from PostgreSQL's outbox (docs/full-profile.md): Kafka and Redis
+        beside an embedded SQLite file are not the full profile.
+
+        Raises:
+            ValueError: "<what> needs the full profile: set …", naming all three settings.
+        """
+        if not (self.full_profile and self.database_url.startswith("postgresql")):
+            raise ValueError(f"{what} needs the full profile: {FULL_PROFILE_WITH_POSTGRES}")
+
     @model_validator(mode="after")
     def _user_share_fits(self) -> Self:
         return self._not_above("owner_queue_per_user", "owner_queue_size", "is larger than")
@@ -179,6 +192,11 @@ class Settings(
             )
         return self
 
+
+FULL_PROFILE_WITH_POSTGRES = (
+    "set CHORUS_KAFKA_BOOTSTRAP_SERVERS, CHORUS_REDIS_URL and a PostgreSQL CHORUS_DATABASE_URL"
+)
+"""What a process that needs the whole full profile (a gateway) tells any other."""
 
 NOT_SETTINGS = frozenset(
     {
