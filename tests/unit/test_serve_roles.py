@@ -6,9 +6,13 @@ import json
 from typing import Any
 
 import pytest
+from cross_web import HTTPException
+from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from chorus.graphql.http.refusals import http_refusal
 from chorus.graphql.roles import MISDIRECTED_CODE, RoleGate, socket_refusal
+from chorus.graphql.schema.build import SubscriptionNeedsWebSocket
 from chorus.settings.server import ServeRole
 
 SUBSCRIPTION = "subscription { playlistEvents(playlistId: 1, sinceVersion: 0) { __typename } }"
@@ -92,3 +96,25 @@ def test_a_gateway_socket_runs_subscriptions_only(
     assert (error is not None) is refused
     if error is not None:
         assert error.extensions == {"code": MISDIRECTED_CODE}
+
+
+@pytest.mark.parametrize(
+    ("role", "said"),
+    [
+        ("all", "subscriptions need a WebSocket: use graphql-transport-ws on this URL"),
+        # An api process refuses the WebSocket itself (421): "this URL" would mislead.
+        ("api", "use graphql-transport-ws on a gateway (CHORUS_SERVE_ROLE=gateway)"),
+    ],
+)
+def test_a_subscription_over_http_is_told_where_to_open_its_websocket(
+    role: ServeRole, said: str
+) -> None:
+    request = Request({"type": "http", "method": "POST", "path": "/graphql", "headers": []})
+    cause = SubscriptionNeedsWebSocket()
+    refused = HTTPException(400, cause.as_http_error_reason("POST"))
+    refused.__cause__ = cause  # as strawberry's view raises it: `from` the schema's error
+    response = http_refusal(request, refused, role)
+    assert response.status_code == 400
+    error = json.loads(bytes(response.body))["errors"][0]
+    assert error["extensions"]["code"] == "BAD_REQUEST"
+    assert said in error["message"]

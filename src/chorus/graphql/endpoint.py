@@ -274,7 +274,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             try:
                 response = await self._answer(request)
             except HTTPException as error:
-                response = http_refusal(request, error)
+                response = http_refusal(request, error, self.role)
             except PersistedQueryError as error:
                 response = error_response(error.status, error.message, error.code)
             except ViewerNeeded:

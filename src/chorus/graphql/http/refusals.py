@@ -15,6 +15,7 @@ from chorus.graphql.http import negotiation
 from chorus.graphql.http.caching import NO_STORE
 from chorus.middleware import error_response
 from chorus.resolvers.request_errors import no_viewer
+from chorus.settings.server import ServeRole
 
 
 def parse_refusal(error: GraphQLError) -> Response:
@@ -43,13 +44,29 @@ def refusal_without_viewer(reason: str | None) -> Response:
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
 
-def http_refusal(request: Request, error: HTTPException) -> Response:
+SUBSCRIPTION_ON_A_GATEWAY = (
+    "subscriptions need a WebSocket, which this process (CHORUS_SERVE_ROLE=api) refuses: "
+    "use graphql-transport-ws on a gateway (CHORUS_SERVE_ROLE=gateway)"
+)
+"""The message of a subscription sent over HTTP to an ``api`` process (HTTP 400,
+``BAD_REQUEST``): its own URL would refuse the WebSocket with 421."""
+
+
+def http_refusal(request: Request, error: HTTPException, role: ServeRole = "all") -> Response:
     """Strawberry's refusal of a request as Chorus's JSON error.
 
     A mutation over GET is 405 with ``Allow: POST``, as the GraphQL-over-HTTP
-    specification says (strawberry answers 400).
+    specification says (strawberry answers 400). A subscription is 400
+    ``BAD_REQUEST`` saying to open a WebSocket: on this URL, or on a gateway
+    when ``role`` is ``api``.
     """
     cause = error.__cause__
+    if (
+        role == "api"
+        and isinstance(cause, InvalidOperationTypeError)
+        and cause.operation_type is OperationType.SUBSCRIPTION
+    ):
+        return error_response(error.status_code, SUBSCRIPTION_ON_A_GATEWAY, "BAD_REQUEST")
     if (
         request.method == "GET"
         and isinstance(cause, InvalidOperationTypeError)
