@@ -101,12 +101,22 @@ class BodySizeLimit:
         await response(scope, receive, send)
 
 
+_ANSWER_STARTS = frozenset(
+    {"http.response.start", "websocket.accept", "websocket.http.response.start"}
+)
+"""The messages that start an answer with headers: an HTTP response, a WebSocket's
+acceptance, and a refused handshake's HTTP answer (the ASGI denial response)."""
+
+
 class RequestId:
     """Gives every HTTP request and WebSocket connection its request id (:mod:`chorus.logs`).
 
     Sets :data:`~chorus.logs.REQUEST_ID` while the app serves the request (so
     every log line of it carries the id) and adds ``X-Request-Id`` to the
-    HTTP response, and to the WebSocket handshake's answer.
+    HTTP response, and to the WebSocket handshake's answer, accepted or refused
+    (421 in the ``api`` role, 403 for an origin not allowed). A socket closed
+    before it is accepted on a server without the denial response extension
+    gets the server's bare 403, which has no headers to add to.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -120,7 +130,7 @@ class RequestId:
         header = (REQUEST_ID_HEADER.lower().encode(), request_id.encode())
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] in ("http.response.start", "websocket.accept"):
+            if message["type"] in _ANSWER_STARTS:
                 message = {**message, "headers": [*message.get("headers", ()), header]}
             await send(message)
 

@@ -660,12 +660,13 @@ async def test_an_unlisted_origin_is_told_why_its_websocket_is_refused(
             _ws_url(chorus),
             subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
             origin=None,
-            additional_headers={"Origin": OTHER_ORIGIN},
+            additional_headers={"Origin": OTHER_ORIGIN, "X-Request-Id": "refused-origin-1"},
         ):
             pass
     response = refused.value.response
     assert response.status_code == 403
     assert response.headers["content-type"] == "application/json"
+    assert response.headers["x-request-id"] == "refused-origin-1"
     error = json.loads(response.body)["errors"][0]
     assert error["extensions"]["code"] == "FORBIDDEN"
     assert "CHORUS_CORS_ORIGINS" in error["message"]

@@ -13,6 +13,7 @@ from starlette.types import Message, Receive, Scope, Send
 from chorus.graphql.http.refusals import http_refusal
 from chorus.graphql.roles import MISDIRECTED_CODE, RoleGate, socket_refusal
 from chorus.graphql.schema.build import SubscriptionNeedsWebSocket
+from chorus.middleware import RequestId
 from chorus.settings.server import ServeRole
 
 SUBSCRIPTION = "subscription { playlistEvents(playlistId: 1, sinceVersion: 0) { __typename } }"
@@ -30,9 +31,15 @@ async def _inner(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "websocket.accept"})
 
 
-async def _call(role: ServeRole, kind: str, extensions: dict[str, Any]) -> list[Message]:
-    """What ``RoleGate(_inner, role)`` sends for one ``kind`` request to ``/graphql``."""
-    scope = {"type": kind, "path": "/graphql", "headers": [], "extensions": extensions}
+async def _call(
+    role: ServeRole,
+    kind: str,
+    extensions: dict[str, Any],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> list[Message]:
+    """What ``RoleGate(_inner, role)`` sends for one ``kind`` request to ``/graphql``; with
+    ``headers``, behind :class:`RequestId` as in the app."""
+    scope = {"type": kind, "path": "/graphql", "headers": headers or [], "extensions": extensions}
     incoming: list[Message] = [
         {"type": "websocket.connect"} if kind == "websocket" else {"type": "http.request"}
     ]
@@ -44,7 +51,8 @@ async def _call(role: ServeRole, kind: str, extensions: dict[str, Any]) -> list[
     async def send(message: Message) -> None:
         sent.append(message)
 
-    await RoleGate(_inner, role)(scope, receive, send)
+    gate = RoleGate(_inner, role)
+    await (gate if headers is None else RequestId(gate))(scope, receive, send)
     return sent
 
 
@@ -64,6 +72,14 @@ async def test_api_answers_http_and_refuses_a_websocket_with_421() -> None:
     assert "gateway" in error["message"]
     # A server without denial responses: closed before the handshake completes (HTTP 403).
     assert [m["type"] for m in await _call("api", "websocket", {})] == ["websocket.close"]
+
+
+@pytest.mark.parametrize(("role", "kind"), [("api", "websocket"), ("gateway", "http")])
+async def test_a_refusal_carries_the_request_id(role: ServeRole, kind: str) -> None:
+    # A WebSocket's handshake answer has it as any HTTP response does (docs/api.md).
+    sent = await _call(role, kind, DENIAL, [(b"x-request-id", b"client-42")])
+    assert sent[0]["status"] == 421
+    assert (b"x-request-id", b"client-42") in sent[0]["headers"]
 
 
 async def test_gateway_refuses_http_with_421_and_lets_websockets_through() -> None:
