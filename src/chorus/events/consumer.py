@@ -25,12 +25,11 @@ Failures:
   0.14 and Tansu 0.6:
 
   - Tansu answers a fetch past the end of a partition with no records, not
-    ``OFFSET_OUT_OF_RANGE``, so an offset of the old log committed into the
-    new one would silently skip the new log's first records; and a commit
-    sent after aiokafka reset its membership (generation -1) *is* accepted by
-    the new, empty group. So commits go out only as a known member
-    (:func:`~chorus.events.kafka.can_commit`), and a partition that ends below
-    an offset already consumed is read again from its beginning.
+    ``OFFSET_OUT_OF_RANGE``, so an offset of the old log committed into the new
+    one would silently skip the new log's first records; and a commit sent after
+    aiokafka reset its membership (generation -1) *is* accepted by the new, empty
+    group. So commits go out only as a known member (``kafka.can_commit``), and a
+    partition ending below what was consumed or its position is read again.
   - Until someone creates the topic again, Tansu acknowledges and serves
     records produced to it (and drops them when the topic is created), but
     refuses offset commits with a retriable ``UNKNOWN_TOPIC_OR_PARTITION``,
@@ -61,7 +60,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from chorus.domain.changes import PlaylistEvent
-from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic
+from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic, position
 from chorus.events.wire import decode_event
 from chorus.metrics import CONSUMER_LAG
 from chorus.resilience.backoff import Backoff
@@ -318,11 +317,12 @@ class ConsumerRunner:
         self.started.set()
 
     async def _repair_lost_logs(self, kafka: AIOKafkaConsumer) -> None:
-        """Read again from the start every partition that now ends below what was consumed."""
+        """Read again from the start every partition that now ends below what was read."""
         lost = []
         for tp in kafka.assignment():
-            end = kafka.highwater(tp)
-            if end is not None and end < self._consumed_to.get(tp, 0):
+            end = kafka.highwater(tp)  # below the position too: a rejoin at an old late commit
+            read_to = max(self._consumed_to.get(tp, 0), await position(kafka, tp))
+            if end is not None and end < read_to:
                 lost.append(tp)
         if not lost:
             return
@@ -334,7 +334,7 @@ class ConsumerRunner:
             self._config.topic,
         )
         for tp in lost:
-            del self._consumed_to[tp]
+            self._consumed_to.pop(tp, None)
             self._uncommitted.pop(tp, None)
             self._positions.pop(tp, None)
         with contextlib.suppress(KafkaError):  # not assigned any more: the new owner reads it

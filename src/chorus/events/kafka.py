@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.consumer.group_coordinator import GroupCoordinator
 from aiokafka.errors import (
@@ -268,3 +268,12 @@ def can_commit(kafka: AIOKafkaConsumer) -> bool:
         and getattr(coordinator, "generation", 0) >= 0
         and getattr(coordinator, "member_id", "-") != ""
     )
+
+
+async def position(kafka: AIOKafkaConsumer, tp: TopicPartition) -> int:
+    """The partition's fetch position, or 0 when it has none now (never waits for one)."""
+    try:
+        async with asyncio.timeout(0.1):
+            return int(await kafka.position(tp))
+    except (TimeoutError, KafkaError):
+        return 0
