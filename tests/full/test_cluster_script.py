@@ -24,8 +24,10 @@ from typing import Any, cast
 import httpx
 import pytest
 import yaml
+from aiokafka.admin import AIOKafkaAdminClient
 
 from chorus.auth import mint_token
+from chorus.events.wire import DEFAULT_TOPIC
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track, version
@@ -46,6 +48,7 @@ class Cluster:
         self.api_ports = ports[5:7]
         self.gateway_ports = ports[7:9]
         self.worker_ports = ports[9:13]
+        self.kafka_port = ports[3]
         self.database = f"chorus_test_cluster_{os.getpid()}"
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("CHORUS_", "CLUSTER_"))},
@@ -152,6 +155,13 @@ async def test_a_write_through_haproxy_reaches_a_subscriber_on_a_gateway(
         assert received == list(range(since + 1, since + EDITS + 1))
     finally:
         api.http.close()
+    admin = AIOKafkaAdminClient(bootstrap_servers=f"127.0.0.1:{cluster.kafka_port}")
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([DEFAULT_TOPIC])
+    finally:
+        await admin.close()
+    assert len(described["partitions"]) == 12
 
 
 def test_http_goes_to_every_api_process_and_never_to_a_gateway(cluster: Cluster) -> None:
