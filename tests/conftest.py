@@ -21,6 +21,26 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 
 
+FULL_PROFILE_TESTS = "tests/full/"
+"""The tests that start brokers, Redis servers and several processes each."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group the tests for ``pytest -n`` (``./scripts/test`` runs two workers).
+
+    Each test file is one unit of work (its module-scoped servers start once),
+    except ``tests/full/``, which is one unit for the whole directory and goes
+    first: it is the longest chain (about a third of the run) and its tests
+    stop and restart servers, so they run one at a time on one worker while
+    the other worker takes the rest. Without xdist the marks do nothing.
+    """
+    items.sort(key=lambda item: not item.nodeid.startswith(FULL_PROFILE_TESTS))
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        group = "full" if path.startswith(FULL_PROFILE_TESTS) else path
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def postgres_template() -> Iterator[str]:
     """A migrated template database on the real server, dropped at the end."""
