@@ -66,6 +66,12 @@ CONSUMER_LAG = Gauge(
     "Records between a consumer's position and the partition end, summed over partitions.",
     ["group"],
 )
+CONSUMER_PARTITIONS = Gauge(
+    "chorus_consumer_partitions",
+    "Partitions of the events topic this process consumes now in the group (0: none "
+    "assigned, as for a member beyond the partition count or during a rebalance).",
+    ["group"],
+)
 FEED_ROWS_WRITTEN = Counter(
     "chorus_feed_rows_written_total", "Feed rows pushed to followers (repeats write none)."
 )

@@ -8,7 +8,7 @@ import contextlib
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
@@ -83,6 +83,7 @@ class Deployment:
     ``servers`` run ``chorus serve``, one per entry of ``roles`` (a
     ``CHORUS_SERVE_ROLE``, or ``None`` for a server of both roles); ``workers``
     run ``chorus <name>``, one per name. The first server migrates the database.
+    ``env`` adds or overrides settings of every process.
     """
 
     def __init__(
@@ -92,8 +93,9 @@ class Deployment:
         bootstrap_servers: str,
         roles: Sequence[str | None],
         workers: Sequence[str],
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        env = full_profile_env(bootstrap_servers, REDIS_URL)
+        env = {**full_profile_env(bootstrap_servers, REDIS_URL), **(env or {})}
         self.servers = [
             ChorusServer(database_url, data_dir, **env, **({"CHORUS_SERVE_ROLE": r} if r else {}))
             for r in roles
@@ -113,12 +115,16 @@ class Deployment:
 
 @contextlib.contextmanager
 def full_deployment(
-    tansu: TansuServer, data_dir: Path, roles: Sequence[str | None], workers: Sequence[str]
+    tansu: TansuServer,
+    data_dir: Path,
+    roles: Sequence[str | None],
+    workers: Sequence[str],
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """A started :class:`Deployment` on a database of its own and ``tansu``'s Kafka,
     stopped and its database dropped afterwards (also when a process fails to start)."""
     name = create_database()
-    running = Deployment(postgres_url(name), data_dir, tansu.bootstrap_servers, roles, workers)
+    running = Deployment(postgres_url(name), data_dir, tansu.bootstrap_servers, roles, workers, env)
     try:
         running.start()
         yield running

@@ -62,7 +62,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from chorus.domain.changes import PlaylistEvent
 from chorus.events.kafka import KafkaConfig, can_commit, consumer, ensure_topic, position
 from chorus.events.wire import decode_event
-from chorus.metrics import CONSUMER_LAG
+from chorus.metrics import CONSUMER_LAG, CONSUMER_PARTITIONS
 from chorus.resilience.backoff import Backoff
 from chorus.tracing import header_value
 
@@ -152,8 +152,7 @@ class ConsumerRunner:
         """First offset not handled yet, per owned partition (for the lag gauge)."""
         self._consumed_to: dict[TopicPartition, int] = {}
         """The highest next offset ever consumed per partition (to notice a lost log)."""
-        self._pending_records = 0
-        """Records handled since the last successful commit (for :attr:`records`)."""
+        self._pending_records = 0  # handled since the last commit (for :attr:`records`)
         self._topic_checked = False
         self.started = asyncio.Event()
         self.records = 0
@@ -164,7 +163,7 @@ class ConsumerRunner:
 
     @property
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions this runner consumes now."""
+        """The partitions this runner consumes now (also ``chorus_consumer_partitions``)."""
         return self._owned
 
     async def run(self) -> None:
@@ -190,8 +189,12 @@ class ConsumerRunner:
             self.restarts += 1
             await backoff.sleep()
 
+    def _own(self, partitions: frozenset[TopicPartition]) -> None:
+        self._owned = partitions
+        CONSUMER_PARTITIONS.labels(group=self.group_id).set(len(partitions))
+
     def _forget_partitions(self) -> None:
-        self._owned = frozenset()
+        self._own(frozenset())
         self._uncommitted.clear()
         self._positions.clear()
         self._consumed_to.clear()
@@ -238,8 +241,7 @@ class ConsumerRunner:
             records += self._decode(tp, consumed)
         backoff = Backoff(*self._retry)
         while True:
-            # Partitions revoked meanwhile belong to another consumer now,
-            # which reads them again from the last commit: stop retrying them.
+            # Revoked meanwhile: their new owner reads them from the last commit.
             due = [r for r in records if r.partition in self._owned]
             try:
                 if due:
@@ -264,10 +266,9 @@ class ConsumerRunner:
     async def _commit(self, kafka: AIOKafkaConsumer, partitions: Iterable[TopicPartition]) -> None:
         """Commit what was handled on these partitions; failures only log.
 
-        What is not committed stays due, for the next attempt (after the next
-        batch, or when the partitions are revoked), and is forgotten when the
-        partitions go: after a rebalance, and above all after a broker restart,
-        an old offset must never be committed. Not committing costs only a
+        What is not committed stays due (next batch, or revocation) and is
+        forgotten when the partitions go: an old offset must never be committed
+        after a rebalance or a broker restart. Not committing costs only a
         re-delivery, which the handlers' dedupe absorbs.
         """
         offsets = {
@@ -301,13 +302,13 @@ class ConsumerRunner:
     async def _on_revoked(self, kafka: AIOKafkaConsumer, revoked: Iterable[TopicPartition]) -> None:
         revoked = set(revoked)
         await self._commit(kafka, revoked)
-        self._owned = self._owned - revoked
+        self._own(self._owned - revoked)
         for tp in revoked:
             self._uncommitted.pop(tp, None)
             self._positions.pop(tp, None)
 
     def _on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        self._owned = frozenset(assigned)
+        self._own(frozenset(assigned))
         self._topic_checked = False
         log.info(
             "group %s got partitions %s",
@@ -354,8 +355,8 @@ class ConsumerRunner:
     def _measure_lag(self, kafka: AIOKafkaConsumer) -> None:
         """Set the lag gauge: records between position and end, over assigned partitions.
 
-        A partition that returned no record since it was assigned counts 0
-        (``AIOKafkaConsumer.position`` may wait for the broker, so it is not used).
+        A partition with no record since its assignment counts 0 (not
+        ``AIOKafkaConsumer.position``, which may wait for the broker).
         """
         lag = 0
         for tp in kafka.assignment():
@@ -374,9 +375,8 @@ class ConsumerRunner:
 def _refresh_metadata(kafka: AIOKafkaConsumer) -> None:
     """Ask aiokafka for fresh topic metadata now (private API, aiokafka 0.14).
 
-    The group leader compares partition counts on every metadata update and
-    rebalances when one changed; otherwise a re-created topic's new
-    partitions would wait for ``metadata_max_age_ms`` (5 minutes).
+    The group leader rebalances when a metadata update shows a new partition
+    count; else a re-created topic's new partitions wait ``metadata_max_age_ms``.
     """
     client = getattr(kafka, "_client", None)
     force = getattr(client, "force_metadata_update", None)
