@@ -131,15 +131,16 @@ class ChorusServer:
         )
         name = f"chorus {self.command[0]}"
         deadline = time.monotonic() + patience(timeout_s)
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                if self._answers_as_itself(httpx.get(f"{self.base_url}/healthz", timeout=1)):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        with httpx.Client(timeout=1) as client:  # one client: not a TLS context per poll
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"{name} exited: {self.log.read_text()[-2000:]}")
+                try:
+                    if self._answers_as_itself(client.get(f"{self.base_url}/healthz")):
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
 
