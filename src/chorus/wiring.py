@@ -22,10 +22,13 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 
 from chorus import health
+from chorus.caches.cluster_store import SlotGenerations
 from chorus.caches.generation import Generation
 from chorus.caches.heads import Heads
 from chorus.caches.reader import SnapshotCache
@@ -42,6 +45,7 @@ from chorus.resilience.breaker import CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.settings import Settings
 from chorus.subscriptions.bus import Bus, BusPublisher, InProcessBus
+from chorus.subscriptions.cluster_bus import ClusterBus
 from chorus.subscriptions.local_presence import LocalPresenceStore
 from chorus.subscriptions.presence import Presence
 from chorus.subscriptions.redis_bus import RedisBus
@@ -71,17 +75,35 @@ def kafka_config(settings: Settings) -> KafkaConfig:
     )
 
 
+def new_generation(settings: Settings) -> Generation:
+    """This process's belief of Redis's generation.
+
+    On a cluster, one per slot (:mod:`chorus.caches.cluster_store`).
+    """
+    return SlotGenerations() if settings.redis_cluster else Generation()
+
+
 def redis_client(settings: Settings, generation: Generation) -> redis.Redis:
     """A pooled Redis client for snapshots, heads and fanout (full profile).
 
     Every new connection checks Redis's generation before its first command
     (:meth:`Generation.on_connect`): a restarted Redis or a promoted replica
-    is never read unchecked.
+    is never read unchecked. On a cluster (``redis_cluster``) a
+    ``RedisCluster``, whose scripts check their slot's generation instead.
 
     Raises:
         ValueError: the embedded profile (Redis is not set).
     """
     _, url = settings.require_full_profile("Redis")
+    if settings.redis_cluster:
+        return cast(
+            redis.Redis,
+            RedisCluster.from_url(
+                url,
+                socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+            ),
+        )
     return redis.Redis.from_url(
         url,
         socket_timeout=REDIS_SOCKET_TIMEOUT_S,
@@ -132,7 +154,7 @@ async def running_workers(
     if unknown:
         raise ValueError(f"unknown workers: {', '.join(sorted(unknown))}")
     config = kafka_config(settings)
-    generation = Generation()
+    generation = new_generation(settings)
     client = redis_client(settings, generation)
     workers = Workers()
     closers: list[Callable[[], Awaitable[None]]] = [client.aclose]
@@ -315,10 +337,10 @@ async def full_events(
 ) -> AsyncIterator[Events]:
     """The full profile: Redis pub/sub in, snapshots in Redis, workers elsewhere or here."""
     servers, url = settings.require_full_profile("the full profile")
-    generation = Generation()
+    generation = new_generation(settings)
     client = redis_client(settings, generation)
     snapshots = snapshot_cache(settings, client, generation)
-    bus = RedisBus(url)
+    bus: RedisBus | ClusterBus = ClusterBus(url) if settings.redis_cluster else RedisBus(url)
     await bus.start()
     # Presence lives in Redis beside the snapshots, never in SQL or Kafka.
     presence = Presence(RedisPresenceStore(client), ttl_s=settings.presence_ttl_s)

@@ -19,9 +19,10 @@ from typing import Literal, TypeVar
 
 from redis.asyncio import Redis
 
+from chorus.caches.cluster_store import snapshot_store
 from chorus.caches.generation import Generation, Ticket
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
-from chorus.caches.snapshot_writer import SnapshotStore, StaleTicket
+from chorus.caches.snapshot_writer import StaleTicket
 from chorus.metrics import REDIS_BREAKER_OPEN, SNAPSHOT_FILLS, SNAPSHOT_READS
 from chorus.resilience.breaker import BreakerState, CircuitBreaker
 from chorus.resilience.tasks import cancel_and_wait
@@ -79,7 +80,7 @@ class SnapshotCache:
     ) -> None:
         self.page_size = page_size
         self.redis_calls = 0
-        self._store = SnapshotStore(redis, generation)
+        self._store = snapshot_store(redis, generation)
         self.generation = self._store.generation
         self._checking: asyncio.Task[None] | None = None
         self._redis = redis

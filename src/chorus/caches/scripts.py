@@ -165,3 +165,68 @@ for i, key in ipairs(KEYS) do out[i] = stored_version(key) end
 return out
 """
 )
+
+# --- Redis Cluster: one generation per slot (chorus.caches.cluster_store) ----------
+
+OWN_GENERATION = """
+local function own_generation(key)
+  local generation = redis.call('GET', key)
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if generation and string.sub(generation, 1, #run_id + 1) == run_id .. ':' then
+    return generation
+  end
+  return nil
+end
+"""
+
+
+def on_cluster(script: str, generation_key: int) -> str:
+    """``script`` refusing (-1) unless its slot's generation (``KEYS[generation_key]``)
+    began on the node answering: a failover or a restart left it behind, and
+    only :data:`ENSURE_SLOT` may take it up again. A migrated slot keeps its
+    data, but its generation names the node it left, so it is treated the same."""
+    return (
+        OWN_GENERATION
+        + f"if not own_generation(KEYS[{generation_key}]) then return -1 end\n"
+        + script
+    )
+
+
+# KEYS: the slot's generation. ARGV: a fresh token, the slot. ENSURE for one
+# slot of a cluster: {generation, evicted_keys} of the node answering. Not
+# begun on this node (failover, restart, a migrated slot): the slot's heads
+# and snapshots go, and a new generation begins, atomically.
+ENSURE_SLOT = (
+    EVICTED
+    + OWN_GENERATION
+    + """
+local generation = own_generation(KEYS[1])
+if generation then return {generation, evicted_keys()} end
+local slot = tonumber(ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local count = redis.call('CLUSTER', 'COUNTKEYSINSLOT', slot)
+  if count > 0 then
+    for _, key in ipairs(redis.call('CLUSTER', 'GETKEYSINSLOT', slot, count)) do
+      if string.sub(key, -5) == ':head' or string.sub(key, -9) == ':snapshot' then
+        redis.call('UNLINK', key)
+      end
+    end
+  end
+end
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+generation = run_id .. ':' .. ARGV[1]
+redis.call('SET', KEYS[1], generation)
+return {generation, evicted_keys()}
+"""
+)
+
+# KEYS: the slot's generation, heads of that slot. The hot read of a cluster:
+# {generation or false when not begun on this node, head or false per head}.
+HEADS = (
+    OWN_GENERATION
+    + """
+local out = {own_generation(KEYS[1]) or false}
+for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
+return out
+"""
+)

@@ -24,10 +24,12 @@ backoff (0.05 s doubling to 2 s), committing nothing until Redis answers.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from typing import Any, cast
 
 from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from chorus.events.consumer import ConsumerRunner, Record
@@ -49,6 +51,10 @@ return 0
 
 Returns 1 when published, 0 when dropped (a duplicate or an older version).
 """
+
+SPUBLISH_IF_NEWER = PUBLISH_IF_NEWER.replace("'PUBLISH'", "'SPUBLISH'")
+""":data:`PUBLISH_IF_NEWER` on a Redis Cluster: sharded pub/sub, on the node
+owning the playlist's slot (its channel and dedupe key share it)."""
 
 
 class Fanout:
@@ -87,7 +93,10 @@ class Fanout:
         if dedupe_ttl_s < 1:
             raise ValueError("dedupe_ttl_s must be at least 1 second")
         self._redis = redis
-        self._script = redis.register_script(PUBLISH_IF_NEWER)
+        self._cluster = isinstance(redis, RedisCluster)
+        self._script = redis.register_script(
+            SPUBLISH_IF_NEWER if self._cluster else PUBLISH_IF_NEWER
+        )
         self._dedupe_ttl_s = dedupe_ttl_s
         self.consumer = ConsumerRunner(
             config, self, group_id=group_id, client_id=client_id, expected=(RedisError,)
@@ -119,21 +128,35 @@ class Fanout:
         ):
             await self._publish(records)
 
+    def _call(self, r: Record, pipe: Any = None) -> Awaitable[int]:
+        playlist_id = r.event["playlist_id"]
+        keys = [fanout_version_key(playlist_id)]
+        args: list[str | bytes | int] = [
+            r.event["version"],
+            events_channel(playlist_id),
+            r.value,
+            self._dedupe_ttl_s,
+        ]
+        return cast(Awaitable[int], self._script(keys=keys, args=args, client=pipe))
+
+    async def _in_order(self, records: Sequence[Record]) -> list[int]:
+        return [await self._call(r) for r in records]
+
     async def _publish(self, records: Sequence[Record]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
+        results: list[int]
+        if self._cluster:
+            # Playlists live on several nodes: each playlist's records in
+            # order, the playlists at once (no cluster pipeline of scripts).
+            playlists: dict[str, list[Record]] = {}
             for r in records:
-                playlist_id = r.event["playlist_id"]
-                await self._script(
-                    keys=[fanout_version_key(playlist_id)],
-                    args=[
-                        r.event["version"],
-                        events_channel(playlist_id),
-                        r.value,
-                        self._dedupe_ttl_s,
-                    ],
-                    client=pipe,
-                )
-            results: list[int] = await pipe.execute()
+                playlists.setdefault(r.event["playlist_id"], []).append(r)
+            done = await asyncio.gather(*(self._in_order(rs) for rs in playlists.values()))
+            results = [result for batch in done for result in batch]
+        else:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for r in records:
+                    await self._call(r, pipe)
+                results = await pipe.execute()
         published = sum(1 for result in results if result == 1)
         self.published += published
         self.duplicates += len(results) - published

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from chorus.caches.cluster_store import snapshot_store
 from chorus.caches.generation import Generation
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE, Snapshot
-from chorus.caches.snapshot_writer import SnapshotStore
 from chorus.db import listing, repository
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.model import Visibility
@@ -69,7 +69,7 @@ class CacheProjector:
         retry_max_s: float = 5.0,
         generation: Generation | None = None,
     ) -> None:
-        self._store = SnapshotStore(redis, generation)
+        self._store = snapshot_store(redis, generation)
         self._db = db
         self._page_size = page_size
         self.consumer = ConsumerRunner(

@@ -4,7 +4,8 @@ Every process (API, relay, fanout, cache projector) agrees on these: the
 Kafka topic and consumer groups, the Kafka record of an event, and the Redis
 pub/sub channel and dedupe mark of a playlist (the snapshot keys are
 :mod:`chorus.caches.keys`). Changing one is a wire-format change; bump the
-``v1`` in the name instead of editing in place.
+version in the name instead of editing in place (``v2`` of
+:data:`~chorus.caches.keys.KEY_PREFIX` for Redis names).
 
 Kafka record: key ``playlist_id`` (UTF-8), value the
 :class:`~chorus.domain.changes.PlaylistEvent` as compact JSON (UTF-8), and,
@@ -62,13 +63,13 @@ def events_channel(playlist_id: str) -> str:
 
 def follows_channel(user_id: str) -> str:
     """The Redis pub/sub channel on which a user's follows changing is announced (no payload)."""
-    return f"{KEY_PREFIX}:user:{user_id}:follows"
+    return f"{KEY_PREFIX}:user:{{{user_id}}}:follows"
 
 
 def channel_playlist(channel: str | bytes) -> str:
     """The playlist id of an :func:`events_channel` name."""
     name = channel.decode() if isinstance(channel, bytes) else channel
-    return name.removeprefix(f"{KEY_PREFIX}:playlist:").removesuffix(":events")
+    return name.removeprefix(f"{KEY_PREFIX}:playlist:{{").removesuffix("}:events")
 
 
 def fanout_version_key(playlist_id: str) -> str:

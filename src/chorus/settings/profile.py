@@ -25,6 +25,11 @@ class ProfileSettings(BaseModel):
         description="redis://host:port/db for pub/sub and snapshots; set together with "
         "kafka_bootstrap_servers (the full profile); unset: in-process.",
     )
+    redis_cluster: bool = Field(
+        False,
+        description="CHORUS_REDIS_URL is one node of a Redis Cluster: cluster client, "
+        "sharded pub/sub, one cache generation per slot.",
+    )
     kafka_bootstrap_servers: str | None = Field(
         None, description="host:port[,host:port]; unset: the in-process bus."
     )

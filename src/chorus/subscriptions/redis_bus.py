@@ -16,11 +16,10 @@ already flow, so nothing falls between (DESIGN §6, the failure table of
 issue 5). Redis being down never blocks or fails a subscriber: the channel is
 recorded and subscribed when Redis is back.
 
-The connection is driven directly (``redis.asyncio.Connection``) rather than
-through ``redis.asyncio.client.PubSub``, because ``PubSub`` reconnects and
-re-subscribes on its own inside a read that then raises once: a caller cannot
-tell when the subscription became live again, which is exactly when the gap
-must be reported.
+The connection is driven directly (``redis.asyncio.Connection``), not through
+``PubSub``, which re-subscribes on its own: a caller could not tell when the
+subscription became live again, exactly when the gap must be reported. On a
+Redis Cluster, :mod:`chorus.subscriptions.cluster_bus` keeps one per primary.
 """
 
 from __future__ import annotations
@@ -74,6 +73,11 @@ class RedisBus:
     gap callbacks run in the reader task, must not block, and an exception
     from one is logged, never raised.
     """
+
+    SUBSCRIBE, UNSUBSCRIBE = "SUBSCRIBE", "UNSUBSCRIBE"
+    """The commands (a subclass may use ``SSUBSCRIBE``/``SUNSUBSCRIBE``: sharded pub/sub)."""
+    KINDS = (b"message", b"subscribe", b"unsubscribe")
+    """The replies of those commands: a message, a confirmation, an unsubscription."""
 
     def __init__(
         self,
@@ -145,7 +149,7 @@ class RedisBus:
         await self.start()
         if first and self._live is not None:
             self._confirmations[channel] = asyncio.get_running_loop().create_future()
-            if not await self._send(self._live, "SUBSCRIBE", channel):
+            if not await self._send(self._live, self.SUBSCRIBE, channel):
                 self._resolve(channel)
         if (confirmation := self._confirmations.get(channel)) is not None:
             await asyncio.wait([confirmation], timeout=self._timeout_s)
@@ -164,7 +168,7 @@ class RedisBus:
             return
         del self._delivers[playlist_id]
         if self._live is not None:
-            await self._send(self._live, "UNSUBSCRIBE", events_channel(playlist_id))
+            await self._send(self._live, self.UNSUBSCRIBE, events_channel(playlist_id))
 
     async def announce_follows(self, user_id: str) -> None:
         """``PUBLISH`` that ``user_id``'s follows changed; a failure is only logged.
@@ -193,7 +197,7 @@ class RedisBus:
         if not notices:
             del self._notices[channel]
             if self._live is not None:
-                await self._send(self._live, "UNSUBSCRIBE", channel)
+                await self._send(self._live, self.UNSUBSCRIBE, channel)
 
     def on_gap(self, handler: GapHandler) -> None:
         """Call ``handler`` whenever events may have been lost.
@@ -279,7 +283,8 @@ class RedisBus:
         # Subscribers may arrive while we wait for confirmations; loop until
         # none is missing, with no await between the last check and going live.
         while missing := self._wanted() - confirmed:
-            await conn.send_command("SUBSCRIBE", *sorted(missing), check_health=False)
+            for batch in self._batches(missing):
+                await conn.send_command(self.SUBSCRIBE, *batch, check_health=False)
             async with asyncio.timeout(self._timeout_s):
                 while not missing <= self._server_channels:
                     self._handle(await conn.read_response(timeout=self._timeout_s))
@@ -288,7 +293,8 @@ class RedisBus:
     async def _sync_unwanted(self, conn: AbstractConnection) -> None:
         """Unsubscribe channels whose last subscriber left while we reconnected."""
         if unwanted := self._server_channels - self._wanted():
-            await conn.send_command("UNSUBSCRIBE", *sorted(unwanted), check_health=False)
+            for batch in self._batches(unwanted):
+                await conn.send_command(self.UNSUBSCRIBE, *batch, check_health=False)
 
     def _wanted(self) -> set[str]:
         """Every channel some local listener wants."""
@@ -317,15 +323,17 @@ class RedisBus:
         """One RESP2 pub/sub reply: a message, a (un)subscribe confirmation or a pong."""
         if reply is None or reply == b"PONG":  # PONG: the answer while nothing is subscribed
             return
-        kind = reply[0]
-        if kind == b"message":
+        kind, (message, subscribed, unsubscribed) = reply[0], self.KINDS
+        if kind == message:
             self._dispatch(reply[1], reply[2])
-        elif kind == b"subscribe":
+        elif kind == subscribed:
             channel = reply[1].decode()
             self._server_channels.add(channel)
             self._resolve(channel)
-        elif kind == b"unsubscribe":
-            self._server_channels.discard(reply[1].decode())
+        elif kind == unsubscribed:
+            self._server_channels.discard(channel := reply[1].decode())
+            if channel in self._wanted():
+                self._dropped(channel)
         elif kind != b"pong":
             log.warning("unexpected redis pub/sub reply %r", reply[:2])
 
@@ -355,6 +363,14 @@ class RedisBus:
                 deliver(event)
             except Exception:
                 log.exception("a subscriber of playlist %s failed", playlist_id)
+
+    def _batches(self, channels: set[str]) -> list[list[str]]:
+        """The channels in (UN)SUBSCRIBE commands (sharded ones take one slot each)."""
+        return [sorted(channels)]
+
+    def _dropped(self, channel: str) -> None:
+        """Redis unsubscribed a wanted channel on its own (a cluster slot moved away)."""
+        log.warning("redis dropped the subscription of %s", channel)
 
     def _report_gap(self) -> None:
         for handler in list(self._gap_handlers):

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import redis.asyncio as redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from chorus.caches.keys import playlist_key
@@ -120,8 +121,8 @@ def presence_keys(playlist_id: str) -> list[str]:
 
 
 def _channel_playlist(channel: str) -> str:
-    # chorus:v1:playlist:<id>:presence:changes
-    return channel.split(":")[-3]
+    # chorus:v2:playlist:{<id>}:presence:changes
+    return channel.split(":")[-3].removeprefix("{").removesuffix("}")
 
 
 def encode_session(session: Session) -> str:
@@ -168,6 +169,16 @@ class RedisPresenceStore:
 
     async def refresh(self, held: Sequence[Held], ttl_s: float) -> None:
         ttl_ms = max(1, round(ttl_s * 1000))
+        if isinstance(self._client, RedisCluster):
+            # A cluster pipeline sends EVALSHA without loading the script
+            # (NOSCRIPT on a new primary): each call on its own, all at once.
+            await asyncio.gather(
+                *(
+                    self._put(keys=presence_keys(p), args=[s, encode_session(v), ttl_ms])
+                    for p, s, v in held
+                )
+            )
+            return
         async with self._client.pipeline(transaction=False) as pipe:
             for playlist_id, session_id, session in held:
                 args: list[str | int] = [session_id, encode_session(session), ttl_ms]
