@@ -7,11 +7,16 @@ test reads another's events, and its own migrated PostgreSQL database.
 
 Tests of a failure use ``private_*`` servers instead: started for that
 test alone, so stopping or killing them harms no other test.
+
+A 3-primary Redis Cluster (``scripts/redis-cluster``) is started once for the
+session, on free ports, by the first test that asks for it.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,12 +33,48 @@ from tests.servers import (
     TansuServer,
     create_database,
     drop_database,
+    free_port,
     postgres_url,
 )
 
 S = TypeVar("S", TansuServer, RedisServer)
 
 REDIS_URL = os.environ.get("CHORUS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+REDIS_CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis-cluster"
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000, Redis's rule) is free too."""
+    while True:
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A 3-primary Redis Cluster for the session: the ``CHORUS_REDIS_*`` settings to use it.
+
+    Started by ``scripts/redis-cluster start`` (what it prints on stdout is the
+    settings), removed at the end.
+    """
+    ports = ",".join(str(_cluster_port()) for _ in range(3))
+    command = [str(REDIS_CLUSTER_SCRIPT)]
+    where = ["--ports", ports, "--dir", str(tmp_path_factory.mktemp("redis-cluster"))]
+    try:
+        out = subprocess.run(
+            [*command, "start", *where], check=True, capture_output=True, text=True, timeout=60
+        ).stdout
+        yield dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    finally:
+        subprocess.run([*command, "remove", *where], capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="session")

@@ -122,7 +122,11 @@ def full_deployment(
     env: Mapping[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """A started :class:`Deployment` on a database of its own and ``tansu``'s Kafka,
-    stopped and its database dropped afterwards (also when a process fails to start)."""
+    stopped and its database dropped afterwards (also when a process fails to start).
+
+    Args:
+        env: more ``CHORUS_*`` settings of every process, e.g. a Redis Cluster's.
+    """
     name = create_database()
     running = Deployment(postgres_url(name), data_dir, tansu.bootstrap_servers, roles, workers, env)
     try:

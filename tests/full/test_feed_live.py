@@ -80,7 +80,7 @@ async def subscribed(reading: ChorusServer, ws: Any) -> None:
 async def fanout_reached(url: str, version: int) -> bool:
     client = redis.Redis.from_url(url)
     try:
-        keys = [k async for k in client.scan_iter(match="chorus:v1:playlist:*:fanout-version")]
+        keys = [k async for k in client.scan_iter(match="chorus:v2:playlist:*:fanout-version")]
         marks = [int(await client.get(k) or -1) for k in keys]
         return any(mark >= version for mark in marks)
     finally:

@@ -229,7 +229,7 @@ async def test_a_relay_killed_between_produce_and_stamp_delivers_no_duplicate(
         assert topic[pid] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]  # Kafka holds the batch twice
         await asyncio.sleep(0.3)  # give a duplicate the chance to show up
         assert follower.versions == [1, 2, 3, 4]
-        published = await parts.client.get(f"chorus:v1:playlist:{pid}:fanout-version")
+        published = await parts.client.get(f"chorus:v2:playlist:{{{pid}}}:fanout-version")
         assert published == b"4"
 
 

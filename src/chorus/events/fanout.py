@@ -1,4 +1,4 @@
-"""Fanout: Kafka events → Redis ``PUBLISH`` on each playlist's channel.
+"""Fanout: Kafka events → Redis ``PUBLISH`` (``SPUBLISH`` on a cluster) on each playlist's channel.
 
 ``chorus fanout`` consumes the events topic in its own consumer group
 (docs/architecture.md) and publishes every record's value, byte for byte, on

@@ -11,7 +11,7 @@ Kafka record: key ``playlist_id`` (UTF-8), value the
 :class:`~chorus.domain.changes.PlaylistEvent` as compact JSON (UTF-8), and,
 when the commit was traced, a ``traceparent`` header (W3C, ASCII;
 :mod:`chorus.tracing`). The same JSON is the payload of the Redis ``PUBLISH``
-(which carries no trace context).
+(``SPUBLISH`` on a cluster; it carries no trace context).
 """
 
 from __future__ import annotations

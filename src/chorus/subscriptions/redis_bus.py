@@ -370,7 +370,7 @@ class RedisBus:
 
     def _dropped(self, channel: str) -> None:
         """Redis unsubscribed a wanted channel on its own (a cluster slot moved away)."""
-        log.warning("redis dropped the subscription of %s", channel)
+        log.info("redis dropped the subscription of %s", channel)
 
     def _report_gap(self) -> None:
         for handler in list(self._gap_handlers):
