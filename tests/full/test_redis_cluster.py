@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +20,15 @@ from redis.asyncio.cluster import RedisCluster
 from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
-from chorus.caches.keys import playlist_slot
+from chorus.caches.keys import playlist_slot, slot_of
+from chorus.domain.changes import PlaylistEvent
 from chorus.graphql.schema.common.ids import from_global_id
+from chorus.subscriptions.cluster_bus import ClusterBus
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track, version
 from tests.e2e.test_subscriptions import SUBSCRIPTION, close_socket, open_socket
-from tests.full.helpers import Deployment, eventually, full_deployment
+from tests.full.helpers import Deployment, event, eventually, full_deployment
 from tests.servers import TEST_SECRET, TansuServer
 
 PLAYLISTS = 24
@@ -196,3 +199,43 @@ async def test_a_slot_migrated_during_a_stream_is_repaired_from_sql(
     finally:
         await close_socket(ws)
         api.http.close()
+
+
+async def test_the_bus_follows_a_moved_slot_to_its_new_primary(
+    redis_cluster: dict[str, str], primaries: dict[str, redis.Redis]
+) -> None:
+    bus = ClusterBus(redis_cluster["CHORUS_REDIS_URL"])
+    events: list[PlaylistEvent] = []
+    notices: list[None] = []
+    gaps: list[None] = []
+    bus.on_gap(lambda: gaps.append(None))
+    playlist_id, user_id = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        await bus.subscribe(playlist_id, events.append)
+        await bus.watch_follows(user_id, lambda: notices.append(None))
+        await bus.publish(event(playlist_id, 1))
+        await bus.announce_follows(user_id)
+        await eventually(_counts(events, notices, 1), what="the first event and notice")
+        gaps.clear()
+        await _migrate(primaries, playlist_slot(playlist_id))
+        await _migrate(primaries, slot_of(user_id))
+
+        async def moved() -> bool:
+            return bus.moves == 2 and bool(gaps) and bus.connected
+
+        await eventually(moved, what="both subscriptions moved, then a gap")
+        await bus.publish(event(playlist_id, 2))
+        await bus.announce_follows(user_id)
+        await eventually(_counts(events, notices, 2), what="the event and notice after the move")
+        assert [e["version"] for e in events] == [1, 2]
+    finally:
+        await bus.aclose()
+
+
+def _counts(
+    events: list[PlaylistEvent], notices: list[None], n: int
+) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return len(events) == n and len(notices) == n
+
+    return check

@@ -22,6 +22,7 @@ bus must know when a subscription became live again (the reason
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
@@ -58,6 +59,16 @@ class ShardedNodeBus(RedisBus):
         super().__init__(url, **options)
         self._on_dropped = dropped
 
+    def forget(self, playlist_id: str) -> None:
+        """Stop delivering ``playlist_id`` here without a ``SUNSUBSCRIBE``: its slot
+        left this node, which dropped the subscription itself (and would answer
+        ``MOVED``, which ends the connection)."""
+        self._delivers.pop(playlist_id, None)
+
+    def forget_follows(self, user_id: str) -> None:
+        """:meth:`forget` for a user's follows channel."""
+        self._notices.pop(follows_channel(user_id), None)
+
     def _batches(self, channels: set[str]) -> list[list[str]]:
         return [[channel] for channel in sorted(channels)]  # one slot per command
 
@@ -72,10 +83,6 @@ def node_url(url: str, host: str, port: int) -> str:
     userinfo = parts.netloc.rpartition("@")[0]
     netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
     return urlunsplit(parts._replace(netloc=netloc, path=""))
-
-
-def _user_tag(channel: str) -> str:
-    return channel.partition("{")[2].partition("}")[0]
 
 
 class ClusterBus:
@@ -98,6 +105,7 @@ class ClusterBus:
         timeout_s: float = 2.0,
     ) -> None:
         self._url = url
+        self._timeout_s = timeout_s
         self._options = {
             "reconnect_max_s": reconnect_max_s,
             "health_check_s": health_check_s,
@@ -112,8 +120,11 @@ class ClusterBus:
         self._nodes: dict[str, ShardedNodeBus] = {}
         self._delivers: dict[str, list[Deliver]] = {}
         self._notices: dict[str, list[Notice]] = {}
+        """User id → who hears that user's follows changing."""
         self._home: dict[str, str] = {}
-        """A wanted playlist id, or a follows channel → the node it is subscribed on."""
+        """A wanted playlist → the node (``host:port``) it is subscribed on."""
+        self._follows_home: dict[str, str] = {}
+        """A watched user's follows → the node it is subscribed on."""
         self._gap_handlers: list[GapHandler] = []
         self._moved = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
@@ -139,9 +150,8 @@ class ClusterBus:
         """As :meth:`RedisBus.subscribe`, on the primary owning the playlist's slot."""
         await self.start()
         self._delivers.setdefault(playlist_id, []).append(deliver)
-        node = await self._owner(playlist_slot(playlist_id))
-        self._home.setdefault(playlist_id, node)
-        await self._node(self._home[playlist_id]).subscribe(playlist_id, deliver)
+        home = self._home.setdefault(playlist_id, await self._owner(playlist_slot(playlist_id)))
+        await (await self._ready(home)).subscribe(playlist_id, deliver)
 
     async def unsubscribe(self, playlist_id: str, deliver: Deliver) -> None:
         delivers = self._delivers.get(playlist_id)
@@ -165,24 +175,22 @@ class ClusterBus:
 
     async def watch_follows(self, user_id: str, notice: Notice) -> None:
         await self.start()
-        channel = follows_channel(user_id)
-        self._notices.setdefault(channel, []).append(notice)
-        self._home.setdefault(channel, await self._owner(slot_of(user_id)))
-        await self._node(self._home[channel]).watch_follows(user_id, notice)
+        self._notices.setdefault(user_id, []).append(notice)
+        home = self._follows_home.setdefault(user_id, await self._owner(slot_of(user_id)))
+        await (await self._ready(home)).watch_follows(user_id, notice)
 
     async def unwatch_follows(self, user_id: str, notice: Notice) -> None:
-        channel = follows_channel(user_id)
-        notices = self._notices.get(channel)
+        notices = self._notices.get(user_id)
         if notices is None or notice not in notices:
             return
         notices.remove(notice)
         if not notices:
-            del self._notices[channel]
-        home = self._home.get(channel)
+            del self._notices[user_id]
+        home = self._follows_home.get(user_id)
         if home is not None:
             await self._node(home).unwatch_follows(user_id, notice)
         if not notices:
-            self._home.pop(channel, None)
+            self._follows_home.pop(user_id, None)
 
     def on_gap(self, handler: GapHandler) -> None:
         """As :meth:`RedisBus.on_gap`: any node's reconnect, and any moved subscription."""
@@ -198,12 +206,13 @@ class ClusterBus:
         self._delivers.clear()
         self._notices.clear()
         self._home.clear()
+        self._follows_home.clear()
         await self._cluster.aclose()
 
     @property
     def connected(self) -> bool:
         """Whether every primary holding a wanted channel is connected (for ``/readyz``)."""
-        return all(self._nodes[n].connected for n in set(self._home.values()) if n in self._nodes)
+        return all(self._nodes[n].connected for n in self._homes() if n in self._nodes)
 
     @property
     def subscription_count(self) -> int:
@@ -222,6 +231,20 @@ class ClusterBus:
             self._nodes[name] = node
         return node
 
+    async def _ready(self, name: str) -> ShardedNodeBus:
+        """The bus of node ``name``; a new one is started and given ``timeout_s`` to
+        connect, so that its first subscriber is confirmed before an SQL read."""
+        if name in self._nodes:
+            return self._nodes[name]
+        node = self._node(name)
+        connected = asyncio.Event()
+        node.on_gap(connected.set)  # reported once connected, every wanted channel confirmed
+        await node.start()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._timeout_s):
+                await connected.wait()
+        return node
+
     async def _owner(self, slot: int) -> str:
         """The ``host:port`` of the primary owning ``slot`` in the client's slot map."""
         if not self._cluster.nodes_manager.slots_cache:
@@ -238,8 +261,7 @@ class ClusterBus:
                 async with asyncio.timeout(CHECK_S):
                     await self._moved.wait()
             except TimeoutError:
-                homes = set(self._home.values())
-                if all(self._nodes[n].connected for n in homes if n in self._nodes):
+                if self.connected:
                     continue
             self._moved.clear()
             try:
@@ -254,29 +276,30 @@ class ClusterBus:
         """Subscribe every channel whose slot moved on its new owner, then report the gap."""
         moved = 0
         for playlist_id, home in list(self._home.items()):
-            if playlist_id.startswith("chorus:"):  # a follows channel
-                owner = await self._owner(slot_of(_user_tag(playlist_id)))
-                if owner != home and playlist_id in self._notices:
-                    user_id = _user_tag(playlist_id)
-                    for notice in list(self._notices[playlist_id]):
-                        await self._node(home).unwatch_follows(user_id, notice)
-                        await self._node(owner).watch_follows(user_id, notice)
-                    self._home[playlist_id] = owner
-                    moved += 1
-                continue
             owner = await self._owner(playlist_slot(playlist_id))
             if owner != home and playlist_id in self._delivers:
+                self._node(home).forget(playlist_id)
                 for deliver in list(self._delivers[playlist_id]):
-                    await self._node(home).unsubscribe(playlist_id, deliver)
-                    await self._node(owner).subscribe(playlist_id, deliver)
+                    await (await self._ready(owner)).subscribe(playlist_id, deliver)
                 self._home[playlist_id] = owner
                 moved += 1
-        for name in [n for n in self._nodes if n not in set(self._home.values())]:
+        for user_id, home in list(self._follows_home.items()):
+            owner = await self._owner(slot_of(user_id))
+            if owner != home and user_id in self._notices:
+                self._node(home).forget_follows(user_id)
+                for notice in list(self._notices[user_id]):
+                    await (await self._ready(owner)).watch_follows(user_id, notice)
+                self._follows_home[user_id] = owner
+                moved += 1
+        for name in [n for n in self._nodes if n not in self._homes()]:
             await self._nodes.pop(name).aclose()
         if moved:
             self.moves += moved
             log.info("redis cluster: %d subscriptions moved to their slots' new primaries", moved)
         self._report_gap()
+
+    def _homes(self) -> set[str]:
+        return set(self._home.values()) | set(self._follows_home.values())
 
     def _report_gap(self) -> None:
         for handler in list(self._gap_handlers):
