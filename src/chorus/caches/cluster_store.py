@@ -117,6 +117,7 @@ class ClusterSnapshotStore(SnapshotStore):
         self._remove = redis.register_script(scripts.on_cluster(scripts.REMOVE, 3))
         self._learn = redis.register_script(scripts.on_cluster(scripts.LEARN, 1))
         self._heads = redis.register_script(scripts.HEADS)
+        self._read = redis.register_script(scripts.READ)
         self._unknown: set[int] = set()
 
     async def ensure(self) -> str:
@@ -186,6 +187,17 @@ class ClusterSnapshotStore(SnapshotStore):
             for i, v in zip(ids, got, strict=True)
             if int(v) >= 0
         }
+
+    async def read_raw(self, playlist_id: str) -> tuple[int | None, bytes | str | None]:
+        """``(head, snapshot JSON)``; ``(None, None)`` while the slot's generation is
+        not one begun on the node answering (checked by the next :meth:`ensure`)."""
+        slot = playlist_slot(playlist_id)
+        keys = [slot_generation_key(slot), head_key(playlist_id), snapshot_key(playlist_id)]
+        head, doc, own = await self._read(keys, [])
+        if not own:
+            self._unknown.add(slot)
+            return None, None
+        return (None if head is None else int(head)), doc
 
     async def heads(self, playlist_ids: Sequence[str]) -> tuple[str | None, dict[str, int]]:
         """``(slots:<epoch>, heads)``, or ``(None, heads)`` when a slot's generation is

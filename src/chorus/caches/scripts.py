@@ -230,3 +230,14 @@ for i = 2, #KEYS do out[i] = redis.call('GET', KEYS[i]) end
 return out
 """
 )
+
+# KEYS: the slot's generation, head, snapshot. A snapshot read on a cluster:
+# {head, snapshot, 1}, or {false, false, 0} when the slot's generation was not
+# begun on this node (a promoted replica's copy may be older: never served).
+READ = (
+    OWN_GENERATION
+    + """
+if not own_generation(KEYS[1]) then return {false, false, 0} end
+return {redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3]), 1}
+"""
+)
