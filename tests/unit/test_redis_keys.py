@@ -70,3 +70,18 @@ def test_every_slot_has_a_generation_key_of_its_own() -> None:
 def test_a_node_url_keeps_the_scheme_and_credentials() -> None:
     assert node_url("redis://:pw@a:7101/0", "b", 7102) == "redis://:pw@b:7102"
     assert node_url("rediss://b:7101", "10.0.0.2", 7103) == "rediss://10.0.0.2:7103"
+
+
+def test_a_cluster_is_said_and_reached_over_tcp(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from chorus.settings import Settings
+
+    monkeypatch.setenv("CHORUS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("CHORUS_REDIS_URL", "redis://127.0.0.1:7101")
+    assert Settings(_env_file=None).redis_cluster is False  # type: ignore[call-arg]
+    monkeypatch.setenv("CHORUS_REDIS_CLUSTER", "true")
+    assert Settings(_env_file=None).redis_cluster is True  # type: ignore[call-arg]
+    monkeypatch.setenv("CHORUS_REDIS_URL", "unix:///run/redis.sock")
+    with pytest.raises(ValidationError, match="a node of the cluster"):
+        Settings(_env_file=None)  # type: ignore[call-arg]

@@ -6,7 +6,7 @@ in-process adapters of the embedded profile; the two go together.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from chorus.caches.snapshot import SNAPSHOT_PAGE_SIZE
 from chorus.events.wire import DEFAULT_TOPIC, FANOUT_GROUP, FEED_GROUP, PROJECTOR_GROUP
@@ -76,6 +76,15 @@ class ProfileSettings(BaseModel):
         if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("use redis://host:port/db, rediss:// or unix://")
         return value
+
+    @model_validator(mode="after")
+    def _cluster_url(self) -> ProfileSettings:
+        if self.redis_cluster and (self.redis_url or "unix://").startswith("unix://"):
+            raise ValueError(
+                "CHORUS_REDIS_CLUSTER=true needs CHORUS_REDIS_URL=redis://host:port "
+                "(a node of the cluster)"
+            )
+        return self
 
     @property
     def full_profile(self) -> bool:
