@@ -43,6 +43,8 @@ log = logging.getLogger("chorus.cluster_bus")
 
 CHECK_S = 1.0
 """How often the slot map is read again while a wanted primary is unreachable (seconds)."""
+DROP_RETRIES = 20
+"""Reads of the slot map, 0.1 s apart, that may still give a dropped channel's old owner."""
 
 
 class ShardedNodeBus(RedisBus):
@@ -127,6 +129,9 @@ class ClusterBus:
         """A watched user's follows → the node it is subscribed on."""
         self._gap_handlers: list[GapHandler] = []
         self._moved = asyncio.Event()
+        self._drops: set[str] = set()
+        """Channels a node dropped (``sunsubscribe``) not yet moved."""
+        self._tries = 0
         self._watcher: asyncio.Task[None] | None = None
         self.moves = 0
         """Subscriptions moved to another primary (for tests and logs)."""
@@ -252,6 +257,7 @@ class ClusterBus:
         return str(self._cluster.nodes_manager.get_node_from_slot(slot).name)
 
     def _dropped(self, channel: str) -> None:
+        self._drops.add(channel)
         self._moved.set()
 
     async def _watch(self) -> None:
@@ -267,6 +273,7 @@ class ClusterBus:
             try:
                 await self._cluster.nodes_manager.initialize()
                 await self._move()
+                await self._unmoved()
             except (RedisError, OSError) as error:
                 log.warning("redis cluster: could not read the slot map: %s", error)
             except Exception:
@@ -282,6 +289,7 @@ class ClusterBus:
                 for deliver in list(self._delivers[playlist_id]):
                     await (await self._ready(owner)).subscribe(playlist_id, deliver)
                 self._home[playlist_id] = owner
+                self._drops.discard(events_channel(playlist_id))
                 moved += 1
         for user_id, home in list(self._follows_home.items()):
             owner = await self._owner(slot_of(user_id))
@@ -290,6 +298,7 @@ class ClusterBus:
                 for notice in list(self._notices[user_id]):
                     await (await self._ready(owner)).watch_follows(user_id, notice)
                 self._follows_home[user_id] = owner
+                self._drops.discard(follows_channel(user_id))
                 moved += 1
         for name in [n for n in self._nodes if n not in self._homes()]:
             await self._nodes.pop(name).aclose()
@@ -297,6 +306,32 @@ class ClusterBus:
             self.moves += moved
             log.info("redis cluster: %d subscriptions moved to their slots' new primaries", moved)
         self._report_gap()
+
+    async def _unmoved(self) -> None:
+        """Channels a node dropped whose slot the map still gives it: the map may lag
+        the move (the old owner learns first), so read it again shortly; after
+        :data:`DROP_RETRIES`, subscribe them there again (a wrong owner answers
+        ``MOVED``, its connection is lost, and the map is read every ``CHECK_S``)."""
+        if not self._drops:
+            self._tries = 0
+            return
+        self._tries += 1
+        if self._tries < DROP_RETRIES:
+            await asyncio.sleep(0.1)
+            self._moved.set()
+            return
+        self._tries = 0
+        drops, self._drops = self._drops, set()
+        for playlist_id, home in list(self._home.items()):
+            if events_channel(playlist_id) in drops and playlist_id in self._delivers:
+                self._node(home).forget(playlist_id)
+                for deliver in list(self._delivers[playlist_id]):
+                    await self._node(home).subscribe(playlist_id, deliver)
+        for user_id, home in list(self._follows_home.items()):
+            if follows_channel(user_id) in drops and user_id in self._notices:
+                self._node(home).forget_follows(user_id)
+                for notice in list(self._notices[user_id]):
+                    await self._node(home).watch_follows(user_id, notice)
 
     def _homes(self) -> set[str]:
         return set(self._home.values()) | set(self._follows_home.values())
