@@ -12,6 +12,7 @@ from graphql import OperationDefinitionNode, parse
 from graphql.execution.collect_fields import FragmentDetails
 from graphql.execution.values import VariableValues
 
+from chorus.graphql.execution.event_plans import EventBuilder
 from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
 from chorus.graphql.execution.plans import Builder, Unplannable
 from chorus.graphql.schema.build import build_schema
@@ -69,3 +70,29 @@ def test_a_resolver_without_arguments_is_called_directly() -> None:
     # Arguments are converted by strawberry's wrapper: through it.
     assert direct_resolver(playlist.fields["entries"]) is None  # type: ignore[union-attr]
     assert plain_attribute(entry.fields["positionKey"]) == "position_key"  # type: ignore[union-attr]
+
+
+EVENT = """subscription ($id: ID!) { playlistEvents(playlistId: $id, sinceVersion: 0) {
+  __typename ... on PlaylistChanged { version changes { __typename
+    ... on EntriesAdded { entries { id media { title } } } ... on EntriesRemoved { entryIds } } }
+  ... on ResyncRequired { reason } } }"""
+
+
+def _event_builder(document: str, event_type: str) -> EventBuilder:
+    parsed = parse(document)
+    operation = next(d for d in parsed.definitions if isinstance(d, OperationDefinitionNode))
+    found = SCHEMA.get_type(event_type)
+    return EventBuilder(SCHEMA, {}, operation, VariableValues({}, {}), found)
+
+
+@pytest.mark.parametrize("event_type", ["PlaylistChanged", "ResyncRequired"])
+def test_a_subscription_is_planned_for_an_event_of_a_known_type(event_type: str) -> None:
+    # The root's union is the event's type; the union below is chosen by class.
+    assert callable(_event_builder(EVENT, event_type).root())
+
+
+def test_an_event_of_a_type_the_root_field_cannot_be_is_unplannable() -> None:
+    with pytest.raises(Unplannable):
+        _event_builder(EVENT, "Playlist").root()
+    with pytest.raises(Unplannable):  # a query is the query plan's
+        _event_builder(PLANNED[0], "PlaylistChanged").root()

@@ -36,6 +36,7 @@ from graphql import (
     FieldNode,
     FragmentDefinitionNode,
     OperationDefinitionNode,
+    OperationType,
     VariableNode,
     Visitor,
     visit,
@@ -155,10 +156,12 @@ class DeliveryExecutor(ChorusExecutionContext):
         context = self.context_value
         hub = context.services.hub if isinstance(context, RequestContext) else None
         if event is None:
+            if self.operation.operation is OperationType.SUBSCRIPTION:
+                return self.execute_event(serially)  # an event of its own (not shared)
             return super().execute_operation(serially)
         if hub is None:
             self.root_value = event.make()
-            return super().execute_operation(serially)
+            return self.execute_event(serially)
         assert isinstance(context, RequestContext)
         return hub.renders.render(
             event.group,
@@ -166,6 +169,11 @@ class DeliveryExecutor(ChorusExecutionContext):
             context.identity.viewer_id or "",
             lambda: self._render(context, event, serially),
         )
+
+    def execute_event(self, serially: bool | None = None) -> Any:
+        """The execution of one event (its root value set): graphql-core's; a subclass
+        may run a plan (:mod:`chorus.graphql.execution.planned`) and fall back to this."""
+        return super().execute_operation(serially)
 
     async def _render(
         self, context: RequestContext, event: SharedEvent, serially: bool | None
@@ -175,7 +183,7 @@ class DeliveryExecutor(ChorusExecutionContext):
         fresh = context.fork()
         self.context_value = fresh
         self.root_value = event.make()
-        result = super().execute_operation(serially)
+        result = self.execute_event(serially)
         if self.is_awaitable(result):
             result = await result
         assert isinstance(result, GraphQLExecutionResult)

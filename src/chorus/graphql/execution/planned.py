@@ -25,13 +25,16 @@ by :class:`~chorus.graphql.execution.operation_metrics.OperationMetrics` in
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, Protocol
 
 from graphql import DocumentNode, ExecutionResult, GraphQLSkipDirective, OperationType, visit
 from graphql.language import DirectiveNode, VariableNode, Visitor
 
+from chorus.graphql.execution.event_plans import EventBuilder, event_type
+from chorus.graphql.execution.operation_metrics import OperationNames
 from chorus.graphql.execution.plans import Builder, Run, run
+from chorus.metrics import PLANNED
 from chorus.resolvers.context import RequestContext
 
 MAX_DIRECTIVE_VARIABLES = 4
@@ -39,6 +42,8 @@ MAX_DIRECTIVE_VARIABLES = 4
 per combination of their values: at most 16)."""
 
 Root = Callable[[Any, Run], dict[str, Any]]
+Served = Callable[[str], None]
+"""Notes how an operation or event was served (``plan``, ``abandoned``)."""
 
 
 class PlanStore(Protocol):
@@ -80,16 +85,22 @@ def _directive_variables(document: DocumentNode) -> tuple[str, ...]:
     return tuple(sorted(finder.names))
 
 
-def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
-    """A subclass of the execution context ``base`` that runs kept queries by their plans.
+def planned_executor(
+    base: type[Any], store: PlanStore, operation_names: OperationNames | None = None
+) -> type[Any]:
+    """A subclass of the execution context ``base`` that runs kept queries by their plans,
+    and subscription events by theirs when ``base`` is a
+    :class:`~chorus.graphql.execution.delivery.DeliveryExecutor` (its ``execute_event``).
 
     Args:
         base: the schema's execution context class (graphql-core's ``Executor`` API).
         store: where a kept document's plans are kept.
+        operation_names: the ``operation_name`` label of the events counted.
     """
 
     class PlannedExecutor(base):  # type: ignore[misc]
         plans = store
+        names = operation_names or OperationNames()
         document: DocumentNode | None = None
 
         @classmethod
@@ -106,9 +117,33 @@ def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
             if root is None:
                 _note(self.context_value, "unplanned")
                 return super().execute_operation(serially)
-            return self._run(root)
+            return self._run(root, self._query_fallback, self._served_query)
 
-        def _plan(self) -> Root | None:
+        def execute_event(self, serially: bool | None = None) -> Any:
+            """One subscription event (``DeliveryExecutor.execute_event``),
+            by the plan of the operation for the event's type, else by graphql-core."""
+            fallback = super().execute_event
+            found = event_type(self.schema, self.root_value)
+            root = None
+            if found is not None and not serially:
+                root = self._plan(
+                    ("event", found.name),
+                    lambda: EventBuilder(
+                        self.schema, self.fragments, self.operation, self.variable_values, found
+                    ),
+                )
+            if root is None:
+                self._count_event("unplanned")
+                return fallback(serially)
+            return self._run(root, lambda: fallback(None), self._count_event)
+
+        def _count_event(self, served_by: str) -> None:
+            name = self.operation.name.value if self.operation.name else None
+            PLANNED.labels(self.names.label(name), served_by).inc()
+
+        def _plan(
+            self, kind: Hashable = None, builder: Callable[[], Builder] | None = None
+        ) -> Root | None:
             manager = self.middleware_manager
             if self.abort_signal is not None or (manager is not None and manager.middlewares):
                 return None
@@ -117,11 +152,12 @@ def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
             if kept is None:
                 return None
             name = self.operation.name.value if self.operation.name else None
-            found = kept.get(name)
+            key = name if kind is None else (name, kind)
+            found = kept.get(key)
             if found is None:
                 assert document is not None
                 variables = _directive_variables(document)
-                found = kept[name] = (
+                found = kept[key] = (
                     _OperationPlans(variables)
                     if len(variables) <= MAX_DIRECTIVE_VARIABLES
                     else _UNPLANNABLE
@@ -134,36 +170,46 @@ def planned_executor(base: type[Any], store: PlanStore) -> type[Any]:
                 return None
             if values not in found.by_values:
                 try:
-                    found.by_values[values] = Builder(
-                        self.schema, self.fragments, self.operation, self.variable_values
+                    found.by_values[values] = (
+                        builder()
+                        if builder is not None
+                        else Builder(
+                            self.schema, self.fragments, self.operation, self.variable_values
+                        )
                     ).root()
                 except Exception:  # Unplannable, or a document too deep to walk
                     found.by_values[values] = None
             root: Root | None = found.by_values[values]
             return root
 
-        def _run(self, root: Root) -> Any:
+        def _run(self, root: Root, fallback: Callable[[], Any], served: Served) -> Any:
             try:
                 data = run(root, self)
             except Exception:  # Abandon, or what a resolver raised
-                return self._fallback()
+                served("abandoned")
+                return fallback()
             if not isinstance(data, dict):
-                return self._awaited(data)
-            _note(self.context_value, "plan")
+                return self._awaited(data, fallback, served)
+            served("plan")
             return self.build_response(data)
 
-        async def _awaited(self, data: Awaitable[dict[str, Any]]) -> ExecutionResult:
+        async def _awaited(
+            self, data: Awaitable[dict[str, Any]], fallback: Callable[[], Any], served: Served
+        ) -> ExecutionResult:
             try:
                 done = await data
             except Exception:
-                result = self._fallback()
+                served("abandoned")
+                result = fallback()
                 return await result if self.is_awaitable(result) else result  # type: ignore[no-any-return]
-            _note(self.context_value, "plan")
+            served("plan")
             return self.build_response(done)  # type: ignore[no-any-return]
 
-        def _fallback(self) -> Any:
+        def _served_query(self, served_by: str) -> None:
+            _note(self.context_value, served_by)
+
+        def _query_fallback(self) -> Any:
             """graphql-core executes the operation, which reports what the plan met."""
-            _note(self.context_value, "abandoned")
             return super().execute_operation(None)
 
     PlannedExecutor.__qualname__ = PlannedExecutor.__name__ = f"Planned{base.__name__}"

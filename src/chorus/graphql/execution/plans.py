@@ -24,7 +24,8 @@ generated function was not worth its ``exec`` until the plan's own time
 shows in a profile (``docs/caching.md``, "The cold path").
 
 **What a plan does not cover** (:class:`Unplannable` at build time; graphql-core
-runs it): mutations and subscriptions, introspection (``__schema``,
+runs it): mutations, subscriptions (but for one event of a known type:
+:mod:`chorus.graphql.execution.event_plans`), introspection (``__schema``,
 ``__type``), interfaces and unions, ``@defer``/``@stream`` and any directive
 but ``@skip``/``@include``, fragment variables, an object type whose
 ``is_type_of`` is not strawberry's. ``@skip``/``@include`` with a variable

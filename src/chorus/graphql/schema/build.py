@@ -165,7 +165,7 @@ def build_schema(
     kept = documents if documents is not None else DocumentCache()
     executor: type[Any] = DeliveryExecutor if fast_field_execution else PlainFieldsDeliveryExecutor
     if compiled_execution:
-        executor = planned_executor(executor, kept)
+        executor = planned_executor(executor, kept, names)
     return ChorusSchema(
         query=Query,
         mutation=Mutation,
