@@ -15,7 +15,11 @@ and their paths, extensions):
   ``__typename``, ``@skip``/``@include`` by literal and by variable,
   nullable and non-null fields, lists, page sizes that are refused;
 * the cold page's documents with errors injected into both apps at once
-  (an entry that raises, a ``None`` position key, a media of the wrong type).
+  (an entry that raises, a ``None`` position key, a media of the wrong type);
+* reads that name their version, sent to both apps at once while edits
+  commit to the same playlist: each pair that names one version is
+  byte-identical (subscription deliveries with edits racing them:
+  ``test_planned_delivery_differential.py``).
 
 ``chorus_graphql_planned_total`` shows the plans did answer (the test is not
 comparing graphql-core with itself).
@@ -23,6 +27,7 @@ comparing graphql-core with itself).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -35,6 +40,8 @@ from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chorus.domain.commands import AddEntries, RemoveEntries, UpdatePlaylist
+from chorus.graphql.schema.common.arguments import input_playlist_id
 from chorus.graphql.schema.common.types import PlaylistEntry
 from chorus.metrics import PLANNED
 from chorus.resolvers.context import Services
@@ -279,3 +286,76 @@ async def test_errors_met_by_a_plan_are_answered_by_graphql_core(
                 body = {"query": document, "variables": bind(variables, seeded)}
                 await _same(planned, plain, user, body)
         assert _served("abandoned") - abandoned >= 6
+
+
+RACED = [
+    """query Raced($id: ID!) { playlist(id: $id) { version title entryCount
+      entries(first: 50) { totalCount edges { cursor node { id positionKey mediaId addedAt
+        media { id title artists album durationMs } } } pageInfo { hasNextPage endCursor } } } }""",
+    """query RacedFragments($id: ID!, $media: Boolean!) { p: playlist(id: $id) { ...Head
+      entries(first: 5) { edges { node { __typename ...Entry } } } } }
+    fragment Head on Playlist { version v2: version description visibility owner { id } }
+    fragment Entry on PlaylistEntry { positionKey media @include(if: $media) { title } }""",
+]
+"""Reads that name the version they answer (``version``), racing the edits."""
+
+
+async def test_plans_answer_as_graphql_core_while_edits_commit(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Edits commit to the playlist while both apps read it, concurrently: every pair of
+    answers that name the same version is byte-identical (an answer is one version's,
+    whatever commits meanwhile); a pair read across a commit is read again."""
+    async with _twins(database_url, tmp_path) as (planned, plain, services):
+        seeded = await _seed(services, planned)
+        pid = input_playlist_id(seeded["pid"])
+        editing = asyncio.Event()
+        committed: list[int] = []
+
+        async def edit() -> None:
+            version, added = 5, []  # _seed committed versions 1–5
+            for n in range(24):
+                command: Any
+                if n % 3 == 0 or not added:
+                    command = AddEntries(pid, f"e{n}", version, (f"chinook:track:{30 + n}",))
+                elif n % 3 == 1:
+                    command = UpdatePlaylist(pid, f"e{n}", version, description=f"take {n}")
+                else:
+                    command = RemoveEntries(pid, f"e{n}", version, (added.pop(0),))
+                done = await services.store.execute(command, "alice")
+                added += [e.entry_id for e in done.outcome.entries]
+                version = done.outcome.version
+                committed.append(version)
+                editing.set()
+                await asyncio.sleep(0.005)
+
+        plan_before = _served("plan")
+        editor = asyncio.create_task(edit())
+        await editing.wait()
+        compared: set[int] = set()
+        tries = 0
+        while not editor.done() or tries < 4:
+            tries += 1
+            for document in RACED:
+                variables: dict[str, Any] = {"id": seeded["pid"], "media": tries % 2 == 0}
+                body = {"query": document, "variables": variables}
+                one, other = await asyncio.gather(
+                    _post(planned, "alice", body), _post(plain, "alice", body)
+                )
+                assert one.status_code == other.status_code == 200, (one.text, other.text)
+                versions = {_named_version(one.json()), _named_version(other.json())}
+                if len(versions) == 1:
+                    assert one.content == other.content, body
+                    compared |= versions
+        await editor
+        assert len(committed) == 24
+        # Pairs were compared at many versions as they committed, and the plans answered.
+        assert len(compared) >= 5, compared
+        assert _served("plan") - plan_before >= 10
+
+
+def _named_version(answer: dict[str, Any]) -> int:
+    data = answer["data"]
+    playlist = data.get("playlist") or data.get("p")
+    version: int = playlist["version"]
+    return version
