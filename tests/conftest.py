@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from chorus.graphql.schema import build
+from tests.switches import compiled_execution, switched
 
 # CI runs every property test on the same examples, so a landing is never
 # decided by a random draw; developers' runs keep exploring new ones.
@@ -19,6 +23,11 @@ if os.environ.get("CI"):
 POSTGRES_ADMIN_URL = os.environ.get(
     "CHORUS_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 )
+
+if not compiled_execution():
+    # A run with plans off (tests/switches.py): the schemas tests build themselves too,
+    # unless a test asks for plans itself. Done before any test module imports it.
+    build.build_schema = functools.partial(build.build_schema, compiled_execution=False)  # type: ignore[assignment]
 
 
 FULL_PROFILE_TESTS = "tests/full/"
@@ -55,10 +64,12 @@ def postgres_template() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def clean_environ() -> Iterator[None]:
-    """Tests never depend on the developer's CHORUS_* settings (httpx does the same)."""
+    """Tests never depend on the developer's CHORUS_* settings (httpx does the same),
+    but for the run's switches (tests/switches.py)."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("CHORUS_")}
     for key in saved:
         del os.environ[key]
+    os.environ.update(switched())
     yield
     for key in [k for k in os.environ if k.startswith("CHORUS_")]:
         del os.environ[key]

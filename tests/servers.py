@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.deadlines import patience
+from tests.switches import child_environ
 
 
 def postgres_url(database: str, driver: str = "postgresql+asyncpg") -> str:
@@ -99,7 +100,7 @@ class ChorusServer:
         self.url = f"{self.base_url}/graphql"
         self.database_url = database_url
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+            **child_environ(),
             "CHORUS_DATABASE_URL": database_url,
             "CHORUS_DATA_DIR": str(data_dir),
             "CHORUS_JWT_SECRET": TEST_SECRET,

@@ -31,6 +31,7 @@ from tests.e2e.test_subscriptions import (
     settled,
 )
 from tests.servers import ChorusServer
+from tests.switches import compiled_execution
 
 VERSIONS_ONLY = """
 subscription Versions($playlistId: ID!, $sinceVersion: Int!) {
@@ -124,6 +125,43 @@ async def test_subscribers_of_one_document_share_one_execution_per_version(
         # One execution per version for the 12 of them; 11 × 3 handed on.
         assert after["made"] - before["made"] == 3
         assert after["reused"] - before["reused"] == 33
+    finally:
+        await close_all(wss)
+    await settled(server)
+
+
+def planned(server: ChorusServer) -> dict[str, float]:
+    """``chorus_graphql_planned_total`` summed over operation names, by ``served_by``."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=5).text
+    found: dict[str, float] = {}
+    for by, value in re.findall(
+        r'^chorus_graphql_planned_total\{[^}]*served_by="(\w+)"\} (\S+)$', text, re.M
+    ):
+        found[by] = found.get(by, 0.0) + float(value)
+    return found
+
+
+async def test_a_group_executes_its_versions_by_plan_unless_plans_are_off(
+    server: ChorusServer, api: Api
+) -> None:
+    """Each version a group executes is counted by how: by its plan (the run's default), or,
+    in a run with ``CHORUS_COMPILED_EXECUTION=false`` (tests/switches.py), not at all."""
+    playlist_id = create_playlist(api, visibility="PUBLIC")
+    wss = await sockets(server, api, ["fan0", "fan1"])
+    try:
+        for n, ws in enumerate(wss):
+            await subscribe(ws, f"op-{n}", playlist_id, 0)
+        before = await asyncio.to_thread(planned, server)
+        for v in range(2):
+            add(api, playlist_id, [track(v + 1)], v)
+        got = await asyncio.gather(*(nexts(ws, f"op-{n}", 2) for n, ws in enumerate(wss)))
+        assert got[0] == got[1]
+        after = await asyncio.to_thread(planned, server)
+        if compiled_execution():
+            assert after.get("plan", 0) - before.get("plan", 0) >= 2, after
+            assert after.get("abandoned", 0) == before.get("abandoned", 0), after
+        else:
+            assert after == {}, after
     finally:
         await close_all(wss)
     await settled(server)

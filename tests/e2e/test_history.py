@@ -8,13 +8,13 @@ a removed member gets nothing.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from typing import Any
 
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import ENTRY, PAGE_INFO, add, committed, create_playlist, mutate, track
+from tests.switches import child_environ
 
 AT = f"""
 query At($id: ID!, $v: Int!, $first: Int, $after: String, $last: Int, $before: String) {{
@@ -128,7 +128,7 @@ def test_below_the_retention_floor_is_history_compacted(api: Api) -> None:
     pid = create_playlist(api)
     for base in range(12):
         add(api, pid, [track(base + 1)], base)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    environ = child_environ()
     done = subprocess.run(
         [sys.executable, "-m", "chorus.cli", "compact", "--keep-versions", "4"],
         env={**environ, "CHORUS_DATABASE_URL": api.server.database_url},

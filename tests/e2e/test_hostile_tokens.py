@@ -32,6 +32,7 @@ from tests.e2e.conftest import Api, running_server
 from tests.e2e.helpers import error_codes
 from tests.e2e.raw import first_answer
 from tests.servers import TEST_SECRET, ChorusServer, free_port
+from tests.switches import child_environ
 
 VIEWER = "{ viewer { user { id } } }"
 LATER = int(time.time()) + 3600
@@ -326,7 +327,7 @@ def test_a_100_kb_token_is_refused_by_the_head_bound(api: Api) -> None:
 
 def _chorus_token(*argv: str | bytes, data_dir: Path) -> subprocess.CompletedProcess[bytes]:
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+        **child_environ(),
         "CHORUS_JWT_SECRET": TEST_SECRET,
         "CHORUS_DATA_DIR": str(data_dir),
     }
@@ -380,7 +381,7 @@ def _chorus_without_secret(
 ) -> subprocess.CompletedProcess[bytes]:
     """``chorus token alice`` or ``chorus serve`` with no CHORUS_JWT_SECRET: the kept one."""
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+        **child_environ(),
         "CHORUS_DATA_DIR": str(data_dir),
         "CHORUS_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}",
         "CHORUS_PORT": str(free_port()),

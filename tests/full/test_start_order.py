@@ -5,7 +5,6 @@ A database that is up but wrong (no such database) is a clear, immediate error.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import create_playlist
 from tests.servers import ChorusServer, PostgresCluster
+from tests.switches import child_environ
 
 
 def _start_when_waited_for(server: ChorusServer, cluster: PostgresCluster) -> None:
@@ -46,7 +46,7 @@ def test_serve_waits_for_postgres_and_starts_when_it_comes_up(tmp_path: Path) ->
 def test_db_upgrade_of_a_missing_database_exits_2_with_one_line(postgres_template: str) -> None:
     from tests.servers import postgres_url
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    env = child_environ()
     env["CHORUS_DATABASE_URL"] = postgres_url(f"missing_{int(time.time())}")
     done = subprocess.run(
         [sys.executable, "-m", "chorus.cli", "db", "upgrade"],
@@ -65,7 +65,7 @@ def test_processes_started_together_on_a_new_database_all_migrate_it() -> None:
     from tests.servers import create_database, drop_database, postgres_url
 
     name = create_database()  # empty: the first upgrade creates every table
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    env = child_environ()
     env["CHORUS_DATABASE_URL"] = postgres_url(name)
     try:
         runs = [

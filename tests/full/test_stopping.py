@@ -8,7 +8,6 @@ cancellation used to make ``chorus serve`` hang for ever on a taken port.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 import subprocess
@@ -26,11 +25,12 @@ from tests.e2e.test_subscriptions import open_socket, receive, subscribe
 from tests.full.conftest import REDIS_URL
 from tests.full.helpers import full_profile_env
 from tests.servers import TEST_SECRET, ChorusServer, TansuServer, free_port
+from tests.switches import child_environ
 
 
 def _env(pg_url: str, tansu: TansuServer) -> dict[str, str]:
     return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")},
+        **child_environ(),
         **full_profile_env(tansu.bootstrap_servers, REDIS_URL),
         "CHORUS_DATABASE_URL": pg_url,
         "CHORUS_JWT_SECRET": TEST_SECRET,

@@ -8,7 +8,6 @@ and published outbox rows go.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -28,6 +27,7 @@ from chorus.domain.commands import AddEntries, CreatePlaylist, Placement, Remove
 from chorus.domain.errors import AnchorNotFound, OperationIdReused
 from chorus.events.relay import OutboxRelay
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
+from tests.switches import child_environ
 
 T0 = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 ALICE = "alice"
@@ -286,7 +286,7 @@ async def test_compaction_needs_a_rule(database: Database) -> None:
 
 
 def chorus(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
+    environ = child_environ()
     return subprocess.run(
         [sys.executable, "-m", "chorus.cli", *args],
         env={**environ, **env},

@@ -16,6 +16,7 @@ from chorus.graphql.execution.event_plans import EventBuilder
 from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
 from chorus.graphql.execution.plans import Builder, Unplannable
 from chorus.graphql.schema.build import build_schema
+from tests.switches import compiled_execution
 
 SCHEMA = build_schema()._schema  # type: ignore[attr-defined]
 
@@ -96,3 +97,12 @@ def test_an_event_of_a_type_the_root_field_cannot_be_is_unplannable() -> None:
         _event_builder(EVENT, "Playlist").root()
     with pytest.raises(Unplannable):  # a query is the query plan's
         _event_builder(PLANNED[0], "PlaylistChanged").root()
+
+
+def test_a_schema_a_test_builds_follows_the_run_s_switch() -> None:
+    """``CHORUS_COMPILED_EXECUTION=false`` for the run (tests/switches.py): no plans in the
+    schemas tests build themselves either; a test that asks for plans gets them."""
+    built = build_schema().execution_context_class.__name__  # type: ignore[attr-defined]
+    assert built.startswith("Planned") == compiled_execution()
+    asked = build_schema(compiled_execution=True).execution_context_class.__name__  # type: ignore[attr-defined]
+    assert asked.startswith("Planned")
