@@ -41,8 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     except ``tests/full/``, which is one unit for the whole directory and goes
     first: it is the longest chain (about a third of the run) and its tests
     stop and restart servers, so they run one at a time on one worker while
-    the other worker takes the rest. Without xdist the marks do nothing.
+    the other worker takes the rest.
     """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return  # a venv from before the lock had pytest-xdist: its marker is unknown
     items.sort(key=lambda item: not item.nodeid.startswith(FULL_PROFILE_TESTS))
     for item in items:
         path = item.nodeid.split("::", 1)[0]
