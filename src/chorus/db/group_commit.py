@@ -134,8 +134,8 @@ class GroupCommit:
                 answers.append(answer)
             if state.committed:
                 assert state.header is not None
-                await state.flush()
-                await writer.write_end(conn, state.header, state.pending)
+                added, state.added = list(state.added.values()), {}
+                await writer.write_end(conn, state.header, state.pending, added)
         if state.committed:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))

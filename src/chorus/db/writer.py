@@ -78,10 +78,9 @@ def _entry_upsert(dialect_name: str) -> postgresql.Insert | sqlite.Insert:
 
 
 _ENTRY_UPSERTS: dict[str, postgresql.Insert | sqlite.Insert] = {}
-"""The entry upsert, built once per dialect: it takes its rows as parameters, and
-building it copies the whole table (``excluded`` is an alias of it, every column
-and foreign key anew) — a cycle of ~90 objects per commit that the collector
-paid for in 50 ms pauses under load."""
+"""The entry upsert, built once per dialect: building it copies the whole table
+(``excluded`` aliases it), a cycle of ~90 objects the collector paid for in 50 ms
+pauses under load."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +114,7 @@ async def write_decision(
         trace_context: the committing request's ``traceparent`` (:func:`record`).
         added: in a group commit, the entries added and not written yet (entry
             id → entry); a decision that :func:`only_adds` puts its entries
-            there instead of writing them (the group writes them later with
-            :func:`write_added`).
+            there (alone, it writes them with its end: :func:`write_end`).
         group: in a group commit, the group's records so far: the entry and
             member rows are written now (the next command reads them), the
             log row and outbox event are appended to ``group`` and the header
@@ -126,10 +124,12 @@ async def write_decision(
         sqlalchemy.exc.IntegrityError: the operation id was committed
             concurrently by the same actor (the caller replays it).
     """
-    if added is not None and only_adds(decision):
-        for change in decision.changes:
-            assert isinstance(change, EntriesAdded)
-            added.update((e.entry_id, e) for e in change.entries)
+    p = decision.playlist
+    later: list[Entry] = []  # written by the group, or (alone) with the end
+    if only_adds(decision) and (added is not None or (group is None and p.version)):
+        later = [e for c in decision.changes if isinstance(c, EntriesAdded) for e in c.entries]
+        if added is not None:
+            added.update((e.entry_id, e) for e in later)
     else:
         await write_changes(conn, decision)
     done = record(
@@ -143,7 +143,7 @@ async def write_decision(
         group.append(done)
         return
     if decision.outcome.version > 0:
-        await write_end(conn, decision.playlist, [done])
+        await write_end(conn, decision.playlist, [done], later)
     else:
         await write_records(conn, [done])
 
@@ -230,26 +230,36 @@ def _header_params(p: Playlist) -> dict[str, Any]:
     return {f"h_{name}": value for name, value in _header_values(p).items()}
 
 
-async def write_end(conn: AsyncConnection, header: Playlist, records: Sequence[Record]) -> None:
-    """The end of a commit: the header as ``header``, then :func:`write_records`.
+async def write_end(
+    conn: AsyncConnection,
+    header: Playlist,
+    records: Sequence[Record],
+    added: Sequence[Entry] = (),
+) -> None:
+    """The end of a commit: the entries ``added`` (:func:`write_added`), the header as
+    ``header``, then :func:`write_records`.
 
-    On PostgreSQL all three (header, log rows, outbox events) are **one**
-    statement (:data:`_END_POSTGRES`); elsewhere they are three.
+    On PostgreSQL all four (entries, header, log rows, outbox events) are **one**
+    statement (:data:`_END_POSTGRES`); elsewhere they are up to four.
 
     Raises:
         sqlalchemy.exc.IntegrityError: an operation id was committed
             concurrently by the same actor.
     """
     if conn.dialect.name != "postgresql" or not records:
+        await write_added(conn, header.id, added)
         await write_header(conn, header)
         await write_records(conn, records)
         return
-    await conn.execute(_END_POSTGRES, _end_params(header, records))
+    await conn.execute(_END_POSTGRES, _end_params(header, records, added))
     await _keep_checkpoint(conn, records)
 
 
-def _end_params(header: Playlist, records: Sequence[Record]) -> dict[str, Any]:
-    """:data:`_END_POSTGRES`' parameters: the header's columns, the records' as arrays."""
+def _end_params(
+    header: Playlist, records: Sequence[Record], added: Sequence[Entry]
+) -> dict[str, Any]:
+    """:data:`_END_POSTGRES`' parameters: the header's columns, the records' and the
+    added entries' as arrays."""
     dumps = json.dumps  # what the engine's JSON type would have used
     params = _header_params(header)
     params["e_playlist_id"] = header.id
@@ -262,11 +272,23 @@ def _end_params(header: Playlist, records: Sequence[Record]) -> dict[str, Any]:
     params["e_times"] = [r.log["committed_at"] for r in records]
     params["e_events"] = [dumps(r.event["payload"]) for r in records]
     params["e_traces"] = [r.event["trace_context"] for r in records]
+    params["a_ids"] = [e.entry_id for e in added]
+    params["a_keys"] = [e.position_key for e in added]
+    params["a_media"] = [e.media_id for e in added]
+    params["a_by"] = [e.added_by for e in added]
+    params["a_at"] = [e.added_at for e in added]
     return params
 
 
 _END_POSTGRES = text(
-    "WITH header AS ("
+    "WITH entries AS ("
+    "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
+    "added_at) SELECT :e_playlist_id, * FROM unnest(CAST(:a_ids AS varchar[]), "
+    "CAST(:a_keys AS varchar[]), CAST(:a_media AS varchar[]), CAST(:a_by AS varchar[]), "
+    "CAST(:a_at AS timestamptz[])) "
+    "ON CONFLICT (playlist_id, entry_id) DO UPDATE "
+    "SET position_key = excluded.position_key, removed_at = NULL"
+    "), header AS ("
     f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
     "WHERE id = :h_id"
     "), log AS ("
@@ -282,13 +304,14 @@ _END_POSTGRES = text(
     "CAST(:e_events AS jsonb[]), CAST(:e_times AS timestamptz[]), CAST(:e_traces AS varchar[])) "
     "WITH ORDINALITY AS e(v, p, t, c, n) ORDER BY n"
 )
-"""The header update, the log rows and the outbox events as one PostgreSQL statement.
+"""The added entries (:func:`_entry_upsert`), the header update, the log rows and the
+outbox events as one PostgreSQL statement.
 
-A group commit's end was three round trips through SQLAlchemy, each ~0.4 ms of
-the process's CPU (bench/writes.py, py-spy); this is one, with a fixed shape
-whatever the group's size (arrays, not a ``VALUES`` list per size), so it is
-prepared once per connection. The outbox rows are inserted in the records'
-order, so their ids keep the versions' order."""
+A commit's end was four round trips through SQLAlchemy, each ~0.4 ms of the
+process's CPU (bench/writes.py, py-spy); this is one, of a fixed shape whatever
+the group's size (arrays, not a ``VALUES`` list per size), so it is prepared
+once per connection. Four tables: no part reads what another writes. The
+outbox rows are inserted in the records' order (their ids keep the versions')."""
 
 
 def record(
