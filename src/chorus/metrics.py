@@ -24,10 +24,10 @@ SUBSCRIPTIONS = Counter(
 )
 PLANNED = Counter(
     "chorus_graphql_planned_total",
-    "GraphQL queries and subscription events (one per delivery group) executed, by how: "
-    "plan (the kept document's plan answered), abandoned (the plan gave way to "
-    "graphql-core: an error, a null in a non-null position) or unplanned (graphql-core "
-    "only), by operation name.",
+    "GraphQL queries, mutations and subscription events (one per delivery group) "
+    "executed, by how: plan (the kept document's plan answered), abandoned (the plan gave "
+    "way to graphql-core: an error, a null in a non-null position; a mutation's command is "
+    "not run again) or unplanned (graphql-core only), by operation name.",
     ["operation_name", "served_by"],
 )
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")

@@ -14,14 +14,15 @@ from graphql.execution.values import VariableValues
 
 from chorus.graphql.execution.event_plans import EventBuilder
 from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
-from chorus.graphql.execution.plans import Builder, Unplannable
+from chorus.graphql.execution.mutation_plans import MutationBuilder
+from chorus.graphql.execution.plans import Unplannable
 from chorus.graphql.schema.build import build_schema
 from tests.switches import compiled_execution
 
 SCHEMA = build_schema()._schema  # type: ignore[attr-defined]
 
 
-def _builder(document: str, variables: dict[str, object] | None = None) -> Builder:
+def _builder(document: str, variables: dict[str, object] | None = None) -> MutationBuilder:
     parsed = parse(document)
     operation = next(d for d in parsed.definitions if isinstance(d, OperationDefinitionNode))
     fragments = {
@@ -29,8 +30,11 @@ def _builder(document: str, variables: dict[str, object] | None = None) -> Build
         for d in parsed.definitions
         if not isinstance(d, OperationDefinitionNode)
     }
-    return Builder(SCHEMA, fragments, operation, VariableValues(variables or {}, {}))
+    return MutationBuilder(SCHEMA, fragments, operation, VariableValues(variables or {}, {}))
 
+
+MUTATION = """mutation { createPlaylist(input: {operationId: "o", title: "t"}) {
+  version playlist { id } } }"""
 
 PLANNED = [
     # The cold first page (bench/peers.py).
@@ -48,8 +52,8 @@ UNPLANNED = [
     """query ($id: ID!) { node(id: $id) { id } }""",
     # Introspection.
     """{ __schema { queryType { name } } }""",
-    # Mutations are never planned.
-    """mutation { createPlaylist(input: {operationId: "o", title: "t"}) { playlist { id } } }""",
+    # A mutation is not a query: MutationBuilder plans it (below).
+    MUTATION,
 ]
 
 
@@ -106,3 +110,24 @@ def test_a_schema_a_test_builds_follows_the_run_s_switch() -> None:
     assert built.startswith("Planned") == compiled_execution()
     asked = build_schema(compiled_execution=True).execution_context_class.__name__  # type: ignore[attr-defined]
     assert asked.startswith("Planned")
+
+
+def test_a_mutation_is_planned_by_its_own_builder() -> None:
+    assert callable(_builder(MUTATION).mutation())
+    two = """mutation ($i: AddEntriesInput!) { a: addEntries(input: $i) { version }
+      b: addEntries(input: $i) { version entries { id } } }"""
+    assert callable(_builder(two).mutation())
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        PLANNED[0],  # a query
+        "mutation { __typename }",  # graphql-core answers it
+        """mutation @deprecated { createPlaylist(input: {operationId: "o", title: "t"}) {
+          version } }""",
+    ],
+)
+def test_what_a_mutation_plan_does_not_cover(document: str) -> None:
+    with pytest.raises(Unplannable):
+        _builder(document).mutation()

@@ -14,9 +14,15 @@ it (error masking, the response cache, ``ETag``) is the same for both.
 A plan run that meets anything it cannot answer exactly is abandoned and the
 request executed again by graphql-core (:class:`~chorus.graphql.execution.plans.Abandon`);
 so is one that raises. Reads have no side effects: running one twice only
-costs time. Mutations and subscriptions are never planned.
+costs time. A kept mutation's plan runs each root resolver once
+(:mod:`~chorus.graphql.execution.mutation_plans`); when it stops, graphql-core
+executes the operation with the root fields already run replayed
+(:func:`~chorus.graphql.execution.mutation_plans.replay_field`: their recorded
+value completed, or their recorded error handled), never run again. A
+subscription is planned per event (``execute_event``,
+:mod:`~chorus.graphql.execution.event_plans`), never as a whole operation.
 
-How each query was served is noted on the request context
+How each query and mutation was served is noted on the request context
 (``Operation.served_by``: ``plan``, ``abandoned``, ``unplanned``) and counted
 by :class:`~chorus.graphql.execution.operation_metrics.OperationMetrics` in
 ``chorus_graphql_planned_total{operation_name, served_by}``.
@@ -26,12 +32,19 @@ by :class:`~chorus.graphql.execution.operation_metrics.OperationMetrics` in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from graphql import DocumentNode, ExecutionResult, GraphQLSkipDirective, OperationType, visit
 from graphql.language import DirectiveNode, VariableNode, Visitor
+from graphql.pyutils import Path
 
 from chorus.graphql.execution.event_plans import EventBuilder, event_type
+from chorus.graphql.execution.mutation_plans import (
+    MutationBuilder,
+    MutationRoot,
+    Replay,
+    replay_field,
+)
 from chorus.graphql.execution.operation_metrics import OperationNames
 from chorus.graphql.execution.plans import Builder, Run, run
 from chorus.metrics import PLANNED
@@ -41,7 +54,8 @@ MAX_DIRECTIVE_VARIABLES = 4
 """Variables in ``@skip``/``@include`` an operation may have and be planned (one plan
 per combination of their values: at most 16)."""
 
-Root = Callable[[Any, Run], dict[str, Any]]
+QueryRoot = Callable[[Any, Run], dict[str, Any]]
+Root = QueryRoot | MutationRoot
 Served = Callable[[str], None]
 """Notes how an operation or event was served (``plan``, ``abandoned``)."""
 
@@ -110,14 +124,48 @@ def planned_executor(
                 executor.document = document
             return executor
 
+        recorded: dict[str, Any] | None = None
+
         def execute_operation(self, serially: bool | None = None) -> Any:
-            if self.operation.operation is not OperationType.QUERY or serially:
+            kind = self.operation.operation
+            if kind is OperationType.SUBSCRIPTION or serially is not None:
                 return super().execute_operation(serially)
             root = self._plan()
             if root is None:
                 _note(self.context_value, "unplanned")
                 return super().execute_operation(serially)
-            return self._run(root, self._query_fallback, self._served_query)
+            if kind is OperationType.MUTATION:
+                return self._mutate(cast(MutationRoot, root))
+            return self._run(cast(QueryRoot, root), self._query_fallback, self._served_query)
+
+        async def _mutate(self, root: MutationRoot) -> ExecutionResult:
+            try:
+                data = await root(self.root_value, self)
+            except Replay as replay:
+                _note(self.context_value, "abandoned")
+                self.recorded = replay.recorded
+                result = super().execute_operation(None)
+                return await result if self.is_awaitable(result) else result  # type: ignore[no-any-return]
+            _note(self.context_value, "plan")
+            return self.build_response(data)  # type: ignore[no-any-return]
+
+        def execute_field(
+            self,
+            parent_type: Any,
+            source: Any,
+            field_details_list: Any,
+            path: Path,
+            position_context: Any,
+        ) -> Any:
+            recorded = self.recorded
+            if recorded is None or path.prev is not None or path.key not in recorded:
+                return super().execute_field(
+                    parent_type, source, field_details_list, path, position_context
+                )
+            outcome = recorded.pop(path.key)
+            return replay_field(
+                self, outcome, parent_type, field_details_list, path, position_context
+            )
 
         def execute_event(self, serially: bool | None = None) -> Any:
             """One subscription event (``DeliveryExecutor.execute_event``),
@@ -135,7 +183,7 @@ def planned_executor(
             if root is None:
                 self._count_event("unplanned")
                 return fallback(serially)
-            return self._run(root, lambda: fallback(None), self._count_event)
+            return self._run(cast(QueryRoot, root), lambda: fallback(None), self._count_event)
 
         def _count_event(self, served_by: str) -> None:
             name = self.operation.name.value if self.operation.name else None
@@ -170,19 +218,23 @@ def planned_executor(
                 return None
             if values not in found.by_values:
                 try:
-                    found.by_values[values] = (
-                        builder()
-                        if builder is not None
-                        else Builder(
+                    if builder is not None:
+                        found.by_values[values] = builder().root()
+                    else:
+                        built = MutationBuilder(
                             self.schema, self.fragments, self.operation, self.variable_values
                         )
-                    ).root()
+                        found.by_values[values] = (
+                            built.mutation()
+                            if self.operation.operation is OperationType.MUTATION
+                            else built.root()
+                        )
                 except Exception:  # Unplannable, or a document too deep to walk
                     found.by_values[values] = None
             root: Root | None = found.by_values[values]
             return root
 
-        def _run(self, root: Root, fallback: Callable[[], Any], served: Served) -> Any:
+        def _run(self, root: QueryRoot, fallback: Callable[[], Any], served: Served) -> Any:
             try:
                 data = run(root, self)
             except Exception:  # Abandon, or what a resolver raised

@@ -24,11 +24,12 @@ generated function was not worth its ``exec`` until the plan's own time
 shows in a profile (``docs/caching.md``, "The cold path").
 
 **What a plan does not cover** (:class:`Unplannable` at build time; graphql-core
-runs it): mutations, subscriptions (but for one event of a known type:
+runs it): subscriptions (but for one event of a known type:
 :mod:`chorus.graphql.execution.event_plans`), introspection (``__schema``,
 ``__type``), interfaces and unions, ``@defer``/``@stream`` and any directive
 but ``@skip``/``@include``, fragment variables, an object type whose
-``is_type_of`` is not strawberry's. ``@skip``/``@include`` with a variable
+``is_type_of`` is not strawberry's. Mutations:
+:mod:`chorus.graphql.execution.mutation_plans`. ``@skip``/``@include`` with a variable
 are folded per value: the plan is keyed by those variables' values.
 
 **Nothing a plan answers can differ from graphql-core's answer**: any error,
@@ -36,7 +37,7 @@ a ``None`` where the type is non-null, a value of an unexpected shape
 (not a list, another object type, a scalar that refuses it) raises
 :class:`Abandon`, and the request is executed again by graphql-core
 (:mod:`chorus.graphql.execution.planned`), which then reports it exactly.
-Queries only: reads have no side effects, so running one twice is safe.
+A query's reads have no side effects, so running one twice is safe.
 """
 
 from __future__ import annotations
@@ -361,12 +362,12 @@ def run(
     try:
         data = root(executor.root_value, state)
     except BaseException:
-        _close(state)
+        close_pending(state)
         raise
-    return _waves(data, state) if state.pending else data
+    return waves(data, state) if state.pending else data
 
 
-async def _waves(data: dict[str, Any], state: Run) -> dict[str, Any]:
+async def waves(data: dict[str, Any], state: Run) -> dict[str, Any]:
     """Await each wave of pending values together, complete them, until none is left."""
     try:
         while state.pending:
@@ -385,14 +386,15 @@ async def _waves(data: dict[str, Any], state: Run) -> dict[str, Any]:
                 result[key] = complete(value, state, path)
         return data
     finally:
-        _close(state)
+        close_pending(state)
 
 
-def _close(state: Run) -> None:
+def close_pending(state: Run) -> None:
+    """Close the pending awaitables never started (no "never awaited" warning)."""
     for _, _, awaitable, _, _ in state.pending:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()  # never started: no "never awaited" warning
     state.pending = []
 
 
-__all__ = ["Abandon", "Builder", "Run", "Unplannable", "run"]
+__all__ = ["Abandon", "Builder", "Run", "Unplannable", "close_pending", "run", "waves"]
