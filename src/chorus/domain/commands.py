@@ -185,19 +185,28 @@ PlaylistCommand = VersionedCommand | LibraryCommand
 Command = CreatePlaylist | PlaylistCommand
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+"""Each dataclass's field names, looked up once: a hash took 55 µs with
+``dataclasses.fields`` per call, 40 µs without (an ``AddEntries``)."""
+
+
 def _normalise(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        # A field left UNSET is absent, so it never hashes like the string "UNSET".
-        return {
-            f.name: _normalise(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if getattr(value, f.name) is not UNSET
-        }
+    if isinstance(value, str | int | float | None):
+        return value
     if isinstance(value, tuple | list):
         return [_normalise(v) for v in value]
-    return value
+    kind = type(value)
+    names = _FIELD_NAMES.get(kind)
+    if names is None:
+        if not dataclasses.is_dataclass(kind):
+            return value
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    # A field left UNSET is absent, so it never hashes like the string "UNSET".
+    return {
+        name: _normalise(field) for name in names if (field := getattr(value, name)) is not UNSET
+    }
 
 
 def request_hash(command: Command) -> str:
