@@ -90,12 +90,56 @@ _CLAIM_LOCKED = _CLAIM.where(
 ).with_for_update(skip_locked=True)
 
 
+async def claim_and_stamp(conn: AsyncConnection, limit: int, now: datetime) -> list[OutboxRow]:
+    """PostgreSQL: :func:`claim` and :func:`stamp` the claimed events ``now``, in one
+    statement after the advisory locks (``UPDATE … RETURNING``), oldest first.
+
+    The stamp is part of the relay's transaction, so it is seen only when that
+    commits, after the publisher took the events; if publishing fails the
+    transaction rolls back and the events stay unpublished (at-least-once, as
+    with :func:`stamp` after publishing). One round trip fewer per drain.
+    """
+    params: dict[str, object] = {"limit": limit}
+    playlists = list((await conn.execute(_LOCK_PLAYLISTS, params)).scalars())
+    if not playlists:
+        return []
+    params.update(playlists=playlists, now=now)
+    rows = await conn.execute(_CLAIM_AND_STAMP, params)
+    return sorted(
+        (OutboxRow(r.event_id, r.playlist_id, r.version, r.payload, r.trace_context) for r in rows),
+        key=lambda row: row.event_id,
+    )
+
+
 async def stamp(conn: AsyncConnection, event_ids: list[int], now: datetime) -> None:
     """Mark events published."""
     if event_ids:
         await conn.execute(_STAMP, {"event_ids": event_ids, "now": now})
 
 
+_CLAIM_AND_STAMP = (
+    update(outbox)
+    .where(
+        outbox.c.event_id.in_(
+            select(outbox.c.event_id)
+            .where(
+                outbox.c.published_at.is_(None),
+                outbox.c.playlist_id.in_(bindparam("playlists", expanding=True)),
+            )
+            .order_by(outbox.c.event_id)
+            .limit(bindparam("limit"))
+            .with_for_update(skip_locked=True)
+        )
+    )
+    .values(published_at=bindparam("now", type_=outbox.c.published_at.type))
+    .returning(
+        outbox.c.event_id,
+        outbox.c.playlist_id,
+        outbox.c.version,
+        outbox.c.payload,
+        outbox.c.trace_context,
+    )
+)
 _STAMP = (
     update(outbox)
     .where(outbox.c.event_id.in_(bindparam("event_ids", expanding=True)))

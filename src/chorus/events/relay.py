@@ -2,10 +2,12 @@
 
 It drains in batches until the outbox is empty, then sleeps until a commit
 :meth:`OutboxRelay.notify`\\ s it (same process) or ``poll_interval_s``
-passes (another process committed). Delivery is at least once: a batch is
-stamped only after the publisher returned (for Kafka: every record
-acknowledged with ``acks=all``), so a crash in between publishes it again,
-and consumers dedupe by ``(playlist_id, version)`` (docs/full-profile.md).
+passes (another process committed). Delivery is at least once: a batch's
+stamp commits only after the publisher returned (for Kafka: every record
+acknowledged with ``acks=all``; on PostgreSQL the claim stamps it inside the
+relay's transaction, :func:`chorus.db.outbox.claim_and_stamp`), so a crash in
+between publishes it again, and consumers dedupe by ``(playlist_id, version)``
+(docs/full-profile.md).
 
 Several relays may run at once: :func:`chorus.db.outbox.claim` gives each
 playlist's unpublished events to one relay at a time, so a playlist's events
@@ -100,10 +102,11 @@ class OutboxRelay:
         """
         if self._db.is_postgres:
             async with self._db.write() as conn:
-                rows = await outbox.claim(conn, self._batch_size)
+                # Stamped in the statement that claims them: seen when this commits,
+                # after the publisher took them; a failed publish rolls it back.
+                rows = await outbox.claim_and_stamp(conn, self._batch_size, self._clock())
                 if rows:
                     await self._publish(rows)
-                    await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
         else:
             # SQLite has one writer: publishing inside its transaction would
             # stall every mutation while the broker is slow or down.
