@@ -58,12 +58,14 @@ async def test_crash_after_entry_insert_leaves_nothing(
 ) -> None:
     ed = await new_playlist(store)
     await ed.add("m0")
-    real_upsert = writer._upsert_entries
+    real_keep = writer._keep_checkpoint
     inserted: list[str] = []
 
-    async def upsert_then_crash(conn: AsyncConnection, playlist_id: str, entries: Any) -> None:
-        await real_upsert(conn, playlist_id, entries)
-        # The rows are there, inside the transaction, when the crash comes.
+    async def keep_then_crash(conn: AsyncConnection, records: Any) -> None:
+        # The end is written (on PostgreSQL the entry rows are in its statement):
+        # the rows are there, inside the transaction, when the crash comes.
+        await real_keep(conn, records)
+        playlist_id = records[-1].playlist.id
         count = await conn.scalar(
             select(func.count()).where(playlist_entry.c.playlist_id == playlist_id)
         )
@@ -72,13 +74,13 @@ async def test_crash_after_entry_insert_leaves_nothing(
 
     before = await tally(database, ed.playlist_id)
     command = ed.command(AddEntries, media_ids=("m1", "m2"))
-    monkeypatch.setattr(writer, "_upsert_entries", upsert_then_crash)
+    monkeypatch.setattr(writer, "_keep_checkpoint", keep_then_crash)
     with pytest.raises(RuntimeError, match="crash"):
         await store.execute(command, ALICE)
     assert inserted == ["3"]
     assert await tally(database, ed.playlist_id) == before
 
-    monkeypatch.setattr(writer, "_upsert_entries", real_upsert)
+    monkeypatch.setattr(writer, "_keep_checkpoint", real_keep)
     retried = await store.execute(command, ALICE)
     assert not retried.replayed
     assert retried.outcome.version == 2
