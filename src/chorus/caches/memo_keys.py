@@ -35,14 +35,21 @@ VersionedFieldsKey = tuple[Hashable, str]
 
 
 def introspection_key(
-    document: str, operation_name: str | None, variables: Mapping[str, Any] | None
+    document: str,
+    operation_name: str | None,
+    variables: Mapping[str, Any] | None,
+    *,
+    canonical: str | None = None,
 ) -> IntrospectionKey | None:
     """The key of an introspection answer; ``None`` when the variables are not JSON.
 
     Such an answer is the schema's, the same for everyone: who asks is not in
     it. The document is its text (two spellings, two keys); the variables are
-    :func:`~chorus.caches.responses.canonical_variables` (none and ``{}`` alike).
+    :func:`~chorus.caches.responses.canonical_variables` (none and ``{}`` alike),
+    or ``canonical`` when the caller has them already.
     """
+    if canonical is not None:
+        return document, operation_name or "", canonical
     try:
         return document, operation_name or "", canonical_variables(variables)
     except (TypeError, ValueError):

@@ -59,8 +59,13 @@ def response_key(
     operation_name: str | None,
     variables: Mapping[str, Any] | None,
     viewer_id: str | None,
+    *,
+    canonical: str | None = None,
 ) -> ResponseKey:
     """The cache key of an answer; nothing else builds one.
+
+    ``canonical``: :func:`canonical_variables` of ``variables`` when the caller
+    has it already (the lean route keeps it per request body).
 
     Every input that can change an answer is in it or in the entry:
 
@@ -77,7 +82,9 @@ def response_key(
     same for every entry of this in-process cache, so they are not in it.
     """
     audience = SHARED if viewer_id is None else "user:" + viewer_id
-    return (document_sha256, operation_name or "", canonical_variables(variables), audience)
+    if canonical is None:
+        canonical = canonical_variables(variables)
+    return (document_sha256, operation_name or "", canonical, audience)
 
 
 def etag_of(body: bytes) -> str:

@@ -115,11 +115,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
-        self._operation_names = operation_names or OperationNames()
+        self.operation_names = operation_names or OperationNames()
         self.documents = DocumentCache()
         schema = build_schema(
             limits,
-            self._operation_names,
+            self.operation_names,
             self.documents,
             threaded_validation=True,
             fast_field_execution=fast_field_execution,
@@ -305,7 +305,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             return served(request, *introspected)
         services: Services = request.app.state.services
         # Learned names come from OperationMetrics, once an operation passed validation.
-        label = self._operation_names.label(operation.operation_name)
+        label = self.operation_names.label(operation.operation_name)
         request.state.chorus_operation = operation.operation_name, identity
         if identity is None or not cached_answers.enabled(services) or self._mutates(operation):
             return await self._execute(request, services, operation, None, label)

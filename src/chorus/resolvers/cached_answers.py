@@ -33,6 +33,7 @@ from chorus.caches.generation import Ticket
 from chorus.caches.responses import (
     CachedAnswer,
     ResponseKey,
+    canonical_variables,
     document_hash,
     etag_of,
     response_key,
@@ -59,6 +60,8 @@ class AnswerRequest:
         operation_name: str | None,
         variables: Mapping[str, Any] | None,
         viewer_id: str,
+        *,
+        canonical: str | None = None,
     ) -> AnswerRequest:
         """The keys of a query (:func:`~chorus.caches.responses.response_key`).
 
@@ -67,10 +70,15 @@ class AnswerRequest:
             operation_name: the requested operation, if named.
             variables: the request's variables, decoded.
             viewer_id: the verified token's user.
+            canonical: the variables' canonical text, when known already.
         """
+        if canonical is None:
+            canonical = canonical_variables(variables)
         return cls(
-            response_key(document_sha256, operation_name, variables, None),
-            response_key(document_sha256, operation_name, variables, viewer_id),
+            response_key(document_sha256, operation_name, variables, None, canonical=canonical),
+            response_key(
+                document_sha256, operation_name, variables, viewer_id, canonical=canonical
+            ),
         )
 
 
@@ -150,6 +158,7 @@ async def remember(
 __all__ = [
     "AnswerRequest",
     "Ticket",
+    "canonical_variables",
     "document_hash",
     "enabled",
     "etag_of",

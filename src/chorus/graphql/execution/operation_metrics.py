@@ -180,6 +180,7 @@ __all__ = [
     "OPERATION_NAME",
     "OperationMetrics",
     "OperationNames",
+    "describe_answer",
 ]
 
 
@@ -199,12 +200,26 @@ def describe_operation(span: Span, request: Request, response: Response) -> None
     """
     sent, identity = getattr(request.state, "chorus_operation", (None, None))
     context: RequestContext | None = getattr(request.state, "chorus_context", None)
+    user = identity.user_id if identity is not None else None
+    describe_answer(span, sent, user, context, response.status_code)
+
+
+def describe_answer(
+    span: Span | None,
+    sent: str | None,
+    user: str | None,
+    context: RequestContext | None,
+    status: int,
+) -> None:
+    """:func:`describe_operation` of an answer whose parts are known: ``sent`` the
+    operation name sent, ``user`` the viewer, ``context`` the executed operation's
+    (``None``: none ran), ``status`` the HTTP status; ``span`` ``None``: tracing is off."""
     name = (context.operation.name if context is not None else None) or sent
-    note_access(identity.user_id if identity is not None else None, name)
-    if not span.is_recording():
+    note_access(user, name)
+    if span is None or not span.is_recording():
         return
     kind = context.operation.type if context is not None else None
-    if kind is None and response.status_code in (200, 304) and sent is not None:
+    if kind is None and status in (200, 304) and sent is not None:
         kind = "query"  # answered from the response cache, which keeps only queries
     name = (name or "")[:MAX_SPAN_NAME]
     span.update_name(" ".join(part for part in (kind or "graphql", name) if part))
@@ -212,4 +227,4 @@ def describe_operation(span: Span, request: Request, response: Response) -> None
         span.set_attribute("graphql.operation.name", name)
     if kind is not None:
         span.set_attribute("graphql.operation.type", kind)
-    span.set_attribute("http.response.status_code", response.status_code)
+    span.set_attribute("http.response.status_code", status)

@@ -119,7 +119,11 @@ def _json_param(value: str | None) -> object:
 
 def not_modified(request: Request, etag: str) -> bool:
     """Whether the request's ``If-None-Match`` names ``etag`` (or is ``*``)."""
-    header = request.headers.get("if-none-match")
+    return names_etag(request.headers.get("if-none-match"), etag)
+
+
+def names_etag(header: str | None, etag: str) -> bool:
+    """Whether an ``If-None-Match`` value ``header`` names ``etag`` (or is ``*``)."""
     if header is None:
         return False
     for candidate in header.split(","):
@@ -139,6 +143,7 @@ __all__ = [
     "QUERY_CACHE_CONTROL",
     "VARY",
     "HttpOperation",
+    "names_etag",
     "not_modified",
     "query_headers",
     "read_operation",

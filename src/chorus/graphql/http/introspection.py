@@ -28,14 +28,21 @@ class IntrospectionAnswers:
         self.enabled = enabled
         self._kept: OrderedDict[IntrospectionKey, tuple[bytes, str]] = OrderedDict()
 
-    def _key(self, operation: HttpOperation) -> IntrospectionKey | None:
+    def _key(
+        self, operation: HttpOperation, canonical: str | None = None
+    ) -> IntrospectionKey | None:
         if not self.enabled:
             return None
-        return introspection_key(operation.document, operation.operation_name, operation.variables)
+        return introspection_key(
+            operation.document, operation.operation_name, operation.variables, canonical=canonical
+        )
 
-    def get(self, operation: HttpOperation) -> tuple[bytes, str] | None:
-        """The kept body and its ``ETag``, if any."""
-        key = self._key(operation)
+    def get(
+        self, operation: HttpOperation, canonical: str | None = None
+    ) -> tuple[bytes, str] | None:
+        """The kept body and its ``ETag``, if any (``canonical``: the variables' canonical
+        text, when known already)."""
+        key = self._key(operation, canonical)
         found = self._kept.get(key) if key is not None else None
         if found is not None and key is not None:
             self._kept.move_to_end(key)
