@@ -10,7 +10,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -108,6 +107,9 @@ _ANSWER_STARTS = frozenset(
 acceptance, and a refused handshake's HTTP answer (the ASGI denial response)."""
 
 
+_REQUEST_ID_NAME = REQUEST_ID_HEADER.lower().encode("latin-1")
+
+
 class RequestId:
     """Gives every HTTP request and WebSocket connection its request id (:mod:`chorus.logs`).
 
@@ -126,7 +128,12 @@ class RequestId:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        request_id = request_id_from(Headers(scope=scope).get(REQUEST_ID_HEADER))
+        sent = None
+        for name, value in scope["headers"]:  # the first, as Headers.get reads it
+            if name == _REQUEST_ID_NAME:
+                sent = value.decode("latin-1")
+                break
+        request_id = request_id_from(sent)
         header = (REQUEST_ID_HEADER.lower().encode(), request_id.encode())
 
         async def send_with_id(message: Message) -> None:
