@@ -30,7 +30,8 @@ request id (every response carries it), ``Connection: close`` while draining,
 OpenTelemetry's server span (only when tracing is on: ``CHORUS_OTLP_ENDPOINT``,
 docs/observability.md), the JSON access line (only with
 ``CHORUS_LOG_FORMAT=json``), CORS (``CHORUS_CORS_ORIGINS``, the same list the
-WebSocket handshake checks), the body size limit.
+WebSocket handshake checks), the body size limit; inside them, before the router, the
+lean route (:mod:`chorus.graphql.http.lean`: a response-cache hit sent from raw ASGI).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from chorus.graphql.execution.operation_metrics import OperationNames
 from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.persisted import PersistedDocuments, load_manifest
 from chorus.graphql.http import ide
+from chorus.graphql.http.lean import LeanRoute
 from chorus.graphql.roles import RoleGate
 from chorus.health import Check
 from chorus.jwks import JWKSVerifier
@@ -161,7 +163,8 @@ def create_app(
     app.state.role = settings.serve_role
     app.state.metrics_token = settings.metrics_token
     app.state.drain = drain = drain or Drain()
-    asgi: ASGIApp = RequestId(CloseWhileDraining(_middleware(settings, app), drain))
+    inner: ASGIApp = LeanRoute(app, graphql_app, app.state) if settings.lean_route else app
+    asgi: ASGIApp = RequestId(CloseWhileDraining(_middleware(settings, inner), drain))
     trusted = settings.trusted_proxy_list
     return ForwardedClient(asgi, trusted) if trusted else asgi
 

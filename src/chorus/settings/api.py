@@ -118,6 +118,11 @@ class ApiSettings(BaseModel):
         "graphql-core's execution (graphql/execution/planned.py); anything the plan "
         "cannot answer exactly still goes to graphql-core; false: no plans.",
     )
+    lean_route: bool = Field(
+        True,
+        description="Send a response-cache hit on /graphql from raw ASGI, before Starlette "
+        "and strawberry (graphql/http/lean.py); false: every request goes the view's way.",
+    )
     introspection_answers: bool = Field(
         True,
         description="Keep the answers of introspection-only operations for the process's "

@@ -1,0 +1,323 @@
+"""The lean route: a kept answer sent from raw ASGI, in front of Starlette and strawberry.
+
+The response cache's hit (``chorus.resolvers.cached_answers``) is the
+commonest answer of a reading API, and its bytes are ready: what it costs
+is the request path in front of them. :class:`LeanRoute` answers it with
+nothing but ASGI messages, and hands every other request, unchanged (its
+body replayed), to the app behind it — Starlette's router and
+:class:`~chorus.graphql.endpoint.ChorusGraphQL`, whose answers and error
+shapes stay the reference.
+
+It answers a request only when :meth:`ChorusGraphQL._answer` would serve the
+same kept answer, with the same checks, in the same order:
+
+* ``POST /graphql`` with a JSON body (``Content-Type`` naming
+  ``application/json``), or ``GET /graphql`` with a ``query`` or
+  ``extensions`` parameter, each parameter once; a role that serves HTTP;
+* an ``Accept`` answered by JSON or ``application/graphql-response+json``
+  (:func:`~chorus.graphql.http.negotiation.negotiate`); no
+  ``Content-Encoding``, no ``Transfer-Encoding`` but chunked; one
+  ``Authorization`` with a valid bearer token;
+* a body of at most :data:`~chorus.graphql.http.body.OFF_LOOP_BYTES`
+  decoded by the view's bounded decoder into an object of the right types;
+  persisted documents resolved (and registered) as the view does;
+* the response cache looked up as the view looks it up (on, no query budget
+  on, no kept introspection answer for it) and a current entry found.
+
+Then it sends the entry's bytes (or ``304``) with the view's headers and
+media type, counts the hit, notes the access line and names the ``graphql``
+span as the view does. Anything else, a miss and an exception before the
+answer started included, goes to the app behind, which decides afresh.
+The middleware (request id, CORS, body size limit, access log, tracing)
+sits outside: it applies to both alike.
+
+A body's decoding (the bounded decoder's result and its canonical
+variables) is kept per body bytes (:data:`DECODED_BODIES`, LRU): decoding is
+pure, so a repeated body is not decoded again; every other check runs on
+every request. ``CHORUS_LEAN_ROUTE=false`` turns the route off.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Protocol
+from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from chorus import tracing
+from chorus.auth import Identity
+from chorus.graphql.execution.operation_metrics import OperationNames, describe_answer
+from chorus.graphql.guards.nesting import decode_json
+from chorus.graphql.guards.persisted import PersistedDocuments
+from chorus.graphql.http import negotiation
+from chorus.graphql.http.body import GET_PARAMETERS, OFF_LOOP_BYTES
+from chorus.graphql.http.caching import QUERY_CACHE_CONTROL, VARY, HttpOperation, names_etag
+from chorus.graphql.http.introspection import IntrospectionAnswers
+from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
+from chorus.resolvers import cached_answers
+from chorus.resolvers.cached_answers import canonical_variables
+from chorus.tracing import tracer
+
+DECODED_BODIES = 1024
+"""Request bodies (or GET query strings) whose decoding is kept (least recently used go)."""
+
+_PATH = "/graphql"
+
+
+class _Decoded:
+    """What one body asks, decoded once: the parts
+    :func:`~chorus.graphql.http.caching.read_operation` reads, the variables' canonical
+    text, and the document's SHA-256 once a request needed it."""
+
+    __slots__ = ("canonical", "extensions", "name", "query", "sha256", "variables")
+
+    def __init__(self, query: object, name: str | None, variables: Any, extensions: Any) -> None:
+        self.query = query
+        self.name = name
+        self.extensions = extensions
+        self.canonical = canonical_variables(variables)
+        self.sha256: str | None = None  # of ``query``, once a request needs it
+        self.variables: dict[str, Any] | None = variables
+
+
+class View(Protocol):
+    """What the lean route uses of :class:`~chorus.graphql.endpoint.ChorusGraphQL`."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def persisted(self) -> PersistedDocuments: ...
+
+    @property
+    def introspections(self) -> IntrospectionAnswers: ...
+
+    @property
+    def operation_names(self) -> OperationNames: ...
+
+    async def identify(self, header: object) -> tuple[Identity | None, str | None]: ...
+
+    def decode_json(self, data: str | bytes) -> object: ...
+
+
+class LeanRoute:
+    """``/graphql``'s response-cache hits answered before ``app`` (see the module docstring).
+
+    Args:
+        app: the application behind (Starlette with the GraphQL view).
+        view: the GraphQL view whose checks, caches and counters are used.
+        state: the Starlette app's state, where the lifespan puts the services.
+    """
+
+    def __init__(self, app: ASGIApp, view: View, state: Any) -> None:
+        self.app = app
+        self._view = view
+        self._state = state
+        self._decoded: OrderedDict[bytes, _Decoded] = OrderedDict()
+        self._counted: dict[str, tuple[Any, Any]] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] != _PATH
+            or scope.get("root_path")
+            or scope["method"] not in ("GET", "POST")
+            or self._view.role == "gateway"
+        ):
+            await self.app(scope, receive, send)
+            return
+        services = getattr(self._state, "services", None)
+        if services is None or not cached_answers.enabled(services):
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        if scope["method"] == "POST":
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+        try:
+            answered = await self._answer(scope, body, services, send)
+        except Exception:
+            answered = False  # the app behind runs the request and answers as it does
+        if answered:
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed or scope["method"] != "POST":
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _answer(self, scope: Scope, body: bytes, services: Any, send: Send) -> bool:
+        """Send the kept answer of this request if there is one; whether it was sent."""
+        accept = authorization = content_type = if_none_match = None
+        tokens = 0
+        # The first of each, as Starlette's Headers.get reads them.
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value
+                tokens += 1
+            elif name == b"accept":
+                accept = value if accept is None else accept
+            elif name == b"content-type":
+                content_type = value if content_type is None else content_type
+            elif name == b"if-none-match":
+                if_none_match = value if if_none_match is None else if_none_match
+            elif name == b"content-encoding":
+                if value.strip().lower() != b"identity":
+                    return False
+            elif name == b"transfer-encoding" and any(
+                c.strip().lower() not in (b"", b"chunked") for c in value.split(b",")
+            ):
+                return False
+        if tokens != 1 or authorization is None or len(body) > OFF_LOOP_BYTES:
+            return False
+        media = negotiation.negotiate(accept.decode("latin-1") if accept is not None else None)
+        if media is None:
+            return False
+        if scope["method"] == "POST":
+            if content_type is None or b"application/json" not in content_type:
+                return False
+            decoded = self._decoded_body(body)
+        else:
+            decoded = self._decoded_query(scope["query_string"])
+        if decoded is None:
+            return False
+        view = self._view
+        identity, _ = await view.identify(authorization.decode("latin-1"))
+        if identity is None:
+            return False
+        document, sha = view.persisted.resolve(
+            decoded.query, decoded.extensions, viewer=True, register=True
+        )
+        if not isinstance(document, str):
+            return False
+        operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+        if view.introspections.get(operation, decoded.canonical) is not None:
+            return False
+        if sha is None:
+            if document is not decoded.query:
+                return False
+            sha = decoded.sha256
+            if sha is None:
+                sha = decoded.sha256 = cached_answers.document_hash(document)
+        asked = cached_answers.AnswerRequest.of(
+            sha, decoded.name, decoded.variables, identity.user_id, canonical=decoded.canonical
+        )
+        cached = await cached_answers.lookup(services, asked)
+        if cached is None:
+            return False
+        if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
+            return False  # negotiation reads the body: the view's way
+        counted = self._counters(view.operation_names.label(decoded.name))
+        etag = cached.etag
+        headers = [
+            (b"etag", etag.encode("latin-1")),
+            (b"cache-control", _CACHE_CONTROL),
+            (b"vary", _VARY),
+        ]
+        if names_etag(if_none_match.decode("latin-1") if if_none_match is not None else None, etag):
+            status, out = 304, b""
+            counted[1].inc()
+        else:
+            status, out = 200, cached.body
+            counted[0].inc()
+            RESPONSE_CACHE_SERVED_BYTES.inc(len(out))
+            headers.append((b"content-length", str(len(out)).encode("latin-1")))
+            headers.append((b"content-type", media.encode("latin-1")))
+        if tracing.enabled():
+            with tracer.start_as_current_span("graphql") as span:
+                describe_answer(span, decoded.name, identity.user_id, None, status)
+        else:
+            describe_answer(None, decoded.name, identity.user_id, None, status)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": out})
+        return True
+
+    def _counters(self, label: str) -> tuple[Any, Any]:
+        """``chorus_response_cache_total``'s ``hit`` and ``not_modified`` children of ``label``
+        (the same objects ``labels()`` returns; labels are bounded by :class:`OperationNames`)."""
+        found = self._counted.get(label)
+        if found is None:
+            found = self._counted[label] = (
+                RESPONSE_CACHE.labels(label, "hit"),
+                RESPONSE_CACHE.labels(label, "not_modified"),
+            )
+        return found
+
+    def _decoded_body(self, body: bytes) -> _Decoded | None:
+        found = self._decoded.get(body)
+        if found is not None:
+            self._decoded.move_to_end(body)
+            return found
+        try:
+            data = self._view.decode_json(body)
+        except (ValueError, RecursionError):
+            return None
+        return self._keep(body, data)
+
+    def _decoded_query(self, query_string: bytes) -> _Decoded | None:
+        found = self._decoded.get(query_string)
+        if found is not None:
+            self._decoded.move_to_end(query_string)
+            return found
+        # Starlette's reading of a query string (QueryParams), each parameter once.
+        pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+        params: dict[str, str] = {}
+        for name, value in pairs:
+            if name in params and name in GET_PARAMETERS:
+                return None
+            params.setdefault(name, value)
+        if "query" not in params and "extensions" not in params:
+            return None
+        try:
+            data = {
+                "query": params.get("query"),
+                "operationName": params.get("operationName"),
+                "variables": _json_param(params.get("variables")),
+                "extensions": _json_param(params.get("extensions")),
+            }
+        except ValueError:
+            return None
+        return self._keep(query_string, data)
+
+    def _keep(self, key: bytes, data: object) -> _Decoded | None:
+        if not isinstance(data, dict):
+            return None
+        variables, name, extensions = (
+            data.get("variables"),
+            data.get("operationName"),
+            data.get("extensions"),
+        )
+        if not isinstance(variables, dict | None) or not isinstance(name, str | None):
+            return None
+        if not isinstance(extensions, dict | None):
+            return None
+        try:
+            decoded = _Decoded(data.get("query"), name, variables, extensions)
+        except (TypeError, ValueError):
+            return None
+        self._decoded[key] = decoded
+        while len(self._decoded) > DECODED_BODIES:
+            self._decoded.popitem(last=False)
+        return decoded
+
+
+_CACHE_CONTROL = QUERY_CACHE_CONTROL.encode("latin-1")
+_VARY = VARY.encode("latin-1")
+
+
+def _json_param(value: str | None) -> object:
+    return None if value is None else decode_json(value)
+
+
+__all__ = ["DECODED_BODIES", "LeanRoute", "View"]

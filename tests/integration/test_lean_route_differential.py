@@ -1,0 +1,395 @@
+"""The lean route answers as the view does, byte for byte (``CHORUS_LEAN_ROUTE``).
+
+Two apps on one embedded database, the lean route on and off, are sent the
+same requests in the same order; every answer (status, body, headers but the
+request id and the date) must be equal, and the hits must have been the lean
+route's (the app behind it never saw them). Requests it does not answer
+(errors, misses, refusals, preflights) go to the view: equal too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from chorus.app import create_app
+from chorus.auth import mint_token
+from chorus.db.migrate import upgrade
+from chorus.domain.commands import AddEntries, CreatePlaylist
+from chorus.domain.model import Visibility
+from chorus.graphql.http.lean import LeanRoute
+from chorus.graphql.schema.common import ids
+from chorus.resolvers.context import Services
+from chorus.settings import Settings
+
+SECRET = "lean-route-" + "s" * 40
+ORIGIN = "http://localhost:5173"
+PAGE = """query Page($id: ID!) { playlist(id: $id) { id version title
+  entries(first: 10) { edges { cursor node { id mediaId media { title } } } } } }"""
+OTHER = "query Other($id: ID!) { playlist(id: $id) { title } }"
+IGNORED = {"x-request-id", "date"}
+
+Message = dict[str, Any]
+
+
+class _Behind:
+    """The app behind the lean route, counting the requests that reach it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.seen = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.seen += 1
+        await self.app(scope, receive, send)
+
+
+def _lean_of(app: Any) -> LeanRoute | None:
+    while app is not None and not isinstance(app, LeanRoute):
+        app = getattr(app, "app", None)
+    return app
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Services, Any]]:
+    app = create_app(settings)
+    lean = _lean_of(app)
+    behind = None
+    if lean is not None:
+        behind = lean.app = _Behind(lean.app)
+    inbox: asyncio.Queue[Message] = asyncio.Queue()
+    outbox: asyncio.Queue[Message] = asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+    task = asyncio.create_task(app({"type": "lifespan", "state": {}}, inbox.get, outbox.put))
+    started = await outbox.get()
+    assert started["type"] == "lifespan.startup.complete", started
+    state = app
+    while not hasattr(state, "state") or not hasattr(state.state, "services"):
+        state = state.app
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield client, state.state.services, behind
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await task
+
+
+@pytest.fixture
+def migrated(tmp_path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'chorus.db'}"
+    upgrade(url)
+    return url
+
+
+def settings(url: str, tmp_path: Path, lean: bool, **overrides: Any) -> Settings:
+    return Settings(
+        database_url=url,
+        data_dir=str(tmp_path),
+        jwt_secret=SECRET,
+        cors_origins=ORIGIN,
+        lean_route=lean,
+        **overrides,
+    )
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def requests(pid: str, private: str) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, httpx request arguments)``: sent in this order to both apps."""
+    token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+    bob = {"Authorization": f"Bearer {mint_token(SECRET, 'bob')}"}
+    page = {"query": PAGE, "variables": {"id": pid}}
+    gql = {**token, "Accept": "application/graphql-response+json"}
+    apq = {"persistedQuery": {"version": 1, "sha256Hash": sha(OTHER)}}
+    get_params = {"query": PAGE, "variables": json.dumps({"id": pid})}
+    out: list[tuple[str, dict[str, Any]]] = [
+        ("miss", {"method": "POST", "json": page, "headers": token}),
+        ("hit", {"method": "POST", "json": page, "headers": token}),
+        ("hit again", {"method": "POST", "json": page, "headers": token}),
+        ("hit, graphql-response", {"method": "POST", "json": page, "headers": gql}),
+        ("hit, CORS", {"method": "POST", "json": page, "headers": {**token, "Origin": ORIGIN}}),
+        ("GET miss", {"method": "GET", "params": get_params, "headers": token}),
+        ("GET hit", {"method": "GET", "params": get_params, "headers": token}),
+        ("GET hit, graphql-response", {"method": "GET", "params": get_params, "headers": gql}),
+        ("no token", {"method": "POST", "json": page}),
+        ("bad token", {"method": "POST", "json": page, "headers": {"Authorization": "Bearer x"}}),
+        (
+            "bad token, graphql-response",
+            {
+                "method": "POST",
+                "json": page,
+                "headers": {
+                    "Authorization": "Bearer x",
+                    "Accept": "application/graphql-response+json",
+                },
+            },
+        ),
+        (
+            "private, not a member",
+            {
+                "method": "POST",
+                "headers": bob,
+                "json": {"query": PAGE, "variables": {"id": private}},
+            },
+        ),
+        (
+            "private, not a member again",
+            {
+                "method": "POST",
+                "headers": bob,
+                "json": {"query": PAGE, "variables": {"id": private}},
+            },
+        ),
+        (
+            "bad variables",
+            {"method": "POST", "headers": token, "json": {"query": PAGE, "variables": {"id": 5}}},
+        ),
+        (
+            "bad variables, graphql-response",
+            {"method": "POST", "headers": gql, "json": {"query": PAGE, "variables": {"id": 5}}},
+        ),
+        (
+            "unknown operation",
+            {"method": "POST", "headers": token, "json": {**page, "operationName": "Nope"}},
+        ),
+        (
+            "over the cost limit",
+            {
+                "method": "POST",
+                "headers": token,
+                "json": {
+                    "query": "{ viewer { playlists(first: 100) { edges { node { entries(first: 100)"
+                    " { edges { node { id } } } } } } } }"
+                },
+            },
+        ),
+        (
+            "two tokens",
+            {
+                "method": "POST",
+                "json": page,
+                "headers": [
+                    ("Authorization", token["Authorization"]),
+                    ("Authorization", bob["Authorization"]),
+                ],
+            },
+        ),
+        ("406", {"method": "POST", "json": page, "headers": {**token, "Accept": "text/plain"}}),
+        (
+            "gzip",
+            {
+                "method": "POST",
+                "content": json.dumps(page).encode(),
+                "headers": {
+                    **token,
+                    "Content-Type": "application/json",
+                    "Content-Encoding": "gzip",
+                },
+            },
+        ),
+        (
+            "not JSON",
+            {
+                "method": "POST",
+                "content": b"{",
+                "headers": {**token, "Content-Type": "application/json"},
+            },
+        ),
+        (
+            "APQ unknown hash",
+            {
+                "method": "POST",
+                "headers": token,
+                "json": {"extensions": apq, "variables": {"id": pid}},
+            },
+        ),
+        (
+            "APQ register",
+            {
+                "method": "POST",
+                "headers": token,
+                "json": {"query": OTHER, "extensions": apq, "variables": {"id": pid}},
+            },
+        ),
+        (
+            "APQ hash, hit",
+            {
+                "method": "POST",
+                "headers": token,
+                "json": {"extensions": apq, "variables": {"id": pid}},
+            },
+        ),
+        (
+            "APQ GET hash, hit",
+            {
+                "method": "GET",
+                "headers": token,
+                "params": {"extensions": json.dumps(apq), "variables": json.dumps({"id": pid})},
+            },
+        ),
+        (
+            "APQ hash, no token",
+            {"method": "POST", "json": {"extensions": apq, "variables": {"id": pid}}},
+        ),
+        ("GET twice", {"method": "GET", "headers": token, "url": "/graphql?query=a&query=b"}),
+        (
+            "preflight",
+            {
+                "method": "OPTIONS",
+                "headers": {
+                    "Origin": ORIGIN,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "authorization,content-type",
+                },
+            },
+        ),
+        (
+            "preflight refused",
+            {
+                "method": "OPTIONS",
+                "headers": {
+                    "Origin": "http://evil.example",
+                    "Access-Control-Request-Method": "POST",
+                },
+            },
+        ),
+    ]
+    return out
+
+
+def revalidations(hit: httpx.Response, token: str, pid: str) -> list[tuple[str, dict[str, Any]]]:
+    page = {"query": PAGE, "variables": {"id": pid}}
+    etag = hit.headers["etag"]
+    auth = {"Authorization": f"Bearer {token}"}
+    return [
+        ("304", {"method": "POST", "json": page, "headers": {**auth, "If-None-Match": etag}}),
+        (
+            "304 weak, list",
+            {
+                "method": "POST",
+                "json": page,
+                "headers": {**auth, "If-None-Match": f'"x", W/{etag}'},
+            },
+        ),
+        (
+            "304, graphql-response",
+            {
+                "method": "POST",
+                "json": page,
+                "headers": {
+                    **auth,
+                    "If-None-Match": etag,
+                    "Accept": "application/graphql-response+json",
+                },
+            },
+        ),
+        (
+            "ETag of another",
+            {"method": "POST", "json": page, "headers": {**auth, "If-None-Match": '"other"'}},
+        ),
+    ]
+
+
+async def _seed(services: Services) -> tuple[str, str]:
+    created = await services.store.create(
+        CreatePlaylist("c1", "Mix", visibility=Visibility.PUBLIC), "alice"
+    )
+    pid = created.outcome.playlist_id
+    await services.store.execute(
+        AddEntries(pid, "a0", 0, ("chinook:track:1", "chinook:track:2", "chinook:track:3")), "alice"
+    )
+    hidden = await services.store.create(CreatePlaylist("c2", "Mine"), "alice")
+    return ids.playlist_global_id(pid), ids.playlist_global_id(hidden.outcome.playlist_id)
+
+
+def comparable(response: httpx.Response) -> tuple[int, list[tuple[str, str]], bytes]:
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in IGNORED]
+    return response.status_code, headers, response.content
+
+
+async def _answers(
+    client: httpx.AsyncClient, asked: list[tuple[str, dict[str, Any]]]
+) -> list[httpx.Response]:
+    out = []
+    for _, kwargs in asked:
+        kwargs = dict(kwargs)
+        url = kwargs.pop("url", "/graphql")
+        out.append(await client.request(url=url, **kwargs))
+    return out
+
+
+async def test_the_lean_route_answers_as_the_view(migrated: str, tmp_path: Path) -> None:
+    plain_app = running(settings(migrated, tmp_path, lean=False))
+    lean_app = running(settings(migrated, tmp_path, lean=True))
+    # Seeded before both start: a commit one app makes, the other hears of by polling
+    # (chorus.db.watch) at a moment of its own, which would drop its answers at random.
+    async with running(settings(migrated, tmp_path, lean=False)) as (_, services, _):
+        pid, private = await _seed(services)
+    async with plain_app as (plain, _, none), lean_app as (lean, _, behind):
+        assert none is None  # no lean route: every request reaches the view
+        asked = requests(pid, private)
+        expected = await _answers(plain, asked)
+        answers = await _answers(lean, asked)
+        hit = expected[1]
+        more = revalidations(hit, mint_token(SECRET, "alice"), pid)
+        expected += await _answers(plain, more)
+        seen_before = behind.seen
+        answers += await _answers(lean, more)
+        assert behind.seen == seen_before  # all four answered from the cache by the lean route
+    for (name, _), want, got in zip(asked + more, expected, answers, strict=True):
+        assert comparable(got) == comparable(want), name
+    statuses = {name: r.status_code for (name, _), r in zip(asked + more, answers, strict=True)}
+    assert statuses["hit"] == 200
+    assert statuses["304"] == 304
+    assert statuses["ETag of another"] == 200
+    assert statuses["two tokens"] == 400
+    assert statuses["406"] == 406
+    assert hit.headers["etag"]
+    assert hit.headers["cache-control"] == "private, no-cache"
+
+
+async def test_hits_are_the_lean_routes_and_misses_the_views(migrated: str, tmp_path: Path) -> None:
+    async with running(settings(migrated, tmp_path, lean=True)) as (client, services, behind):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        page = {"query": PAGE, "variables": {"id": pid}}
+        first = await client.post("/graphql", json=page, headers=token)
+        assert behind.seen == 1  # a miss: executed by the view
+        second = await client.post("/graphql", json=page, headers=token)
+        assert behind.seen == 1
+        assert second.content == first.content
+        assert second.headers["x-request-id"]  # the middleware outside still applies
+        off = await client.post("/graphql", json=page)
+        assert behind.seen == 2
+        assert off.status_code == 200
+        assert "errors" in off.json()
+
+
+async def test_no_lean_route_while_a_query_budget_is_on(migrated: str, tmp_path: Path) -> None:
+    overrides = {"query_cost_per_minute": 10_000}
+    async with running(settings(migrated, tmp_path, lean=True, **overrides)) as (
+        client,
+        services,
+        behind,
+    ):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        page = {"query": PAGE, "variables": {"id": pid}}
+        statuses = [
+            (await client.post("/graphql", json=page, headers=token)).status_code for _ in range(3)
+        ]
+        # Every request charged the budget: none was a hit, each reached the view.
+        assert behind.seen == 3
+        assert statuses[0] == 200
