@@ -64,6 +64,8 @@ DECODED_BODIES = 1024
 
 _PATH = "/graphql"
 
+_Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+
 
 class _Decoded:
     """What one body asks, decoded once: the parts
@@ -141,10 +143,14 @@ class LeanRoute:
                 if not message.get("more_body", False):
                     break
         try:
-            answered = await self._answer(scope, body, services, send)
+            answer = await self._answer(scope, body, services)
         except Exception:
-            answered = False  # the app behind runs the request and answers as it does
-        if answered:
+            answer = None  # the app behind runs the request and answers as it does
+        if answer is not None:
+            # Sent outside the try: a client gone mid-answer is not the app's to answer again.
+            status, headers, out = answer
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": out})
             return
         replayed = False
 
@@ -157,8 +163,8 @@ class LeanRoute:
 
         await self.app(scope, replay, send)
 
-    async def _answer(self, scope: Scope, body: bytes, services: Any, send: Send) -> bool:
-        """Send the kept answer of this request if there is one; whether it was sent."""
+    async def _answer(self, scope: Scope, body: bytes, services: Any) -> _Answer | None:
+        """The kept answer of this request (status, headers, body), if there is one."""
         accept = authorization = content_type = if_none_match = None
         tokens = 0
         # The first of each, as Starlette's Headers.get reads them.
@@ -174,39 +180,39 @@ class LeanRoute:
                 if_none_match = value if if_none_match is None else if_none_match
             elif name == b"content-encoding":
                 if value.strip().lower() != b"identity":
-                    return False
+                    return None
             elif name == b"transfer-encoding" and any(
                 c.strip().lower() not in (b"", b"chunked") for c in value.split(b",")
             ):
-                return False
+                return None
         if tokens != 1 or authorization is None or len(body) > OFF_LOOP_BYTES:
-            return False
+            return None
         media = negotiation.negotiate(accept.decode("latin-1") if accept is not None else None)
         if media is None:
-            return False
+            return None
         if scope["method"] == "POST":
             if content_type is None or b"application/json" not in content_type:
-                return False
+                return None
             decoded = self._decoded_body(body)
         else:
             decoded = self._decoded_query(scope["query_string"])
         if decoded is None:
-            return False
+            return None
         view = self._view
         identity, _ = await view.identify(authorization.decode("latin-1"))
         if identity is None:
-            return False
+            return None
         document, sha = view.persisted.resolve(
             decoded.query, decoded.extensions, viewer=True, register=True
         )
         if not isinstance(document, str):
-            return False
+            return None
         operation = HttpOperation(document, sha, decoded.name, decoded.variables)
         if view.introspections.get(operation, decoded.canonical) is not None:
-            return False
+            return None
         if sha is None:
             if document is not decoded.query:
-                return False
+                return None
             sha = decoded.sha256
             if sha is None:
                 sha = decoded.sha256 = cached_answers.document_hash(document)
@@ -215,9 +221,9 @@ class LeanRoute:
         )
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return False
+            return None
         if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
-            return False  # negotiation reads the body: the view's way
+            return None  # negotiation reads the body: the view's way
         counted = self._counters(view.operation_names.label(decoded.name))
         etag = cached.etag
         headers = [
@@ -239,9 +245,7 @@ class LeanRoute:
                 describe_answer(span, decoded.name, identity.user_id, None, status)
         else:
             describe_answer(None, decoded.name, identity.user_id, None, status)
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": out})
-        return True
+        return status, headers, out
 
     def _counters(self, label: str) -> tuple[Any, Any]:
         """``chorus_response_cache_total``'s ``hit`` and ``not_modified`` children of ``label``
