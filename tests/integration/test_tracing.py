@@ -218,3 +218,35 @@ async def test_probes_and_static_files_make_no_spans(
         assert spans.get_finished_spans() == ()
         await _post(client, READ, id="nope")  # an answer all the same: playlist null
     assert "POST /graphql" in {s.name for s in spans.get_finished_spans()}
+
+
+@pytest.mark.parametrize("lean_route", [True, False])
+async def test_a_cached_answer_is_traced_alike_by_either_route(
+    database_url: str, tmp_path: Path, spans: InMemorySpanExporter, lean_route: bool
+) -> None:
+    settings = _settings(database_url, tmp_path).model_copy(
+        update={"response_cache": True, "lean_route": lean_route}
+    )
+    async with running(settings) as (client, _):
+        playlist_id = await _create_with_one_entry(client)
+        body = {"query": READ, "variables": {"id": playlist_id}, "operationName": "ReadMix"}
+        headers = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        kept = await client.post("/graphql", json=body, headers=headers)  # executed, kept
+        spans.clear()
+        hit = await client.post("/graphql", json=body, headers=headers)  # the cache's
+    assert hit.status_code == 200
+    assert hit.content == kept.content
+
+    finished = list(spans.get_finished_spans())
+    server = _one(finished, "POST /graphql")
+    operation = _one(finished, "query ReadMix")
+    assert operation.attributes is not None
+    assert dict(operation.attributes) == {
+        "graphql.operation.name": "ReadMix",
+        "graphql.operation.type": "query",
+        "http.response.status_code": 200,
+    }
+    assert _parent_of(operation) == server.context.span_id
+    assert not [
+        s for s in finished if s.name == "db.read" and _parent_of(s) == server.context.span_id
+    ]
