@@ -116,7 +116,9 @@ class LeanRoute:
         self.app = app
         self._view = view
         self._state = state
-        self._decoded: OrderedDict[bytes, _Decoded] = OrderedDict()
+        # Apart: a GET's query string and a POST's body may be the same bytes.
+        self._bodies: OrderedDict[bytes, _Decoded] = OrderedDict()
+        self._queries: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._counted: dict[str, tuple[Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -259,20 +261,20 @@ class LeanRoute:
         return found
 
     def _decoded_body(self, body: bytes) -> _Decoded | None:
-        found = self._decoded.get(body)
+        found = self._bodies.get(body)
         if found is not None:
-            self._decoded.move_to_end(body)
+            self._bodies.move_to_end(body)
             return found
         try:
             data = self._view.decode_json(body)
         except (ValueError, RecursionError):
             return None
-        return self._keep(body, data)
+        return self._keep(self._bodies, body, data)
 
     def _decoded_query(self, query_string: bytes) -> _Decoded | None:
-        found = self._decoded.get(query_string)
+        found = self._queries.get(query_string)
         if found is not None:
-            self._decoded.move_to_end(query_string)
+            self._queries.move_to_end(query_string)
             return found
         # Starlette's reading of a query string (QueryParams), each parameter once.
         pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
@@ -292,9 +294,10 @@ class LeanRoute:
             }
         except ValueError:
             return None
-        return self._keep(query_string, data)
+        return self._keep(self._queries, query_string, data)
 
-    def _keep(self, key: bytes, data: object) -> _Decoded | None:
+    @staticmethod
+    def _keep(kept: OrderedDict[bytes, _Decoded], key: bytes, data: object) -> _Decoded | None:
         if not isinstance(data, dict):
             return None
         variables, name, extensions = (
@@ -310,9 +313,9 @@ class LeanRoute:
             decoded = _Decoded(data.get("query"), name, variables, extensions)
         except (TypeError, ValueError):
             return None
-        self._decoded[key] = decoded
-        while len(self._decoded) > DECODED_BODIES:
-            self._decoded.popitem(last=False)
+        kept[key] = decoded
+        while len(kept) > DECODED_BODIES:
+            kept.popitem(last=False)
         return decoded
 
 
