@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import uuid
 
 import pytest
 from pydantic import ValidationError
 
-from chorus.logs import REQUEST_ID, JsonFormatter, RequestIdFilter, log_config
+from chorus.logs import (
+    REQUEST_ID,
+    JsonFormatter,
+    RequestIdFilter,
+    log_config,
+    new_request_id,
+    request_id_from,
+)
 from chorus.settings import Settings
 
 
@@ -72,3 +80,15 @@ def test_the_otlp_endpoint_is_a_base_url_traces_go_under() -> None:
     settings = Settings(otlp_endpoint=" https://otel.example:4318/ ", log_format="JSON")
     assert settings.otlp_traces_url == "https://otel.example:4318/v1/traces"
     assert settings.log_format == "json"
+
+
+def test_a_new_request_id_is_a_random_uuid4_in_hex() -> None:
+    made = [new_request_id() for _ in range(200)]
+    assert len(set(made)) == len(made)
+    for request_id in made:
+        parsed = uuid.UUID(hex=request_id)
+        assert parsed.hex == request_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    assert request_id_from("client-id.1") == "client-id.1"
+    assert uuid.UUID(hex=request_id_from("not ok")).version == 4
