@@ -102,6 +102,16 @@ def wrk(
         cpu, db_cpu = meters.spent()
     finally:
         os.unlink(f.name)
+    return parse(out, cpu, db_cpu)
+
+
+def parse(out: str, cpu_s: float | None = None, db_cpu_s: float | None = None) -> Sample:
+    """A :class:`Sample` from wrk's ``--latency`` report ``out`` and the CPU seconds measured
+    over it.
+
+    Raises:
+        AssertionError: ``out`` holds no request count (wrk failed).
+    """
     total = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)
     assert total is not None, out
     took = float(total.group(2)) * {"ms": 0.001, "s": 1.0, "m": 60.0}[total.group(3)]
@@ -114,8 +124,8 @@ def wrk(
         _ms(out, 99),
         int(bad.group(1)) if bad else 0,
         int(timeouts.group(1)) if timeouts else 0,
-        cpu,
-        db_cpu,
+        cpu_s,
+        db_cpu_s,
     )
 
 

@@ -39,14 +39,26 @@ keep in step with that poll: expect about 0.5 s per delivery.
 
 Prints per N and per server: p50 / p99 of all samples, the slowest
 subscriber (median over commits of each commit's last delivery), the
-deliveries missing 3 s after the last commit, and the server's resident
-memory per socket (RSS after all subscribed minus before, / N); then the
-ratios Chorus / bare. Each commit's p50 and last delivery go to stderr, and
+deliveries missing 3 s after the last commit, the server's resident
+memory per socket (RSS after all subscribed minus before, / N), and the
+server's CPU microseconds per delivery (its processes' user + system time
+from the first commit to the last delivery or the 5 s wait, over the
+deliveries: the API processes' or gateways', not the relay's or fanout's);
+then the ratios Chorus / bare. Each commit's p50 and last delivery go to stderr, and
 so does a count of frames other than versions (a slow consumer's
 ``ResyncRequired``, which ends what that subscriber counts; an error).
 
     python bench/ws_fanout.py [--sizes 1000,5000] [--commits 10] [--procs 8]
     python bench/ws_fanout.py --profile full --api-procs 4 --sizes 10000
+    python bench/ws_fanout.py --profile full --gateways 2 --sizes 20000
+
+Gateways (``--gateways G``, full profile): the sockets are held by ``G``
+``chorus serve --role gateway`` processes (subscriber ``i`` on gateway
+``i % G``) and the commits go to one ``chorus serve --role api``, so every
+delivery crossed API → outbox → relay → Kafka → fanout → Redis → a gateway;
+the bare baseline is still one process holding every socket. The soft limit
+of open files is raised (``setrlimit``, up to the hard limit) to room for
+both ends of every socket.
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -232,6 +245,7 @@ class Row:
     slowest_ms: float
     missing: int
     kib_per_socket: float
+    cpu_us_per_delivery: float
 
 
 def _rss_kib(pid: int) -> int:
@@ -316,12 +330,14 @@ def _run_clients(
         _wait_idle(server_pids)  # every subscribe handled (catch-up read, joined the hub)
         rss_after = sum(_rss_kib(pid) for pid in server_pids)
         sent: dict[int, float] = {}
+        cpu_before = sum(_cpu_s(pid) for pid in server_pids)
         for version in range(1, commits + 1):
             sent[version] = time.time()
             commit(version)
             deadline = time.monotonic() + 5.0
             while counts[version] < n and time.monotonic() < deadline:
                 time.sleep(0.005)
+        cpu_spent = sum(_cpu_s(pid) for pid in server_pids) - cpu_before
         time.sleep(3.0)
         received: list[tuple[int, float]] = []
         samples: dict[int, str] = {}
@@ -362,6 +378,7 @@ def _run_clients(
         slowest,
         n * commits - len(every),
         (rss_after - rss_before) / n,
+        cpu_spent * 1e6 / max(1, len(every)),
     )
     return row, samples
 
@@ -491,6 +508,54 @@ class Api:
         assert result["version"] == version, result
 
 
+def run_chorus_gateways(
+    n: int, procs: int, commits: int, deployment: FullDeployment, gateways: int
+) -> tuple[Row, dict[int, str]]:
+    """As :func:`run_chorus_full`, with API processes and gateways apart (docs/deploying.md):
+    one ``chorus serve --role api`` takes the commits, ``gateways`` ``--role gateway`` hold
+    the sockets (subscriber ``i`` on gateway ``i % gateways``); RSS and idleness are the
+    gateways'."""
+    with (
+        deployment.api(0, 1, role="api") as (api_server,),
+        deployment.api(n, gateways, role="gateway") as servers,
+    ):
+        pids = [s.process.pid for s in servers if s.process is not None]
+        print(f"chorus gateway pids {pids}", file=sys.stderr, flush=True)
+        api = Api(api_server.base_url)
+        run = uuid.uuid4().hex[:8]
+        warm_up = api.create_playlist(f"-{run}-warm-up")
+        deployment.forget(warm_up)
+        took = deployment.wait_live(warm_up, lambda: api.add(warm_up, 1))
+        print(f"first event through the fanout after {took:.1f}s", file=sys.stderr, flush=True)
+        playlist_id = api.create_playlist(f"-{run}")
+        deployment.forget(playlist_id)
+        return _run_clients(
+            [s.url.replace("http://", "ws://") for s in servers],
+            n,
+            procs,
+            playlist_id,
+            commits,
+            pids,
+            lambda version: api.add(playlist_id, version),
+            f"chorus full, {gateways} gateways",
+        )
+
+
+def raise_open_files(n: int) -> None:
+    """Lift this process's soft limit of open files (inherited by the clients and servers it
+    starts) to room for ``n`` sockets on each side, as far as the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * n + 1024
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    if wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    print(
+        f"open files: soft limit {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}",
+        file=sys.stderr,
+    )
+
+
 def run_bare(n: int, procs: int, commits: int, samples: dict[int, str]) -> Row:
     port = _free_port()
     server = subprocess.Popen([sys.executable, __file__, "--bare-server", str(port)])
@@ -541,6 +606,13 @@ def main() -> None:
     parser.add_argument(
         "--api-procs", type=int, default=4, help="chorus serve processes of the full profile"
     )
+    parser.add_argument(
+        "--gateways",
+        type=int,
+        default=0,
+        help="full profile: this many chorus serve --role gateway hold the sockets and one "
+        "--role api takes the commits, instead of --api-procs processes doing both",
+    )
     parser.add_argument("--bare-server", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_server is not None:
@@ -548,6 +620,9 @@ def main() -> None:
         return
     if args.api_procs < 1:
         parser.error("--api-procs must be at least 1")
+    if args.gateways and args.profile == "embedded":
+        parser.error("--gateways needs --profile full (a gateway hears commits over Redis)")
+    raise_open_files(max(int(s) for s in args.sizes.split(",")))
     if args.profile != "embedded":
         signal.signal(signal.SIGTERM, _exit)  # stop the deployment's servers still
     rows: list[tuple[list[Row], Row]] = []
@@ -564,7 +639,11 @@ def main() -> None:
             measured: list[tuple[Row, dict[int, str]]] = []
             if args.profile != "full":
                 measured.append(run_chorus(n, args.procs, args.commits, tmp))
-            if deployment is not None:
+            if deployment is not None and args.gateways:
+                measured.append(
+                    run_chorus_gateways(n, args.procs, args.commits, deployment, args.gateways)
+                )
+            elif deployment is not None:
                 measured.append(
                     run_chorus_full(n, args.procs, args.commits, deployment, args.api_procs)
                 )
@@ -577,20 +656,21 @@ def main() -> None:
             print(f"done n={n}", file=sys.stderr, flush=True)
     print(
         "| N | server | p50 ms | p99 ms | slowest subscriber ms (median over commits) "
-        "| missing | RSS KiB/socket |"
+        "| missing | RSS KiB/socket | server CPU µs/delivery |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for chorus_rows, bare in rows:
         for r in (*chorus_rows, bare):
             print(
                 f"| {r.n:,} | {r.server} | {r.p50_ms:.0f} | {r.p99_ms:.0f} | {r.slowest_ms:.0f} "
-                f"| {r.missing} | {r.kib_per_socket:.1f} |"
+                f"| {r.missing} | {r.kib_per_socket:.1f} | {r.cpu_us_per_delivery:.0f} |"
             )
         for chorus in chorus_rows:
             print(
                 f"| {chorus.n:,} | {chorus.server} / bare | {chorus.p50_ms / bare.p50_ms:.2f}x "
                 f"| {chorus.p99_ms / bare.p99_ms:.2f}x "
-                f"| {chorus.slowest_ms / bare.slowest_ms:.2f}x | | |"
+                f"| {chorus.slowest_ms / bare.slowest_ms:.2f}x | | | "
+                f"{chorus.cpu_us_per_delivery / bare.cpu_us_per_delivery:.2f}x |"
             )
 
 

@@ -156,15 +156,19 @@ class FullDeployment:
         return server
 
     @contextlib.contextmanager
-    def api(self, subscribers: int, processes: int) -> Iterator[list[ChorusServer]]:
-        """``processes`` running ``chorus serve``, each with room for its share of sockets."""
+    def api(
+        self, subscribers: int, processes: int, role: str = "all"
+    ) -> Iterator[list[ChorusServer]]:
+        """``processes`` running ``chorus serve --role role``, each with room for its share
+        of sockets (``gateway``: subscriptions only, docs/deploying.md)."""
         per_process = -(-subscribers // processes)
         with contextlib.ExitStack() as stack:
             servers = []
             for number in range(processes):
                 server = ChorusServer(
-                    *self._where(f"api-{subscribers}-{number}"),
+                    *self._where(f"{role}-{subscribers}-{number}"),
                     CHORUS_MAX_CONNECTIONS=str(per_process + 200),
+                    CHORUS_SERVE_ROLE=role,
                     **self.env,
                 )
                 stack.callback(server.stop)
