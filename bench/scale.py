@@ -8,11 +8,14 @@ One run builds everything it measures, on 127.0.0.1, and removes it at the end:
   queries), a ``redis-server`` of its own, a Tansu broker, one ``chorus
   relay`` and one ``chorus fanout``; the 18 Chinook playlists (``chorus import
   chinook``, PUBLIC, owned by ``bench``);
-* per k in ``--ks`` (1, 2, 4): k ``chorus serve`` (role ``all``: queries,
-  mutations and subscriptions) and HAProxy from Debian (``apt-get install
-  haproxy`` when missing, as root) in front with ``balance roundrobin`` over
-  the k, ``--subscribers`` graphql-transport-ws subscribers of the playlists
-  attached through HAProxy (so spread over the k) for the whole slice.
+* the largest k of ``--ks`` ``chorus serve`` (role ``all``: queries,
+  mutations and subscriptions), all started at once (one start takes tens of
+  seconds on a loaded 2-core machine);
+* per k in ``--ks`` (1, 2, 4): HAProxy from Debian (``apt-get install
+  haproxy`` when missing, as root) with ``balance roundrobin`` over the first
+  k of them (the others idle, and are not counted), ``--subscribers``
+  graphql-transport-ws subscribers of the playlists, each its own user,
+  attached through HAProxy (so spread over the k) for both rows.
 
 Two rows per k, each a 2 s warm-up then ``--seconds`` of ``wrk -t1
 -c--connections`` through HAProxy:
@@ -36,7 +39,8 @@ in cores: pings, presence heartbeats, polls) and the server CPU per request net
 of it (what the requests themselves cost), and the issue's targets:
 server CPU per request at k = 2 and 4 within 15% of k = 1, R(2) ≥ 1.6 for cold
 reads. After each mix the subscribers must hold every version of every
-playlist they watch, in order (the run fails otherwise).
+playlist they watch, in order (the run fails otherwise). Last, each table's
+rows and ``pg_total_relation_size`` per row (docs/capacity.md's storage).
 
 Every process here shares the machine's cores: with 2 cores, wrk, HAProxy,
 the clients and PostgreSQL take from the same CPU the API processes would use,

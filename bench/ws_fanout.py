@@ -56,9 +56,11 @@ Gateways (``--gateways G``, full profile): the sockets are held by ``G``
 ``chorus serve --role gateway`` processes (subscriber ``i`` on gateway
 ``i % G``) and the commits go to one ``chorus serve --role api``, so every
 delivery crossed API → outbox → relay → Kafka → fanout → Redis → a gateway;
-the bare baseline is still one process holding every socket. The soft limit
-of open files is raised (``setrlimit``, up to the hard limit) to room for
-both ends of every socket.
+the bare baseline then runs as ``G`` processes too (subscriber ``i`` on
+process ``i % G``, each told to broadcast every commit), as one process may
+hold only as many sockets as its open-files limit allows. That limit is raised
+(``setrlimit``: the soft one up to the hard one, the hard one too where
+allowed) to room for both ends of every socket.
 """
 
 from __future__ import annotations
@@ -145,22 +147,25 @@ async def _clients(
 
     async def one(n: int, url: str, user: str) -> None:
         nonlocal ready
-        async with gate:
-            ws = await connect(url, subprotocols=["graphql-transport-ws"], max_size=None)  # type: ignore[list-item]
-            token = mint_token(SECRET, user) if user else ""
-            await ws.send(
-                json.dumps(
-                    {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
-                )
-            )
-            ack = json.loads(await ws.recv())
-            assert ack["type"] == "connection_ack", ack
-            variables = {"id": playlist_id, "since": 0}
-            payload = {"query": SUBSCRIPTION, "variables": variables, "operationName": "Live"}
-            await ws.send(json.dumps({"id": f"op-{n}", "type": "subscribe", "payload": payload}))
-        ready += 1
-        if ready == len(targets):
-            pipe.send("ready")
+        try:
+            async with gate:
+                ws = await _connect(url)
+                token = mint_token(SECRET, user) if user else ""
+                init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+                await ws.send(json.dumps(init))
+                ack = json.loads(await ws.recv())
+                assert ack["type"] == "connection_ack", ack
+                variables = {"id": playlist_id, "since": 0}
+                payload = {"query": SUBSCRIPTION, "variables": variables, "operationName": "Live"}
+                message = {"id": f"op-{n}", "type": "subscribe", "payload": payload}
+                await ws.send(json.dumps(message))
+        except Exception as error:  # counted, and its deliveries count as missing
+            stops[f"not subscribed ({type(error).__name__})"] += 1
+            return
+        finally:
+            ready += 1
+            if ready == len(targets):
+                pipe.send("ready")
         try:
             while True:
                 text = await ws.recv()
@@ -197,6 +202,25 @@ async def _clients(
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _connect(url: str, attempts: int = 5) -> Any:
+    """A socket to ``url``, tried again after a refusal or a timeout: on a loaded machine a
+    handshake among thousands may take longer than the library's 10 s, and a subscriber
+    that never connects would leave the bench waiting for "ready"."""
+    for attempt in range(attempts):
+        try:
+            return await connect(
+                url,
+                subprotocols=["graphql-transport-ws"],  # type: ignore[list-item]
+                max_size=None,
+                open_timeout=60,
+            )
+        except (OSError, TimeoutError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 # --- the bare baseline -------------------------------------------------------------
@@ -266,14 +290,15 @@ open sockets keep a steady background (keep-alive pings, the presence
 heartbeat of each playlistEvents subscriber: 10 to 16% of a core)."""
 
 
-def _wait_idle(pids: list[int], timeout_s: float = 120.0) -> None:
-    """Until each server stayed under IDLE_CPU for 3 seconds in a row (its set-up work is done)."""
+def _wait_idle(pids: list[int], timeout_s: float = 120.0, threshold: float = IDLE_CPU) -> None:
+    """Until each server stayed under ``threshold`` cores for 3 seconds in a row (its set-up
+    work is done)."""
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
         before = [_cpu_s(pid) for pid in pids]
         time.sleep(1.0)
-        busy = any(_cpu_s(pid) - b >= IDLE_CPU for pid, b in zip(pids, before, strict=True))
+        busy = any(_cpu_s(pid) - b >= threshold for pid, b in zip(pids, before, strict=True))
         quiet = 0 if busy else quiet + 1
         if quiet >= 3:
             return
@@ -327,7 +352,10 @@ def _run_clients(
             if not parent.poll(300):
                 raise RuntimeError("clients did not subscribe in time")
             parent.recv()
-        _wait_idle(server_pids)  # every subscribe handled (catch-up read, joined the hub)
+        # Every subscribe handled (catch-up read, joined the hub). The background grows with
+        # the sockets a process holds: IDLE_CPU is for 5,000, scaled up past that.
+        per_server = n / max(1, len(server_pids))
+        _wait_idle(server_pids, 300.0, max(IDLE_CPU, IDLE_CPU * per_server / 5000))
         rss_after = sum(_rss_kib(pid) for pid in server_pids)
         sent: dict[int, float] = {}
         cpu_before = sum(_cpu_s(pid) for pid in server_pids)
@@ -542,49 +570,75 @@ def run_chorus_gateways(
 
 
 def raise_open_files(n: int) -> None:
-    """Lift this process's soft limit of open files (inherited by the clients and servers it
-    starts) to room for ``n`` sockets on each side, as far as the hard limit allows."""
+    """Lift this process's limit of open files (inherited by the clients and servers it
+    starts) to room for ``n`` sockets on each side: the soft limit up to the hard one, and the
+    hard one too where allowed (root); the limit reached goes to stderr."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 2 * n + 1024
-    if hard != resource.RLIM_INFINITY:
-        wanted = min(wanted, hard)
+    if wanted > hard != resource.RLIM_INFINITY:
+        try:  # root may raise the hard limit too (up to the kernel's fs.nr_open)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            _said_open_files()
+            return
+        except (ValueError, OSError):
+            wanted = hard
     if wanted > soft:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    _said_open_files()
+
+
+def _said_open_files() -> None:
     print(
         f"open files: soft limit {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}",
         file=sys.stderr,
     )
 
 
-def run_bare(n: int, procs: int, commits: int, samples: dict[int, str]) -> Row:
-    port = _free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--bare-server", str(port)])
+def run_bare(n: int, procs: int, commits: int, samples: dict[int, str], servers: int = 1) -> Row:
+    """The bare baseline over ``servers`` processes (subscriber ``i`` on ``i % servers``), each
+    told to broadcast every commit: one per gateway, as a process may hold only so many
+    sockets (the open-files limit)."""
+    ports = [_free_port() for _ in range(servers)]
+    started = [subprocess.Popen([sys.executable, __file__, "--bare-server", str(p)]) for p in ports]
     try:
-        deadline = time.monotonic() + 10
-        control = None
-        while control is None:
-            try:
-                control = asyncio.run(_probe(port))
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        for port in ports:
+            deadline = time.monotonic() + 10
+            control = None
+            while control is None:
+                try:
+                    control = asyncio.run(_probe(port))
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
         loop = asyncio.new_event_loop()
-        ws = loop.run_until_complete(connect(f"ws://127.0.0.1:{port}", max_size=None))
+        controls = [
+            loop.run_until_complete(connect(f"ws://127.0.0.1:{port}", max_size=None))
+            for port in ports
+        ]
 
         def commit(version: int) -> None:
-            payload = json.loads(samples[version])
-            loop.run_until_complete(ws.send(json.dumps({"type": "broadcast", "payload": payload})))
+            message = json.dumps({"type": "broadcast", "payload": json.loads(samples[version])})
+            loop.run_until_complete(asyncio.gather(*(ws.send(message) for ws in controls)))
 
         row, _ = _run_clients(
-            [f"ws://127.0.0.1:{port}"], n, procs, "bare", commits, [server.pid], commit, "bare"
+            [f"ws://127.0.0.1:{port}" for port in ports],
+            n,
+            procs,
+            "bare",
+            commits,
+            [server.pid for server in started],
+            commit,
+            "bare" if servers == 1 else f"bare, {servers} processes",
         )
-        loop.run_until_complete(ws.close())
+        for ws in controls:
+            loop.run_until_complete(ws.close())
         loop.close()
         return row
     finally:
-        server.terminate()
-        server.wait(30)
+        for server in started:
+            server.terminate()
+            server.wait(30)
 
 
 async def _probe(port: int) -> bool:
@@ -651,7 +705,7 @@ def main() -> None:
             missing_samples = [v for v in range(1, args.commits + 1) if v not in samples]
             for v in missing_samples:  # nothing arrived: send the shape of another
                 samples[v] = next(iter(samples.values())) if samples else '{"data": null}'
-            bare = run_bare(n, args.procs, args.commits, samples)
+            bare = run_bare(n, args.procs, args.commits, samples, max(1, args.gateways))
             rows.append(([row for row, _ in measured], bare))
             print(f"done n={n}", file=sys.stderr, flush=True)
     print(
