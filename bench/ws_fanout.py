@@ -613,7 +613,11 @@ def run_bare(n: int, procs: int, commits: int, samples: dict[int, str], servers:
                     time.sleep(0.1)
         loop = asyncio.new_event_loop()
         controls = [
-            loop.run_until_complete(connect(f"ws://127.0.0.1:{port}", max_size=None))
+            # No keep-alive pings: the loop runs only while a commit is sent, so minutes of
+            # subscribing would leave a ping unanswered and close the control socket.
+            loop.run_until_complete(
+                connect(f"ws://127.0.0.1:{port}", max_size=None, ping_interval=None)
+            )
             for port in ports
         ]
 
