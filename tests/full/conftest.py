@@ -44,7 +44,7 @@ REDIS_URL = os.environ.get("CHORUS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 REDIS_CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis-cluster"
 
 
-def _cluster_port() -> int:
+def cluster_port() -> int:
     """A free port whose cluster bus port (+10000, Redis's rule) is free too."""
     while True:
         port = free_port()
@@ -65,7 +65,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     Started by ``scripts/redis-cluster start`` (what it prints on stdout is the
     settings), removed at the end.
     """
-    ports = ",".join(str(_cluster_port()) for _ in range(3))
+    ports = ",".join(str(cluster_port()) for _ in range(3))
     command = [str(REDIS_CLUSTER_SCRIPT)]
     where = ["--ports", ports, "--dir", str(tmp_path_factory.mktemp("redis-cluster"))]
     try:

@@ -32,6 +32,7 @@ from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track, version
 from tests.e2e.test_subscriptions import close_socket, open_socket
+from tests.full.conftest import cluster_port
 from tests.full.test_gateways import _subscribe, _versions
 from tests.servers import TEST_SECRET, ChorusServer, drop_database, free_port
 
@@ -45,6 +46,8 @@ class Cluster:
 
     def __init__(self, state: Path) -> None:
         ports = [free_port() for _ in range(13)]
+        # Never the script's default 7101-7103: another checkout's cluster may be there.
+        self.redis_ports = [cluster_port() for _ in range(3)]
         self.api_ports = ports[5:7]
         self.gateway_ports = ports[7:9]
         self.worker_ports = ports[9:13]
@@ -62,8 +65,9 @@ class Cluster:
             "CLUSTER_WORKER_PORTS": ",".join(map(str, self.worker_ports)),
             "CLUSTER_DATABASE": self.database,
             "CLUSTER_WAIT_S": str(int(patience(120))),
+            "CLUSTER_REDIS_ARGS": "--ports " + ",".join(map(str, self.redis_ports)),
         }
-        self.ports = ports
+        self.ports = ports + self.redis_ports
         self.url = ""
         # The processes mint with the tests' secret: Api signs its tokens with it.
         (state / "data").mkdir()
@@ -132,6 +136,9 @@ def test_status_shows_every_part_ready(cluster: Cluster) -> None:
     assert status.returncode == 0, status.stdout + status.stderr
     for part in ("haproxy", "api-1", "api-2", "gateway-1", "gateway-2", "relay", "feed"):
         assert re.search(rf"^{part} .* running, ready$", status.stdout, re.MULTILINE), status.stdout
+    # A Redis Cluster on the ports asked for, which `status` found without being told again.
+    for port in cluster.redis_ports:
+        assert f"127.0.0.1:{port} running, cluster_state ok" in status.stderr, status.stderr
 
 
 async def test_a_write_through_haproxy_reaches_a_subscriber_on_a_gateway(
