@@ -93,6 +93,18 @@ def test_bad_full_profile_settings_exit_2_naming_the_variable(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_bad_value_is_echoed_unless_it_may_be_a_credential(
+    refused_settings: Callable[..., str],
+) -> None:
+    err = refused_settings({"CHORUS_LEAN_ROUTE": "maybe"}, "serve")
+    assert "CHORUS_LEAN_ROUTE='maybe': Input should be a valid boolean" in err
+    err = refused_settings({"CHORUS_METRICS_TOKEN": "a token with spaces in"}, "serve")
+    assert "CHORUS_METRICS_TOKEN: " in err
+    assert "a token with spaces in" not in err
+    err = refused_settings({"CHORUS_REDIS_CLUSTER": "true"}, "serve")
+    assert "Value error" not in err
+
+
 @pytest.mark.parametrize("command", ["relay", "fanout", "project-cache", "feed"])
 def test_workers_refuse_the_embedded_profile(
     capsys: pytest.CaptureFixture[str], command: str

@@ -45,12 +45,25 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(
-            # A check across settings has no location: its message names them.
-            f"CHORUS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in exc.errors()
-        )
-        fail(f"bad settings: {problems}")
+        fail(f"bad settings: {'; '.join(map(_problem, exc.errors()))}")
+
+
+_NEVER_ECHOED = ("TOKEN", "SECRET", "PASSWORD", "KEY", "URL", "AUTH", "JWKS")
+"""Parts of a setting's name whose value may hold a credential: never printed back."""
+
+
+def _problem(error: Any) -> str:
+    """One setting's problem as a user reads it: its variable, pydantic's message without
+    its "Value error, " prefix, and the value given (at most 60 characters)."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not error["loc"]:
+        return message  # a check across settings: its message names them
+    name = f"CHORUS_{'_'.join(map(str, error['loc'])).upper()}"
+    given = error.get("input")
+    if isinstance(given, str) and not any(word in name for word in _NEVER_ECHOED):
+        shown = given if len(given) <= 60 else given[:57] + "..."
+        return f"{name}={shown!r}: {message}"
+    return f"{name}: {message}"
 
 
 def jwt_secret(settings: Settings) -> str:
