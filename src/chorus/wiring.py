@@ -58,6 +58,10 @@ REDIS_SOCKET_TIMEOUT_S = 5.0
 """A Redis command's backstop (seconds); the snapshot reader's own timeout is shorter."""
 REDIS_CONNECT_TIMEOUT_S = 2.0
 """How long connecting to Redis may take (seconds)."""
+REDIS_POOL_WAIT_S = 5.0
+"""How long a command waits for a free pooled connection (seconds): a burst
+(thousands of subscribes at once) queues instead of failing with "Too many
+connections"; past this, ``ConnectionError("No connection available.")``."""
 
 
 def kafka_config(settings: Settings) -> KafkaConfig:
@@ -91,6 +95,10 @@ def redis_client(settings: Settings, generation: Generation) -> redis.Redis:
     is never read unchecked. On a cluster (``redis_cluster``) a
     ``RedisCluster``, whose scripts check their slot's generation instead.
 
+    At most ``redis_max_connections`` connections (per node on a cluster).
+    On a single Redis a command waits up to :data:`REDIS_POOL_WAIT_S` for a
+    free one; a cluster client cannot wait, and fails at once.
+
     Raises:
         ValueError: the embedded profile (Redis is not set).
     """
@@ -100,16 +108,22 @@ def redis_client(settings: Settings, generation: Generation) -> redis.Redis:
             redis.Redis,
             RedisCluster.from_url(
                 url,
+                max_connections=settings.redis_max_connections,
                 socket_timeout=REDIS_SOCKET_TIMEOUT_S,
                 socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
             ),
         )
-    return redis.Redis.from_url(
+    # A blocking pool: redis-py's default pool raises "Too many connections"
+    # at once when its bound is reached; this one waits for a free connection.
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=settings.redis_max_connections,
+        timeout=REDIS_POOL_WAIT_S,
         socket_timeout=REDIS_SOCKET_TIMEOUT_S,
         socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
         redis_connect_func=generation.on_connect,
     )
+    return redis.Redis.from_pool(pool)
 
 
 def snapshot_cache(

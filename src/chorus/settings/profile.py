@@ -52,6 +52,13 @@ class ProfileSettings(BaseModel):
     redis_breaker_failures: int = Field(
         3, ge=1, description="Redis errors in a row that open the circuit breaker."
     )
+    redis_max_connections: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="Redis connections per process (per node on a cluster); a command "
+        "waits for a free one (single Redis) rather than failing.",
+    )
     redis_breaker_reset_s: float = Field(
         2.0,
         gt=0,

@@ -1,0 +1,77 @@
+"""The composition root's Redis pool under a burst: commands wait for a connection.
+
+redis-py's default asyncio pool raises ``ConnectionError("Too many
+connections")`` at once when its bound is reached; thousands of subscribes
+(each a presence write) on one gateway reached it. With a pool of two
+connections on the machine's Redis, many concurrent presence sessions and
+commands all succeed: they queue for a connection instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+
+from chorus.caches.generation import Generation
+from chorus.settings import Settings
+from chorus.subscriptions.presence import Presence
+from chorus.subscriptions.redis_presence import RedisPresenceStore, presence_keys
+from chorus.wiring import redis_client
+from tests.full.conftest import REDIS_URL
+
+BURST = 200
+
+
+def _settings(max_connections: int) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        redis_url=REDIS_URL,
+        kafka_bootstrap_servers="127.0.0.1:9",
+        redis_max_connections=max_connections,
+    )
+
+
+async def test_a_burst_of_commands_waits_for_the_two_pooled_connections() -> None:
+    client = redis_client(_settings(2), Generation())
+    prefix = f"test-pool:{uuid.uuid4().hex}"
+    try:
+        results = await asyncio.gather(
+            *(client.set(f"{prefix}:{i}", i, ex=60) for i in range(BURST)),
+            return_exceptions=True,
+        )
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        assert await client.get(f"{prefix}:{BURST - 1}") == str(BURST - 1).encode()
+    finally:
+        await client.delete(*(f"{prefix}:{i}" for i in range(BURST)))
+        await client.aclose()
+
+
+async def test_a_burst_of_subscribers_is_all_present_on_a_pool_of_two() -> None:
+    client = redis_client(_settings(2), Generation())
+    presence = Presence(RedisPresenceStore(client), ttl_s=30.0)
+    playlist_id = f"pool-{uuid.uuid4().hex}"
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    count = 0
+
+    async def subscriber(i: int) -> None:
+        nonlocal count
+        async with presence.hold(playlist_id, f"user-{i}"):
+            count += 1
+            if count == BURST:
+                entered.set()
+            await release.wait()
+
+    tasks = [asyncio.create_task(subscriber(i)) for i in range(BURST)]
+    try:
+        await entered.wait()
+        # Every session reached Redis: none was lost to "Too many connections".
+        assert len(await presence.store.read(playlist_id)) == BURST
+    finally:
+        release.set()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*tasks)
+        await presence.aclose()
+        await client.delete(*presence_keys(playlist_id)[:2])
+        await client.aclose()
