@@ -55,6 +55,11 @@ log = logging.getLogger("chorus.redis_presence")
 
 WIRE_VERSION = 1
 
+CLUSTER_IN_FLIGHT = 16
+"""Presence scripts a cluster refresh sends at once: the cluster client's
+pool fails at once when a node's connections are all busy, so a heartbeat
+of thousands of sessions must not take one connection each."""
+
 # KEYS: set, hash, channel. ARGV: session id, session JSON, ttl ms.
 # Same user and state as the live stored session: keep its since. Publishes
 # only when the session is new, came back from expiry, or changed.
@@ -171,13 +176,15 @@ class RedisPresenceStore:
         ttl_ms = max(1, round(ttl_s * 1000))
         if isinstance(self._client, RedisCluster):
             # A cluster pipeline sends EVALSHA without loading the script
-            # (NOSCRIPT on a new primary): each call on its own, all at once.
-            await asyncio.gather(
-                *(
-                    self._put(keys=presence_keys(p), args=[s, encode_session(v), ttl_ms])
-                    for p, s, v in held
-                )
-            )
+            # (NOSCRIPT on a new primary): each call on its own, a few at once.
+            gate = asyncio.Semaphore(CLUSTER_IN_FLIGHT)
+
+            async def put(playlist_id: str, session_id: str, session: Session) -> None:
+                async with gate:
+                    args: list[str | int] = [session_id, encode_session(session), ttl_ms]
+                    await self._put(keys=presence_keys(playlist_id), args=args)
+
+            await asyncio.gather(*(put(p, s, v) for p, s, v in held))
             return
         async with self._client.pipeline(transaction=False) as pipe:
             for playlist_id, session_id, session in held:
