@@ -52,6 +52,11 @@ OUTBOX_OLDEST_AGE = Gauge(
 RELAY_PUBLISHED = Counter(
     "chorus_relay_published_total", "Outbox events the relay published and stamped."
 )
+PRESENCE_WRITES_LOST = Counter(
+    "chorus_presence_writes_lost_total",
+    "Presence writes (joins, heartbeats, leaves) lost to a store error; presence is "
+    "best-effort and the next heartbeat writes the session again.",
+)
 RELAY_ERRORS = Counter("chorus_relay_errors_total", "Relay batches that failed and were retried.")
 FANOUT_PUBLISHED = Counter(
     "chorus_fanout_published_total", "Events fanout published to Redis pub/sub."

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
+
+import pytest
+from prometheus_client import REGISTRY
 
 from chorus.domain.presence import PresenceState, Session, UserPresence, by_user, listing
 from chorus.subscriptions.local_presence import LocalPresenceStore
-from chorus.subscriptions.presence import Presence
+from chorus.subscriptions.presence import Held, Presence
 from tests.deadlines import patience
 
 VIEWING, EDITING = PresenceState.VIEWING, PresenceState.EDITING
@@ -126,3 +130,75 @@ async def test_a_session_put_again_moves_its_expiry_and_one_removed_is_dropped()
     assert told[-1] == ("p", "a", None)
     assert [t for t in told if t[1] == "b"] == [("p", "b", told[1][2]), ("p", "b", None)]
     await store.aclose()
+
+
+class CountingStore(LocalPresenceStore):
+    """The in-process store, counting its write calls; ``failing``: every write raises."""
+
+    def __init__(self, clock: Callable[[], float], *, failing: bool = False) -> None:
+        super().__init__(clock)
+        self.calls = 0
+        self.failing = failing
+
+    async def put(self, playlist_id: str, session_id: str, session: Session, ttl_s: float) -> None:
+        self.calls += 1
+        if self.failing:
+            raise ConnectionError("Too many connections")
+        await super().put(playlist_id, session_id, session, ttl_s)
+
+    async def refresh(self, held: Sequence[Held], ttl_s: float) -> None:
+        self.calls += 1
+        if self.failing:
+            raise ConnectionError("Too many connections")
+        for playlist_id, session_id, session in held:
+            await super().put(playlist_id, session_id, session, ttl_s)
+
+
+async def _burst(presence: Presence, n: int) -> None:
+    """``n`` subscriptions hold the playlist at once; returns once all are inside."""
+    inside = 0
+    all_in, release = asyncio.Event(), asyncio.Event()
+
+    async def subscriber(i: int) -> None:
+        nonlocal inside
+        async with presence.hold("p", f"user-{i}"):
+            inside += 1
+            if inside == n:
+                all_in.set()
+            await release.wait()
+
+    tasks = [asyncio.create_task(subscriber(i)) for i in range(n)]
+    await all_in.wait()
+    assert len(await presence.store.read("p")) == (0 if _failing(presence) else n)
+    release.set()
+    await asyncio.gather(*tasks)
+
+
+def _failing(presence: Presence) -> bool:
+    store = presence.store
+    return isinstance(store, CountingStore) and store.failing
+
+
+async def test_a_burst_of_joins_is_written_in_a_few_store_calls() -> None:
+    store = CountingStore(Clock())
+    presence = Presence(store, ttl_s=30.0)
+    await _burst(presence, 100)
+    # One call for the first join, one for the 99 queued behind it: not one each
+    # (the leaves are not counted: remove is not a write counted here).
+    assert store.calls <= 2, store.calls
+    await presence.aclose()
+
+
+async def test_a_failing_store_never_refuses_a_subscription_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = CountingStore(Clock(), failing=True)
+    presence = Presence(store, ttl_s=30.0)
+    lost_before = REGISTRY.get_sample_value("chorus_presence_writes_lost_total") or 0.0
+    with caplog.at_level(logging.WARNING, logger="chorus.presence"):
+        await _burst(presence, 20)  # every subscription got inside: none refused
+    lost = (REGISTRY.get_sample_value("chorus_presence_writes_lost_total") or 0.0) - lost_before
+    assert lost == 20  # every join (the leaves succeed: remove is not made to fail)
+    warnings = [r for r in caplog.records if r.name == "chorus.presence"]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    await presence.aclose()

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from chorus.domain.presence import PresenceState, Session, UserPresence, by_user, of_user
+from chorus.metrics import PRESENCE_WRITES_LOST
 from chorus.resilience.tasks import cancel_and_wait
 
 log = logging.getLogger("chorus.presence")
@@ -180,6 +181,11 @@ class Presence:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._sweep_now = asyncio.Event()
+        # Joins waiting for the next store call, and the task making it.
+        self._joins: dict[tuple[str, str], tuple[Session, asyncio.Future[None]]] = {}
+        self._joining: asyncio.Task[None] | None = None
+        self._lost_since_log = 0
+        self._logged_at = -float("inf")
         store.on_change(self._changed)
         store.on_gap(self._sweep_now.set)
 
@@ -193,9 +199,9 @@ class Presence:
 
     async def aclose(self) -> None:
         """Stop, and end this process's sessions at once (a graceful stop leaves no one behind)."""
-        for task in self._tasks:
+        for task in [*self._tasks, *([self._joining] if self._joining else [])]:
             await cancel_and_wait(task)
-        self._tasks = []
+        self._tasks, self._joining = [], None
         held, self._held = list(self._held), {}
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
@@ -210,7 +216,7 @@ class Presence:
         session = Session(user_id, PresenceState.VIEWING, time.time())
         self._held[(playlist_id, session_id)] = session
         try:
-            await self._quietly(self.store.put(playlist_id, session_id, session, self.ttl_s))
+            await self._join(playlist_id, session_id, session)
             yield
         finally:
             self._held.pop((playlist_id, session_id), None)
@@ -299,7 +305,7 @@ class Presence:
             await asyncio.sleep(self.interval_s)
             held = [(p, s, session) for (p, s), session in self._held.items()]
             if held:
-                await self._quietly(self.store.refresh(held, self.ttl_s))
+                await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
 
     async def _sweep(self) -> None:
         while True:
@@ -318,12 +324,44 @@ class Presence:
                     continue
                 view.tell(view.replace(sessions), everything=gap)
 
-    @staticmethod
-    async def _quietly(call: Awaitable[None]) -> None:
+    async def _join(self, playlist_id: str, session_id: str, session: Session) -> None:
+        """Write a new held session, coalesced with every join waiting meanwhile.
+
+        One store call at a time (one pipeline on a single Redis): a burst of
+        thousands of subscribes takes one connection, not one each.
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._joins[(playlist_id, session_id)] = (session, done)
+        if self._joining is None or self._joining.done():
+            self._joining = asyncio.create_task(self._write_joins(), name="presence-joins")
+        await done
+
+    async def _write_joins(self) -> None:
+        while self._joins:
+            batch, self._joins = self._joins, {}
+            # A subscription that ended while queued is not written back.
+            held = [(p, s, v) for (p, s), (v, _) in batch.items() if (p, s) in self._held]
+            if held:
+                await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
+            for _, done in batch.values():
+                if not done.done():
+                    done.set_result(None)
+
+    async def _quietly(self, call: Awaitable[None], *, writes: int = 1) -> None:
+        """Await a best-effort write: a failure is counted, and logged once per interval."""
         try:
             await call
         except Exception as error:
-            log.warning("presence store: %s", error)
+            PRESENCE_WRITES_LOST.inc(writes)
+            self._lost_since_log += writes
+            now = time.monotonic()
+            if now - self._logged_at >= self.interval_s:
+                log.warning(
+                    "presence store: %s (%d writes lost since the last such warning)",
+                    error,
+                    self._lost_since_log,
+                )
+                self._logged_at, self._lost_since_log = now, 0
 
 
 __all__ = ["Changed", "Held", "Presence", "PresenceStore", "Watch"]
