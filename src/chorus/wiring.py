@@ -357,7 +357,8 @@ async def full_events(
     bus: RedisBus | ClusterBus = ClusterBus(url) if settings.redis_cluster else RedisBus(url)
     await bus.start()
     # Presence lives in Redis beside the snapshots, never in SQL or Kafka.
-    presence = Presence(RedisPresenceStore(client), ttl_s=settings.presence_ttl_s)
+    store = RedisPresenceStore(client, max_connections=settings.redis_max_connections)
+    presence = Presence(store, ttl_s=settings.presence_ttl_s)
     await presence.start()
     checks = [health.redis_check(client), health.kafka_check(servers)]
     try:

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import uuid
 
+from chorus.caches.cluster_store import SlotGenerations
 from chorus.caches.generation import Generation
+from chorus.domain.presence import PresenceState, Session
 from chorus.settings import Settings
 from chorus.subscriptions.presence import Presence
 from chorus.subscriptions.redis_presence import RedisPresenceStore, presence_keys
@@ -74,4 +76,30 @@ async def test_a_burst_of_subscribers_is_all_present_on_a_pool_of_two() -> None:
             await asyncio.gather(*tasks)
         await presence.aclose()
         await client.delete(*presence_keys(playlist_id)[:2])
+        await client.aclose()
+
+
+async def test_a_cluster_heartbeat_of_many_sessions_fits_two_connections_a_node(
+    redis_cluster: dict[str, str],
+) -> None:
+    # The cluster client cannot wait for a connection: the store must not
+    # send every session's script at once.
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        redis_url=redis_cluster["CHORUS_REDIS_URL"],
+        redis_cluster=True,
+        kafka_bootstrap_servers="127.0.0.1:9",
+        redis_max_connections=2,
+    )
+    client = redis_client(settings, SlotGenerations())
+    store = RedisPresenceStore(client, max_connections=settings.redis_max_connections)
+    playlists = [f"pool-{uuid.uuid4().hex}" for _ in range(BURST)]
+    session = Session("ann", PresenceState.VIEWING, 0.0)
+    try:
+        await store.refresh([(p, f"s:{p}", session) for p in playlists], 30.0)
+        assert all([len(await store.read(p)) == 1 for p in playlists])
+    finally:
+        for p in playlists:
+            await client.delete(*presence_keys(p)[:2])
+        await store.aclose()
         await client.aclose()

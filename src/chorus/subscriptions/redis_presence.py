@@ -56,9 +56,10 @@ log = logging.getLogger("chorus.redis_presence")
 WIRE_VERSION = 1
 
 CLUSTER_IN_FLIGHT = 16
-"""Presence scripts a cluster refresh sends at once: the cluster client's
-pool fails at once when a node's connections are all busy, so a heartbeat
-of thousands of sessions must not take one connection each."""
+"""At most this many presence scripts a cluster refresh sends at once (and at
+most half a node's connections): the cluster client's pool fails at once
+when a node's connections are all busy, so a heartbeat of thousands of
+sessions must not take one connection each."""
 
 # KEYS: set, hash, channel. ARGV: session id, session JSON, ttl ms.
 # Same user and state as the live stored session: keep its since. Publishes
@@ -148,12 +149,20 @@ class RedisPresenceStore:
         client: the composition root's Redis client (commands and the pub/sub connection).
         reconnect_max_s: the longest wait between pub/sub reconnects (seconds).
         timeout_s: how long Redis may take to confirm a channel's subscription (seconds).
+        max_connections: the client's connections (per node on a cluster,
+            ``CHORUS_REDIS_MAX_CONNECTIONS``): bounds a cluster refresh's scripts in flight.
     """
 
     def __init__(
-        self, client: redis.Redis, *, reconnect_max_s: float = 2.0, timeout_s: float = 2.0
+        self,
+        client: redis.Redis,
+        *,
+        reconnect_max_s: float = 2.0,
+        timeout_s: float = 2.0,
+        max_connections: int = 100,
     ) -> None:
         self._client = client
+        self._in_flight = max(1, min(CLUSTER_IN_FLIGHT, max_connections // 2))
         self._put = client.register_script(_PUT)
         self._remove = client.register_script(_REMOVE)
         self._read = client.register_script(_READ)
@@ -177,7 +186,7 @@ class RedisPresenceStore:
         if isinstance(self._client, RedisCluster):
             # A cluster pipeline sends EVALSHA without loading the script
             # (NOSCRIPT on a new primary): each call on its own, a few at once.
-            gate = asyncio.Semaphore(CLUSTER_IN_FLIGHT)
+            gate = asyncio.Semaphore(self._in_flight)
 
             async def put(playlist_id: str, session_id: str, session: Session) -> None:
                 async with gate:
