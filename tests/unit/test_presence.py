@@ -202,3 +202,26 @@ async def test_a_failing_store_never_refuses_a_subscription_and_logs_once(
     warnings = [r for r in caplog.records if r.name == "chorus.presence"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     await presence.aclose()
+
+
+class StuckStore(LocalPresenceStore):
+    """The in-process store whose writes never return."""
+
+    async def refresh(self, held: Sequence[Held], ttl_s: float) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_joins_queued_behind_a_stuck_write_are_let_go_at_close() -> None:
+    presence = Presence(StuckStore(Clock()), ttl_s=30.0)
+
+    async def subscriber(user: str) -> None:
+        async with presence.hold("p", user):
+            pass
+
+    tasks = [asyncio.create_task(subscriber("user-0"))]
+    await until(lambda: presence._joining is not None and not presence._joins)  # stuck writing
+    tasks += [asyncio.create_task(subscriber(f"user-{i}")) for i in (1, 2)]
+    await until(lambda: len(presence._joins) == 2)  # queued behind it
+    await presence.aclose()
+    async with asyncio.timeout(patience(10.0)):
+        await asyncio.gather(*tasks)

@@ -341,11 +341,16 @@ class Presence:
             batch, self._joins = self._joins, {}
             # A subscription that ended while queued is not written back.
             held = [(p, s, v) for (p, s), (v, _) in batch.items() if (p, s) in self._held]
-            if held:
-                await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
-            for _, done in batch.values():
-                if not done.done():
-                    done.set_result(None)
+            try:
+                if held:
+                    await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
+            except asyncio.CancelledError:  # aclose: no join waits forever
+                batch |= self._joins
+                raise
+            finally:
+                for _, done in batch.values():
+                    if not done.done():
+                        done.set_result(None)
 
     async def _quietly(self, call: Awaitable[None], *, writes: int = 1) -> None:
         """Await a best-effort write: a failure is counted, and logged once per interval."""
