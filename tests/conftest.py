@@ -35,21 +35,10 @@ FULL_PROFILE_TESTS = "tests/full/"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for ``pytest -n`` (``./scripts/test`` runs two workers).
-
-    Each test file is one unit of work (its module-scoped servers start once),
-    except ``tests/full/``, which is one unit for the whole directory and goes
-    first: it is the longest chain (about a third of the run) and its tests
-    stop and restart servers, so they run one at a time on one worker while
-    the other worker takes the rest.
-    """
-    if not config.pluginmanager.hasplugin("xdist"):
-        return  # a venv from before the lock had pytest-xdist: its marker is unknown
+    """``tests/full/`` first: with ``pytest -n`` (``./scripts/test`` runs two workers,
+    each taking whole files) its files are the longest, and started first they do
+    not end the run alone on one worker."""
     items.sort(key=lambda item: not item.nodeid.startswith(FULL_PROFILE_TESTS))
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        group = "full" if path.startswith(FULL_PROFILE_TESTS) else path
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
