@@ -1,10 +1,9 @@
 """The GraphQL endpoint: strawberry's ASGI view with Chorus's context and transports.
 
-HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry
-cannot read (not UTF-8, not a JSON object, nested deeper than
-:data:`~chorus.graphql.guards.nesting.MAX_JSON_DEPTH`, an integer of thousands of
-digits, not standard JSON: ``NaN``, ``1e999``, a byte order mark), and subscriptions (they need
-a WebSocket), get HTTP 400 with a GraphQL-shaped ``BAD_REQUEST``.
+HTTP: the viewer comes from ``Authorization: Bearer``; bodies strawberry cannot read (not
+UTF-8, not a JSON object, nested deeper than ``guards.nesting.MAX_JSON_DEPTH``, an integer
+of thousands of digits, ``NaN``, ``1e999``, a byte order mark), and subscriptions (they
+need a WebSocket), get HTTP 400 with a GraphQL-shaped ``BAD_REQUEST``.
 
 WebSocket (``graphql-transport-ws``): the token comes in the
 ``connection_init`` payload (``{"Authorization": "Bearer …"}``); a missing or
@@ -29,6 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
+from graphql import OperationType
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -304,10 +304,10 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if introspected is not None:
             return served(request, *introspected)
         services: Services = request.app.state.services
-        # Learned names come from OperationMetrics, once an operation passed validation.
-        label = self.operation_names.label(operation.operation_name)
+        label = self.operation_names.label(operation.operation_name)  # learned once valid
         request.state.chorus_operation = operation.operation_name, identity
-        if identity is None or not cached_answers.enabled(services) or self._mutates(operation):
+        mutates = self.kept_kind(operation) is OperationType.MUTATION
+        if identity is None or not cached_answers.enabled(services) or mutates:
             return await self._execute(request, services, operation, None, label)
         asked = cached_answers.AnswerRequest.of(
             operation.document_sha256 or cached_answers.document_hash(operation.document),
@@ -325,12 +325,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
                 return await self._execute(request, services, operation, asked, label)
         return served(request, cached.body, cached.etag, label)
 
-    def _mutates(self, operation: HttpOperation) -> bool:
-        """Whether ``operation`` is a mutation of a kept document: never answered from the
-        response cache (its keys and single flight are skipped); one not kept yet goes the
-        cache's way, which declines it."""
+    def kept_kind(self, operation: HttpOperation) -> OperationType | None:
+        """``operation``'s type if its document is kept, else ``None``. A kept mutation skips
+        the response cache (keys, single flight); one not kept yet goes the cache's way,
+        which declines it. The lean route looks up kept queries only."""
         options = parse_options(self._max_tokens)
-        return self.documents.kept_mutation(operation.document, operation.operation_name, options)
+        return self.documents.kept_kind(operation.document, operation.operation_name, options)
 
     async def _execute(
         self,

@@ -139,11 +139,16 @@ class DocumentCache:
         A document not kept yet (never validated) answers ``False``: the caller
         goes the way that validates it first.
         """
+        return self.kept_kind(query, operation_name, options) is OperationType.MUTATION
+
+    def kept_kind(
+        self, query: str, operation_name: str | None, options: Mapping[str, Any]
+    ) -> OperationType | None:
+        """The type of ``query``'s operation ``operation_name`` if its document is kept,
+        else ``None`` (not kept yet, or no such operation)."""
         document = self.kept(query, options)
-        if document is None:
-            return False
-        chosen = get_operation_ast(document, operation_name)
-        return chosen is not None and chosen.operation is OperationType.MUTATION
+        chosen = get_operation_ast(document, operation_name) if document is not None else None
+        return chosen.operation if chosen is not None else None
 
     def plans(self, document: DocumentNode) -> dict[Any, Any] | None:
         """The plans of ``document`` (a dict its executor fills, dropped with the document)

@@ -43,6 +43,7 @@ from collections import OrderedDict
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
+from graphql import OperationType
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus import tracing
@@ -101,6 +102,8 @@ class View(Protocol):
     async def identify(self, header: object) -> tuple[Identity | None, str | None]: ...
 
     def decode_json(self, data: str | bytes) -> object: ...
+
+    def kept_kind(self, operation: HttpOperation) -> OperationType | None: ...
 
 
 class LeanRoute:
@@ -210,6 +213,8 @@ class LeanRoute:
         if not isinstance(document, str):
             return None
         operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+        if view.kept_kind(operation) is not OperationType.QUERY:
+            return None  # only a kept query can have an answer kept: the view decides the rest
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
         if sha is None:
