@@ -103,9 +103,16 @@ def is_unavailable(error: BaseException) -> bool:
     if isinstance(error, exc.DBAPIError):
         if error.connection_invalidated:
             return True
-        sqlstate = getattr(error.orig, "sqlstate", None) or ""
-        return sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
+        return error.orig is not None and is_lost_connection(error.orig)
     return False
+
+
+def is_lost_connection(error: BaseException) -> bool:
+    """Whether the driver's own ``error`` (not SQLAlchemy's wrapper) says the server is away."""
+    if isinstance(error, OSError):
+        return True
+    sqlstate = getattr(error, "sqlstate", None) or ""
+    return isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
 
 
 @contextmanager
@@ -252,6 +259,12 @@ class Database:
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
+
+    @property
+    def direct_reads(self) -> bool:
+        """A one-statement read may run on asyncpg itself (:mod:`chorus.db.direct`):
+        PostgreSQL without a transaction pooler."""
+        return self.is_postgres and not self.pooler
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:

@@ -210,7 +210,13 @@ async def playlist_and_first_page(
     return await read_fresh(
         db,
         [playlist_id],
-        partial(_playlist_and_first_page, playlist_id=playlist_id, size=size, one=db.is_postgres),
+        partial(
+            _playlist_and_first_page,
+            playlist_id=playlist_id,
+            size=size,
+            one=db.is_postgres,
+            direct=db.direct_reads,
+        ),
         versions,
         min_version=min_version,
         one_statement=db.is_postgres,
@@ -218,12 +224,14 @@ async def playlist_and_first_page(
 
 
 async def _playlist_and_first_page(
-    conn: AsyncConnection, *, playlist_id: str, size: int, one: bool
+    conn: AsyncConnection, *, playlist_id: str, size: int, one: bool, direct: bool
 ) -> tuple[Playlist, EntriesPage] | None:
     if one:
         # One statement (header joined to its first entries), no transaction:
         # one round trip where a transaction of two reads took four.
-        found = await repository.header_and_first_entries(conn, playlist_id, limit=size + 1)
+        found = await repository.header_and_first_entries(
+            conn, playlist_id, limit=size + 1, direct=direct
+        )
         if found is None:
             return None
         head, rows = found

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Integer, Row, Select, bindparam, func, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from chorus.db.direct import fetch_direct
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import Change, ChangeWire, decode_change
 from chorus.domain.committed import CommittedVersion
@@ -136,22 +137,30 @@ async def entries_page(
 
 
 async def header_and_first_entries(
-    conn: AsyncConnection, playlist_id: str, *, limit: int
+    conn: AsyncConnection, playlist_id: str, *, limit: int, direct: bool = False
 ) -> tuple[Playlist, list[Entry]] | None:
     """The header (deleted or not) and its first ``limit`` live entries, in one statement.
 
     PostgreSQL only (a ``LATERAL`` join): one statement is one snapshot, so
     the entries are at the header's version without a transaction.
+
+    Args:
+        direct: fetch on asyncpg itself (:func:`chorus.db.direct.fetch_direct`; only
+            on a connection it allows). Its values are the same: no column of this
+            statement has a result processor that changes what asyncpg returns
+            (``UTCDateTime`` only marks SQLite's naive timestamps as UTC).
     """
-    rows = (
-        await conn.execute(_HEADER_AND_FIRST, {"playlist_id": playlist_id, "limit": limit})
-    ).all()
+    params = {"playlist_id": playlist_id, "limit": limit}
+    if direct:
+        rows: Sequence[Sequence[Any]] = await fetch_direct(conn, _HEADER_AND_FIRST, params)
+    else:
+        rows = (await conn.execute(_HEADER_AND_FIRST, params)).all()
     if not rows:
         return None
     split = len(playlist.c)
-    header = playlist_from_row(dict(zip(playlist.c.keys(), rows[0][:split], strict=True)))
+    header = playlist_from_row(dict(zip(playlist.c.keys(), tuple(rows[0])[:split], strict=True)))
     # No live entry: one row, its entry columns null (the outer join).
-    entries = [Entry(*r[split:]) for r in rows if r[split] is not None]
+    entries = [Entry(*tuple(r)[split:]) for r in rows if r[split] is not None]
     return header, entries
 
 
