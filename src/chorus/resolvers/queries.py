@@ -173,7 +173,7 @@ async def entries_page_at(
 async def media_of(ctx: RequestContext, entries: Sequence[Entry]) -> dict[str, Media | None]:
     """The media of these entries by media id, in one catalog batch (``None``: unknown, down)."""
     ids = list(dict.fromkeys(e.media_id for e in entries))
-    found = await ctx.reads.loaders.media.load_many(ids)
+    found = await ctx.reads.loaders.media.load_page(ids)
     return dict(zip(ids, found, strict=True))
 
 
