@@ -43,7 +43,7 @@ from chorus.caches.responses import ResponseCache
 from chorus.catalog.embedded import EmbeddedCatalog
 from chorus.catalog.http import HttpCatalog
 from chorus.catalog.protocol import Catalog
-from chorus.db.engine import DATABASE_POOL_SIZE, Database, postgres_engine
+from chorus.db.engine import Database, postgres_engine
 from chorus.db.follows import FollowStore
 from chorus.db.replicas import Replica, Replicas
 from chorus.db.store import PlaylistStore
@@ -102,6 +102,7 @@ def database(settings: Settings) -> Database:
     disposes), through a transaction pooler if ``CHORUS_DATABASE_POOLER`` says so."""
     return Database(
         settings.database_url,
+        pool_size=settings.database_pool_size,
         replicas=replicas(settings),
         pooler=settings.behind_transaction_pooler,
         direct_url=settings.database_direct_url,
@@ -118,7 +119,7 @@ def replicas(settings: Settings) -> Replicas | None:
     return Replicas(
         [
             Replica(
-                postgres_engine(url, pool_size=DATABASE_POOL_SIZE, pooler=pooler),
+                postgres_engine(url, pool_size=settings.database_pool_size, pooler=pooler),
                 CircuitBreaker(failures=1, reset_s=settings.database_replica_breaker_s),
             )
             for url in urls

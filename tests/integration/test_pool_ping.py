@@ -73,3 +73,17 @@ async def test_a_connection_used_just_now_is_not_pinged(
     second = await _backend(db)
 
     assert second != first
+
+
+async def test_a_load_beyond_the_pool_waits_for_its_connections(db: Database) -> None:
+    """A fixed pool: twenty reads at once on a pool of one share one server connection
+    (an overflow connection would be opened and closed for each read beyond it)."""
+
+    async def backend_after_a_moment() -> int:
+        async with db.read() as conn:
+            row = await conn.execute(text("SELECT pg_backend_pid() FROM pg_sleep(0.01)"))
+            return int(row.scalar_one())
+
+    backends = await asyncio.gather(*(backend_after_a_moment() for _ in range(20)))
+
+    assert len(set(backends)) == 1

@@ -79,6 +79,29 @@ async def test_the_root_builds_replicas_and_the_pooler_s_options() -> None:
         await db.dispose()
 
 
+async def test_the_pool_size_sizes_every_postgresql_pool_with_no_overflow() -> None:
+    settings = _settings(
+        database_url=PRIMARY,
+        database_pool_size="7",
+        database_replica_urls="postgresql+asyncpg://postgres@127.0.0.1:5433/chorus",
+    )
+    db = bootstrap.database(settings)  # nothing connects until used
+    try:
+        assert db.replicas is not None
+        for engine in (db.write_engine, db.replicas.members[0].engine):
+            pool = engine.sync_engine.pool
+            assert pool.size() == 7  # type: ignore[attr-defined]
+            assert pool._max_overflow == 0  # type: ignore[attr-defined]
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("value", ["0", "1001", "ten", "-3"])
+def test_a_pool_size_out_of_range_is_refused(value: str) -> None:
+    with pytest.raises(ValidationError, match="database_pool_size"):
+        _settings(database_url=PRIMARY, database_pool_size=value)
+
+
 SECRET = "S3cretPW"
 
 

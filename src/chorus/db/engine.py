@@ -67,8 +67,16 @@ WRITE_QUEUE_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 """How long opening a PostgreSQL connection may take (asyncpg's default is 60 s)."""
 
-DATABASE_POOL_SIZE = 10
-"""Pooled connections per engine (as many again may overflow on PostgreSQL)."""
+DATABASE_POOL_SIZE = 20
+"""Pooled connections per engine (``CHORUS_DATABASE_POOL_SIZE``); a PostgreSQL pool is fixed.
+
+No overflow: SQLAlchemy closes an overflow connection when it is returned
+to a full pool, so a steady 16 requests in flight on a pool of 10 (+10
+overflow) opened ~10 connections a second, each with its statements
+prepared again: ~1 ms of CPU per cold read (bench/peers.py's cold row,
+docs/caching.md). A fixed pool, as HikariCP advises, keeps the same ceiling
+and no churn; a request beyond it waits for a connection (SQLAlchemy's 30 s,
+then ``DatabaseUnavailable``)."""
 
 PING_AFTER_IDLE_S = 0.5
 """A pooled PostgreSQL connection idle this long is pinged before it is used again.
@@ -177,7 +185,8 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
 
 
 def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> AsyncEngine:
-    """A pooled asyncpg engine, its idle connections pinged on checkout.
+    """A pooled asyncpg engine of ``pool_size`` connections at most (no overflow:
+    :data:`DATABASE_POOL_SIZE`), its idle connections pinged on checkout.
 
     Args:
         pooler: the URL is a pooler in transaction mode (PgBouncer before
@@ -192,7 +201,7 @@ def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> 
         connect_args["statement_cache_size"] = 0
         connect_args["prepared_statement_name_func"] = _unique_statement_name
     engine = create_async_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args
+        url, pool_size=pool_size, max_overflow=0, connect_args=connect_args
     )
     _ping_when_idle(engine)
     return engine

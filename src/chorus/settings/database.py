@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from chorus.db.engine import DATABASE_POOL_SIZE
+
 MAX_REPLICAS = 16
 """The most replica URLs ``CHORUS_DATABASE_REPLICA_URLS`` takes (more is a pasting slip)."""
 
@@ -66,6 +68,13 @@ class DatabaseSettings(BaseModel):
         gt=0,
         le=86_400,
         description="Seconds a replica that failed to answer is left alone before one trial read.",
+    )
+    database_pool_size: int = Field(
+        DATABASE_POOL_SIZE,
+        ge=1,
+        le=1_000,
+        description="Connections a process keeps to the PostgreSQL primary (and to each "
+        "replica), a fixed pool: a request beyond them waits for one (up to 30 s).",
     )
     database_pooler: Literal["none", "transaction"] = Field(
         "none",
