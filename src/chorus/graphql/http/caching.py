@@ -22,7 +22,7 @@ Mutations (and anything else that is not a query answer) carry
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,18 +77,10 @@ async def read_operation(
         PersistedQueryError: a persisted document that cannot run.
         ViewerNeeded: a document asked for by hash without a ``viewer``.
     """
+    data: object
     if request.method == "GET":
-        params = request.query_params
-        if "query" not in params and "extensions" not in params:
-            return None
-        try:
-            data: object = {
-                "query": params.get("query"),
-                "operationName": params.get("operationName"),
-                "variables": _json_param(params.get("variables")),
-                "extensions": _json_param(params.get("extensions")),
-            }
-        except ValueError:
+        data = get_parameters(request.query_params)
+        if data is None:
             return None
     elif request.method == "POST" and "application/json" in request.headers.get("content-type", ""):
         try:
@@ -110,6 +102,23 @@ async def read_operation(
     if not isinstance(document, str):
         return None
     return HttpOperation(document, sha, name, variables)
+
+
+def get_parameters(params: Mapping[str, str]) -> dict[str, object] | None:
+    """A GET's ``query``, ``operationName``, ``variables`` and ``extensions`` as the body a
+    POST would carry (``variables`` and ``extensions`` decoded from JSON); ``None`` when it
+    has neither ``query`` nor ``extensions``, or a JSON parameter does not decode."""
+    if "query" not in params and "extensions" not in params:
+        return None
+    try:
+        return {
+            "query": params.get("query"),
+            "operationName": params.get("operationName"),
+            "variables": _json_param(params.get("variables")),
+            "extensions": _json_param(params.get("extensions")),
+        }
+    except ValueError:
+        return None
 
 
 def _json_param(value: str | None) -> object:
@@ -143,6 +152,7 @@ __all__ = [
     "QUERY_CACHE_CONTROL",
     "VARY",
     "HttpOperation",
+    "get_parameters",
     "names_etag",
     "not_modified",
     "query_headers",

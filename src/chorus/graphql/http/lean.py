@@ -49,11 +49,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from chorus import tracing
 from chorus.auth import Identity
 from chorus.graphql.execution.operation_metrics import OperationNames, describe_answer
-from chorus.graphql.guards.nesting import decode_json
 from chorus.graphql.guards.persisted import PersistedDocuments
 from chorus.graphql.http import negotiation
 from chorus.graphql.http.body import GET_PARAMETERS, OFF_LOOP_BYTES
-from chorus.graphql.http.caching import QUERY_CACHE_CONTROL, VARY, HttpOperation, names_etag
+from chorus.graphql.http.caching import (
+    QUERY_CACHE_CONTROL,
+    VARY,
+    HttpOperation,
+    get_parameters,
+    names_etag,
+)
 from chorus.graphql.http.introspection import IntrospectionAnswers
 from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
 from chorus.resolvers import cached_answers
@@ -288,16 +293,8 @@ class LeanRoute:
             if name in params and name in GET_PARAMETERS:
                 return None
             params.setdefault(name, value)
-        if "query" not in params and "extensions" not in params:
-            return None
-        try:
-            data = {
-                "query": params.get("query"),
-                "operationName": params.get("operationName"),
-                "variables": _json_param(params.get("variables")),
-                "extensions": _json_param(params.get("extensions")),
-            }
-        except ValueError:
+        data = get_parameters(params)
+        if data is None:
             return None
         return self._keep(self._queries, query_string, data)
 
@@ -326,10 +323,6 @@ class LeanRoute:
 
 _CACHE_CONTROL = QUERY_CACHE_CONTROL.encode("latin-1")
 _VARY = VARY.encode("latin-1")
-
-
-def _json_param(value: str | None) -> object:
-    return None if value is None else decode_json(value)
 
 
 __all__ = ["DECODED_BODIES", "LeanRoute", "View"]
