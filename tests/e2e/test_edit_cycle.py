@@ -353,9 +353,13 @@ def test_strict_conflict_and_rebase(api: Api) -> None:
     assert state(api, pid) == before
 
     future = mutate(api, "addEntries", playlistId=pid, baseVersion=3, mediaIds=[track(3)])
-    assert refused(future, "INVALID_INPUT")["field"] == ["input", "baseVersion"]
+    ahead = refused(future, "INVALID_INPUT")
+    assert ahead["field"] == ["input", "baseVersion"]
+    assert ahead["currentVersion"] == 2  # where to rebase
     negative = mutate(api, "addEntries", playlistId=pid, baseVersion=-1, mediaIds=[track(3)])
-    refused(negative, "INVALID_INPUT")
+    assert refused(negative, "INVALID_INPUT")["currentVersion"] == 2
+    untitled = mutate(api, "updatePlaylist", playlistId=pid, baseVersion=2, title="")
+    assert refused(untitled, "INVALID_INPUT")["currentVersion"] is None  # not a version's fault
     assert state(api, pid) == before
 
     exact = add(api, pid, [track(3)], base=2, strict=True)

@@ -8,6 +8,7 @@ Hierarchy::
     ├── VersionConflict              VERSION_CONFLICT: strict command, base version is stale
     ├── AnchorNotFound               ANCHOR_NOT_FOUND: after/before names no entry of the playlist
     ├── InvalidInput                 INVALID_INPUT: malformed or contradictory arguments
+    │   └── BaseVersionOutOfRange    a base version below 0 or above the current version
     ├── LimitExceeded                LIMIT_EXCEEDED: a size limit of DESIGN §4
     ├── OperationIdReused            OPERATION_ID_REUSED: same operation id, different request
     ├── MediaNotFound                MEDIA_NOT_FOUND: the catalog does not know a media id
@@ -78,6 +79,19 @@ class AnchorNotFound(DomainError):
 
 class InvalidInput(DomainError):
     code = ErrorCode.INVALID_INPUT
+
+
+class BaseVersionOutOfRange(InvalidInput):
+    """A base version no client could have read (below 0, above the playlist's version):
+    ``current_version`` says where the playlist is, as a version conflict does."""
+
+    def __init__(self, base_version: int, current_version: int) -> None:
+        super().__init__(
+            f"baseVersion {base_version} is not between 0 and the current version "
+            f"{current_version}",
+            field=("baseVersion",),
+        )
+        self.current_version = current_version
 
 
 class LimitExceeded(DomainError):

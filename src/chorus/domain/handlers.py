@@ -58,7 +58,13 @@ from chorus.domain.commands import (
     VersionedCommand,
 )
 from chorus.domain.decisions import Context, Decision, Outcome
-from chorus.domain.errors import InvalidInput, LimitExceeded, NotFound, VersionConflict
+from chorus.domain.errors import (
+    BaseVersionOutOfRange,
+    InvalidInput,
+    LimitExceeded,
+    NotFound,
+    VersionConflict,
+)
 from chorus.domain.fold import advance, created
 from chorus.domain.model import Entry, Playlist, PlaylistKind, Role
 from chorus.domain.placement import find_anchor, gap, place
@@ -90,10 +96,7 @@ def _check_base_version(command: PlaylistCommand, playlist: Playlist) -> bool:
 def _check_versioned(command: VersionedCommand, playlist: Playlist) -> bool:
     base = command.base_version
     if base < 0 or base > playlist.version:
-        raise InvalidInput(
-            f"baseVersion {base} is not between 0 and the current version {playlist.version}",
-            field=("baseVersion",),
-        )
+        raise BaseVersionOutOfRange(base, playlist.version)
     if command.strict and base != playlist.version:
         raise VersionConflict(base, playlist.version)
     return base < playlist.version

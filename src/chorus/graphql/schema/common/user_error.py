@@ -6,7 +6,7 @@ from typing import Any
 
 import strawberry
 
-from chorus.domain.errors import DomainError, RateLimited, VersionConflict
+from chorus.domain.errors import BaseVersionOutOfRange, DomainError, RateLimited, VersionConflict
 from chorus.domain.errors import ErrorCode as ErrorCodeEnum
 from chorus.resolvers.admission import MutationOutcome
 
@@ -19,7 +19,9 @@ class UserError:
     message: str
     field: list[str] | None = strawberry.field(description="Path of the input field at fault.")
     current_version: int | None = strawberry.field(
-        default=None, description="With VERSION_CONFLICT: the playlist's version now."
+        default=None,
+        description="With VERSION_CONFLICT, and with INVALID_INPUT for a baseVersion out of "
+        "range (below 0, above the current version): the playlist's version now.",
     )
     retry_after_ms: int | None = strawberry.field(
         default=None,
@@ -29,7 +31,11 @@ class UserError:
 
     @classmethod
     def from_error(cls, error: DomainError) -> UserError:
-        current = error.current_version if isinstance(error, VersionConflict) else None
+        current = (
+            error.current_version
+            if isinstance(error, VersionConflict | BaseVersionOutOfRange)
+            else None
+        )
         retry = error.retry_after_ms if isinstance(error, RateLimited) else None
         field = ["input", *error.field] if error.field else None
         return cls(
