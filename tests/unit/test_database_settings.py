@@ -96,7 +96,7 @@ async def test_the_pool_size_sizes_every_postgresql_pool_with_no_overflow() -> N
         await db.dispose()
 
 
-@pytest.mark.parametrize("value", ["0", "1001", "ten", "-3"])
+@pytest.mark.parametrize("value", ["0", "1", "1001", "ten", "-3"])
 def test_a_pool_size_out_of_range_is_refused(value: str) -> None:
     with pytest.raises(ValidationError, match="database_pool_size"):
         _settings(database_url=PRIMARY, database_pool_size=value)

@@ -71,10 +71,12 @@ class DatabaseSettings(BaseModel):
     )
     database_pool_size: int = Field(
         DATABASE_POOL_SIZE,
-        ge=1,
+        ge=2,
         le=1_000,
         description="Connections a process keeps to the PostgreSQL primary (and to each "
-        "replica), a fixed pool: a request beyond them waits for one (up to 30 s).",
+        "replica), a fixed pool: a request beyond them waits for one (up to 30 s). At "
+        "least 2: the embedded profile's outbox relay holds one while its publisher writes "
+        "feed rows on another.",
     )
     database_pooler: Literal["none", "transaction"] = Field(
         "none",
