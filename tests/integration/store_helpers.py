@@ -6,6 +6,7 @@ a command left behind, not only what the store answered.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import uuid
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import repository
@@ -241,3 +242,29 @@ async def random_history(
             await ed.add(*(next(names) for _ in range(rng.randint(1, 3))), **where)
         snapshots[ed.version] = await live_rows(database, pid)
     return snapshots
+
+
+async def backend_pid(db: Database) -> int:
+    """The PostgreSQL backend of the connection ``db``'s pool hands out next."""
+    async with db.write() as conn:
+        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def terminate_backend(db: Database, pid: int) -> None:
+    """Close backend ``pid`` from another connection (outside ``db``'s pool), and wait
+    until it is gone."""
+    other = Database(db.url)
+    try:
+        async with other.write() as conn:
+            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        for _ in range(100):  # the backend exits a moment after the call returns
+            async with other.write() as conn:
+                found = await conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+                )
+                if found.scalar_one() == 0:
+                    return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"backend {pid} is still there")
+    finally:
+        await other.dispose()

@@ -10,18 +10,21 @@ the pool, so the next read reconnects.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import text
 
 from chorus.db import engine as engine_module
 from chorus.db import pages
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.db.store import PlaylistStore
 from chorus.domain.commands import DeletePlaylist
-from tests.integration.store_helpers import new_op, new_playlist
+from tests.integration.store_helpers import (
+    backend_pid,
+    new_op,
+    new_playlist,
+    terminate_backend,
+)
 
 
 @pytest.fixture
@@ -79,22 +82,7 @@ async def test_a_connection_the_server_closed_fails_once_then_reconnects(
     editor = await new_playlist(store)
     await editor.add("chinook:1")
     monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)  # no ping to save it
-    async with db.write() as conn:
-        backend = int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
-    other = Database(db.url)
-    try:
-        async with other.write() as conn:
-            await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": backend})
-        for _ in range(100):
-            async with other.write() as conn:
-                left = await conn.execute(
-                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": backend}
-                )
-                if left.scalar_one() == 0:
-                    break
-            await asyncio.sleep(0.02)
-    finally:
-        await other.dispose()
+    await terminate_backend(db, await backend_pid(db))
 
     with pytest.raises(DatabaseUnavailable):
         await pages.playlist_and_first_page(db, editor.playlist_id, 10)

@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from chorus.db import engine as engine_module
 from chorus.db.engine import PING_AFTER_IDLE_S, Database, DatabaseUnavailable
+from tests.integration.store_helpers import backend_pid, terminate_backend
 
 
 @pytest.fixture
@@ -26,36 +27,12 @@ async def db(postgres: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-async def _backend(db: Database) -> int:
-    async with db.write() as conn:
-        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
-
-
-async def _terminate(db: Database, pid: int) -> None:
-    """Close backend ``pid`` from another connection (outside ``db``'s pool)."""
-    other = Database(db.url)
-    try:
-        async with other.write() as conn:
-            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        for _ in range(100):  # the backend exits a moment after the call returns
-            async with other.write() as conn:
-                found = await conn.execute(
-                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-                )
-                if found.scalar_one() == 0:
-                    return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"backend {pid} is still there")
-    finally:
-        await other.dispose()
-
-
 async def test_an_idle_connection_the_server_closed_is_replaced_on_checkout(db: Database) -> None:
-    first = await _backend(db)
-    await _terminate(db, first)
+    first = await backend_pid(db)
+    await terminate_backend(db, first)
     await asyncio.sleep(PING_AFTER_IDLE_S + 0.1)
 
-    second = await _backend(db)  # the ping found it closed: a new connection, no error
+    second = await backend_pid(db)  # the ping found it closed: a new connection, no error
 
     assert second != first
 
@@ -63,14 +40,14 @@ async def test_an_idle_connection_the_server_closed_is_replaced_on_checkout(db: 
 async def test_a_connection_used_just_now_is_not_pinged(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await _backend(db)
+    await backend_pid(db)
     monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)
-    first = await _backend(db)
-    await _terminate(db, first)
+    first = await backend_pid(db)
+    await terminate_backend(db, first)
 
     with pytest.raises(DatabaseUnavailable):
-        await _backend(db)  # handed out unpinged, as a connection in flight would fail
-    second = await _backend(db)
+        await backend_pid(db)  # handed out unpinged, as a connection in flight would fail
+    second = await backend_pid(db)
 
     assert second != first
 

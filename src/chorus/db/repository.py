@@ -158,9 +158,9 @@ async def header_and_first_entries(
     if not rows:
         return None
     split = len(playlist.c)
-    header = playlist_from_row(dict(zip(playlist.c.keys(), tuple(rows[0])[:split], strict=True)))
+    header = playlist_from_row(dict(zip(playlist.c.keys(), rows[0][:split], strict=True)))
     # No live entry: one row, its entry columns null (the outer join).
-    entries = [Entry(*tuple(r)[split:]) for r in rows if r[split] is not None]
+    entries = [Entry(*r[split:]) for r in rows if r[split] is not None]
     return header, entries
 
 

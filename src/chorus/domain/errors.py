@@ -42,6 +42,8 @@ class DomainError(Exception):
     """An expected failure of a command; nothing was committed."""
 
     code: ErrorCode
+    current_version: int | None = None
+    """The playlist's version now, where the error is about the base version."""
 
     def __init__(self, message: str, *, field: tuple[str, ...] | None = None) -> None:
         super().__init__(message)

@@ -6,7 +6,7 @@ from typing import Any
 
 import strawberry
 
-from chorus.domain.errors import BaseVersionOutOfRange, DomainError, RateLimited, VersionConflict
+from chorus.domain.errors import DomainError, RateLimited
 from chorus.domain.errors import ErrorCode as ErrorCodeEnum
 from chorus.resolvers.admission import MutationOutcome
 
@@ -31,18 +31,13 @@ class UserError:
 
     @classmethod
     def from_error(cls, error: DomainError) -> UserError:
-        current = (
-            error.current_version
-            if isinstance(error, VersionConflict | BaseVersionOutOfRange)
-            else None
-        )
         retry = error.retry_after_ms if isinstance(error, RateLimited) else None
         field = ["input", *error.field] if error.field else None
         return cls(
             code=error.code,
             message=error.message,
             field=field,
-            current_version=current,
+            current_version=error.current_version,
             retry_after_ms=retry,
         )
 
