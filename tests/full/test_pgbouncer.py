@@ -24,6 +24,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from chorus.db.watch import LISTEN_APPLICATION_NAME
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track
@@ -129,9 +130,11 @@ def test_listen_goes_past_the_pooler(
     async def listening_ports() -> list[int]:
         conn = await asyncpg.connect(dsn)
         try:
+            # By name: its last query is LISTEN or its periodic SELECT 1.
             rows = await conn.fetch(
                 "SELECT client_port FROM pg_stat_activity"
-                " WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+                " WHERE datname = current_database() AND application_name = $1",
+                LISTEN_APPLICATION_NAME,
             )
             return [row["client_port"] for row in rows]
         finally:

@@ -11,11 +11,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from chorus.db.engine import Database
 from chorus.db.migrate import upgrade_async
 from chorus.db.store import PlaylistStore
-from chorus.db.watch import listen_commits, watch_commits
+from chorus.db.watch import LISTEN_APPLICATION_NAME, listen_commits, watch_commits
 from chorus.domain.commands import CreatePlaylist
 from chorus.resilience.tasks import cancel_and_wait
 from tests.deadlines import patience
@@ -81,9 +82,12 @@ async def test_postgresql_commits_of_another_process_are_heard(postgres: str) ->
 
 async def _terminate_listeners(db: Database) -> None:
     async with db.write() as conn:
-        killed = await conn.exec_driver_sql(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+        killed = await conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND application_name = :name"
+            ),
+            {"name": LISTEN_APPLICATION_NAME},
         )
         assert killed.all() == [(True,)]
 

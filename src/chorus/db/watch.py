@@ -41,6 +41,10 @@ COMMIT_POLL_S = 0.1
 OUTBOX_CHANNEL = "chorus_outbox"
 """The channel the outbox trigger notifies (migration 0009)."""
 
+LISTEN_APPLICATION_NAME = "chorus commit listener"
+"""The ``application_name`` of the listening connection: how an operator (or a test)
+finds it in ``pg_stat_activity`` whatever it last ran (``LISTEN`` or its ``SELECT 1``)."""
+
 LISTEN_CHECK_S = 30.0
 """How often a listening connection is asked ``SELECT 1`` (seconds): a peer that
 vanished without closing (a half-open TCP connection) is found and replaced."""
@@ -136,7 +140,11 @@ async def listen_commits(
     backoff = Backoff(0.1, 5.0)
 
     async def listen() -> None:
-        conn = await asyncpg.connect(_asyncpg_dsn(db), timeout=CONNECT_TIMEOUT_S)
+        conn = await asyncpg.connect(
+            _asyncpg_dsn(db),
+            timeout=CONNECT_TIMEOUT_S,
+            server_settings={"application_name": LISTEN_APPLICATION_NAME},
+        )
         try:
             await _listen(conn, on_commit, backoff, check_s)
         finally:
