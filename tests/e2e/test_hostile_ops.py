@@ -3,8 +3,8 @@
 Class 9 of issue 10: made-up operation names sent without a token must not
 become ``operation_name`` labels (nor crowd out the real ones), and
 ``/metrics`` answers only the bearer of ``CHORUS_METRICS_TOKEN`` when it is
-set. Class 10: a second ``chorus serve`` on one SQLite file is refused with
-one line (exit 2), a killed server leaves no lock behind, and an edit
+set. Class 10: a second ``chorus serve`` on one SQLite file (or one PostgreSQL
+database) is refused with one line (exit 2), a killed server leaves no lock behind, and an edit
 committed by a separate ``chorus`` CLI process reaches a running server's
 WebSocket subscribers, in order, once each. Every wait is bounded; nothing
 asserts a duration.
@@ -33,7 +33,13 @@ from chorus.graphql.execution.operation_metrics import MAX_OPERATION_NAMES_PER_U
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add
-from tests.servers import TEST_SECRET, ChorusServer
+from tests.servers import (
+    TEST_SECRET,
+    ChorusServer,
+    create_database,
+    drop_database,
+    postgres_url,
+)
 
 METRICS_TOKEN = "scrape-" + "s" * 24
 CONFIGURED = "PublicStatus"
@@ -205,6 +211,34 @@ def test_a_second_serve_on_the_same_database_is_refused(tmp_path: Path) -> None:
         assert httpx.get(f"{first.base_url}/healthz", timeout=WAIT_S).status_code == 200
     finally:
         first.stop()
+
+
+def test_a_second_serve_on_one_postgres_database_is_refused(
+    tmp_path: Path, postgres_template: str
+) -> None:
+    # PostgreSQL has no file to lock: a session advisory lock stands in, and a
+    # kill -9 releases it as the end of its connection.
+    name = create_database(template=postgres_template)
+    first = ChorusServer(postgres_url(name), tmp_path)
+    first.start()
+    assert first.process is not None
+    pid = first.process.pid
+    try:
+        refused = _second_serve(first)
+        assert refused.returncode == 2, refused
+        lines = refused.stderr.splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert f"another chorus serve (chorus serve {pid} on " in lines[0]
+        assert "full profile" in lines[0]
+        assert httpx.get(f"{first.base_url}/healthz", timeout=WAIT_S).status_code == 200
+        first.kill()
+        first.stop()
+        second = ChorusServer(postgres_url(name), tmp_path)
+        second.start()
+        second.stop()
+    finally:
+        first.stop()
+        drop_database(name)
 
 
 def test_a_killed_server_does_not_block_the_next_start(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
 from pydantic import ValidationError
 
@@ -24,6 +24,12 @@ from chorus.settings import Settings, unknown_variables
 
 if TYPE_CHECKING:
     from chorus.drain import Drain
+
+
+class Closable(Protocol):
+    """A lock held until :meth:`close` (or the process's end)."""
+
+    def close(self) -> None: ...
 
 
 def fail(message: str) -> NoReturn:
@@ -190,6 +196,43 @@ def lock_embedded_database(settings: Settings) -> IO[bytes] | None:
         lock.close()
         fail(f"cannot lock {lock.name}: {error.strerror or error}")
     return lock
+
+
+def lock_embedded_postgres(settings: Settings) -> Closable | None:
+    """Make this process the only ``chorus serve`` of its PostgreSQL database (embedded profile).
+
+    For the same reason as :func:`lock_embedded_database`, with a session
+    advisory lock held on a connection of its own (:mod:`chorus.db.serve_lock`),
+    taken past any pooler. Call it after :func:`migrate`, which waits for the
+    database.
+
+    Returns:
+        The held lock (keep it until the server stops), or ``None`` for the
+        full profile and SQLite.
+
+    Exits:
+        2 with one line naming the holder when another ``chorus serve`` holds
+        the lock, or when the database cannot be reached.
+    """
+    from sqlalchemy.engine import make_url
+
+    from chorus.db.serve_lock import Held, hold_serve_lock
+
+    url = make_url(settings.direct_database_url)
+    if settings.full_profile or url.get_backend_name() != "postgresql":
+        return None
+    try:
+        held = hold_serve_lock(url)
+    except Exception as error:
+        fail(f"cannot take the one-serve lock of the database: {error}")
+    if isinstance(held, Held):
+        fail(
+            f"another chorus serve ({held.holder}) is serving this PostgreSQL database in "
+            "the embedded profile: its events stay in its own process, so a second server "
+            "would serve stale cached answers and miss live events; for several API "
+            "processes use the full profile (Kafka, Redis: docs/full-profile.md)"
+        )
+    return held
 
 
 def listen(host: str, port: int) -> socket.socket:

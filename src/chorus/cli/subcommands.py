@@ -20,6 +20,7 @@ from chorus.cli.process import (
     load_balancer_options,
     load_settings,
     lock_embedded_database,
+    lock_embedded_postgres,
     migrate,
     require_full_profile,
     run_processes,
@@ -60,6 +61,7 @@ def serve(args: argparse.Namespace) -> int:
     port = listener.getsockname()[1]  # the port the system chose for CHORUS_PORT=0
     stop_cleanly_on_signals()
     migrate(settings, wait=True)
+    lock = lock or lock_embedded_postgres(settings)  # PostgreSQL's: the database is up now
     try:
         create_app(settings, with_workers=args.with_workers)  # bad settings fail here, once
     except ValueError as exc:

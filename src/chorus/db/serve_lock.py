@@ -1,0 +1,187 @@
+"""One embedded-profile ``chorus serve`` per PostgreSQL database: a session advisory lock.
+
+An embedded-profile server hears commits on its in-process bus and keeps
+its head registry in memory. A second one on the same database would take
+some of the outbox's events for its own bus, so the first would serve
+cached answers its registry still thinks current and its subscribers would
+miss events (the full profile carries every commit to every process through
+Kafka and Redis). SQLite's file lock (``chorus.cli.process``) cannot reach
+PostgreSQL, so the server holds ``pg_try_advisory_lock`` on a connection of
+its own for as long as it runs. PostgreSQL releases a session lock when its
+connection ends, however the process ended (``kill -9`` too).
+
+The connection lives on a daemon thread with its own event loop, so the lock
+is taken before uvicorn starts (a second server exits 2 before it listens)
+and is held whatever the server's loop does. If the connection is lost (the
+database restarted), the thread connects again and takes the lock again;
+while another process holds it, it logs an error every time it tries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+import asyncpg
+from sqlalchemy.engine import URL
+
+from chorus.resilience.backoff import Backoff
+
+log = logging.getLogger("chorus.db.serve_lock")
+
+SERVE_LOCK_KEY = 0x63686F7275730001
+"""The advisory lock's key (``pg_try_advisory_lock(bigint)``; "chorus" and 1 in hex).
+Advisory locks are per database, so one key serves every database."""
+
+APPLICATION_NAME_PREFIX = "chorus serve"
+"""How the holding connection names itself in ``pg_stat_activity``:
+``chorus serve <pid> on <host>``, shown to the server that is refused."""
+
+CONNECT_TIMEOUT_S = 10.0
+CHECK_S = 30.0
+"""Seconds between two liveness checks of the holding connection."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """Another process holds the lock: what ``pg_stat_activity`` says of it."""
+
+    holder: str
+    """Its ``application_name`` and client address, or ``"unknown"``."""
+
+
+class ServeLock:
+    """The held lock; :meth:`close` releases it (so does the process ending)."""
+
+    def __init__(self, holding: concurrent.futures.Future[None]) -> None:
+        self._holding = holding
+
+    def close(self) -> None:
+        self._holding.cancel()  # cancels the task on the lock's loop: its connection ends
+
+
+def _dsn(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _connect(dsn: str) -> asyncpg.Connection:
+    name = f"{APPLICATION_NAME_PREFIX} {os.getpid()} on {socket.gethostname()}"[:63]
+    return await asyncpg.connect(
+        dsn, timeout=CONNECT_TIMEOUT_S, server_settings={"application_name": name}
+    )
+
+
+async def _take(dsn: str) -> asyncpg.Connection | Held:
+    conn = await _connect(dsn)
+    try:
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", SERVE_LOCK_KEY):
+            return conn
+        row = await conn.fetchrow(
+            "SELECT a.application_name, host(a.client_addr) AS address"
+            " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.database = ("
+            "   SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND l.objid = ($1::bigint & 4294967295) AND l.classid = ($1::bigint >> 32)",
+            SERVE_LOCK_KEY,
+        )
+    except BaseException:
+        conn.terminate()
+        raise
+    await conn.close()
+    if row is None:
+        return Held("unknown")
+    address = f" from {row['address']}" if row["address"] else ""
+    return Held(f"{row['application_name'] or 'a connection'}{address}")
+
+
+async def _until_lost(conn: asyncpg.Connection) -> None:
+    """Return when ``conn`` is gone: closed by the server, or silent to a ``SELECT 1``."""
+    lost = asyncio.Event()
+    conn.add_termination_listener(lambda _conn: lost.set())
+    while not lost.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CHECK_S):
+                await lost.wait()
+        if not lost.is_set():  # a half-open connection shows here
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await conn.fetchval("SELECT 1")
+            except (OSError, TimeoutError, asyncpg.PostgresError):
+                return
+
+
+async def _hold(dsn: str, conn: asyncpg.Connection) -> None:
+    """Keep the lock until cancelled; take it again after a lost connection."""
+    backoff = Backoff(0.5, 10.0)
+    try:
+        while True:
+            await _until_lost(conn)
+            conn.terminate()
+            log.warning("lost the connection holding the one-serve lock; taking it again")
+            while True:
+                await asyncio.sleep(backoff.next())
+                try:
+                    taken = await _take(dsn)
+                except (OSError, TimeoutError, asyncpg.PostgresError) as error:
+                    log.warning("cannot take the one-serve lock again: %s", error)
+                    continue
+                if isinstance(taken, Held):
+                    log.error(
+                        "another chorus serve (%s) took this database while the connection "
+                        "was lost: stop one of them (the embedded profile serves a database "
+                        "from one process)",
+                        taken.holder,
+                    )
+                    continue
+                conn = taken
+                backoff.reset()
+                break
+    finally:
+        conn.terminate()
+
+
+def hold_serve_lock(url: URL) -> ServeLock | Held:
+    """Take the one-serve lock of the PostgreSQL database at ``url`` and keep it.
+
+    Args:
+        url: the primary, past any pooler (a transaction pooler would drop a
+            session lock between transactions).
+
+    Returns:
+        The held lock, or :class:`Held` naming the process that holds it.
+
+    Raises:
+        OSError, TimeoutError, asyncpg.PostgresError: the database cannot be reached.
+    """
+    dsn = _dsn(url)
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()
+
+    async def hold(conn: asyncpg.Connection) -> None:
+        try:
+            await _hold(dsn, conn)
+        finally:
+            loop.call_soon(loop.stop)  # the thread ends once the lock is let go
+
+    thread = threading.Thread(target=run, name="chorus serve lock", daemon=True)
+    thread.start()
+    try:
+        taken = asyncio.run_coroutine_threadsafe(_take(dsn), loop).result(CONNECT_TIMEOUT_S * 2)
+    except BaseException:
+        loop.call_soon_threadsafe(loop.stop)
+        raise
+    if isinstance(taken, Held):
+        loop.call_soon_threadsafe(loop.stop)
+        return taken
+    return ServeLock(asyncio.run_coroutine_threadsafe(hold(taken), loop))
