@@ -286,6 +286,7 @@ def main() -> None:
     database_url = dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
     env = {"CHORUS_JWT_SECRET": SECRET}
     started: list[Any] = []
+    copies: list[str] = []
     tansu = None
     try:
         imported = chorus_import(
@@ -297,6 +298,13 @@ def main() -> None:
             }
         )
         asyncio.run(add_peer_schema(dsn))
+        embedded_rows = (
+            int(bool({"hot", "304", "bare"} & set(wanted)))
+            + ("cold" in wanted)
+            + ("cold-plain" in wanted)
+        )
+        copies += clones(args.admin_url, name, embedded_rows)
+        spare = list(copies)
         from chorus.graphql.schema.common import ids
 
         gids = [gid for gid, n in imported if n >= PAGE]
@@ -311,7 +319,11 @@ def main() -> None:
 
         def chorus(workers: int = 1, **extra: str) -> Any:
             command = ("serve",) if workers == 1 else ("serve", "--workers", str(workers))
-            server = servers.ChorusServer(database_url, tmp, command, **env, **extra)
+            # The full profile shares the imported database; the embedded one takes a copy.
+            url = database_url
+            if "CHORUS_REDIS_URL" not in extra:
+                url = f"{database_url.rsplit('/', 1)[0]}/{spare.pop()}"
+            server = servers.ChorusServer(url, tmp, command, **env, **extra)
             server.start(timeout_s=120)  # a loaded 2-core machine starts slowly
             started.append(server)
             return server
@@ -387,7 +399,7 @@ def main() -> None:
             server.stop()
         if tansu is not None:
             tansu.stop()
-        asyncio.run(_admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop(args.admin_url, [name, *copies])
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(rows)
     print_targets(rows)
@@ -448,6 +460,24 @@ def print_targets(rows: dict[str, Row]) -> None:
         ratio = a.rps / b.rps
         verdict = "pass" if ratio >= goal else "FAIL"
         print(f"  {label:<12} {ratio:5.2f}  ≥ {goal:.1f}  {verdict}  ({a.name} / {b.name})")
+
+
+def clones(admin_url: str, name: str, count: int) -> list[str]:
+    """``count`` copies of database ``name`` (``CREATE DATABASE … TEMPLATE``), made before
+    anything else connects to it; their names.
+
+    An embedded-profile ``chorus serve`` holds its database alone (a second is
+    refused: docs/full-profile.md), so each embedded row reads its own copy of
+    the same imported data."""
+    made = [f"{name}_{n}" for n in range(count)]
+    for copy in made:
+        asyncio.run(_admin(admin_url, f'CREATE DATABASE "{copy}" TEMPLATE "{name}"'))
+    return made
+
+
+def drop(admin_url: str, names: list[str]) -> None:
+    for db in names:
+        asyncio.run(_admin(admin_url, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
 
 
 async def _admin(admin_url: str, sql: str) -> None:

@@ -85,6 +85,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="chorus-tracing-"))
     env = {"CHORUS_JWT_SECRET": peers.SECRET}
     started: list[Any] = []
+    copies: list[str] = []
     try:
         imported = peers.chorus_import(
             {
@@ -94,6 +95,7 @@ def main() -> None:
                 **env,
             }
         )
+        copies += peers.clones(args.admin_url, name, 6)  # one per embedded server below
         gids = [gid for gid, n in imported if n >= peers.PAGE]
         print(
             f"{len(gids)} Chinook playlists read round-robin; wrk -t1 -c{args.connections}; "
@@ -109,7 +111,8 @@ def main() -> None:
                 if tracing == "on 5%":  # the SDK's own sampler variables
                     extra["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
                     extra["OTEL_TRACES_SAMPLER_ARG"] = "0.05"
-                server = servers.ChorusServer(database_url, tmp, **env, **extra)
+                url = f"{database_url.rsplit('/', 1)[0]}/{copies[len(started)]}"
+                server = servers.ChorusServer(url, tmp, **env, **extra)
                 server.start(timeout_s=120)  # a loaded 2-core machine starts slowly
                 started.append(server)
                 targets.append(_target(f"{cache}, tracing {tracing}", server, gids))
@@ -126,7 +129,7 @@ def main() -> None:
         for server in reversed(started):
             server.stop()
         sink.shutdown()
-        asyncio.run(peers._admin(args.admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        peers.drop(args.admin_url, [name, *copies])
         shutil.rmtree(tmp, ignore_errors=True)
     _print(rows)
     print(f"\n{Sink.exports} OTLP exports received")

@@ -1,12 +1,11 @@
 """Write throughput over HTTP against the same transaction as raw SQL, in one run.
 
-Chorus is run as a user runs it: ``chorus serve`` processes (``--processes``,
-each on its own port; with ``--routing playlist``, the default, a command goes
-to the process that owns its playlist, ``crc32(playlist id) % processes``, as
-a routing proxy would send it; with ``--routing any`` each client keeps to one
-process, the clients spread evenly, as a round-robin balancer would), on a
-temporary PostgreSQL database (migrated by ``serve``, dropped at the end),
-embedded events (the in-process relay stamps the outbox). A load process
+Chorus is run as a user runs it: one ``chorus serve`` per mode, each on a
+temporary PostgreSQL database of its own (migrated by ``serve``, dropped at
+the end), embedded events (the in-process relay stamps the outbox). The
+embedded profile serves a database from one process (a second ``serve`` is
+refused), so ``--processes`` stays 1 here; several API processes are the
+full profile's, measured by ``bench/scale.py``. A load process
 (its own interpreter, so the server's CPU is not shared with the client's
 Python) runs ``--clients`` keep-alive HTTP/1.1 connections, each sending one
 ``addEntries`` after another: one Chinook media appended, a fresh
@@ -31,7 +30,7 @@ this machine for this commit: ``/bare`` says how close Chorus comes to it,
 and ``bare`` / raw SQL what bounds any Python server's ratio here (the load
 process, the server and PostgreSQL share the cores).
 
-Chorus runs twice, side by side on the same database: with the owner queue
+Chorus runs twice, side by side, each mode on its own database: with the owner queue
 and group commit (``group``) and with one transaction per command
 (``plain``, ``CHORUS_GROUP_COMMIT=false``, the path it shortcuts). The
 machine's load drifts, so each figure is taken in ``--rounds`` slices and the
@@ -297,6 +296,12 @@ def main() -> None:
     if any("=" not in item or not item.split("=", 1)[0] for item in args.env):
         parser.error("--env: NAME=VALUE")
     env = dict(item.split("=", 1) for item in args.env)
+    if args.processes > 1:
+        parser.error(
+            "--processes: the embedded profile serves a database from one process "
+            "(a second chorus serve is refused); bench/scale.py measures several "
+            "API processes on the full profile"
+        )
     os.environ["CHORUS_TEST_POSTGRES_URL"] = args.postgres_url
     from tests.servers import create_database, drop_database, postgres_url
 
@@ -310,12 +315,19 @@ def main() -> None:
         f"{args.processes} chorus serve process(es) per mode routed by {args.routing}, "
         f"{os.cpu_count()} cores"
     )
+    made: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         try:
-            url = postgres_url(name)
+            # The first mode on the database pgbench uses too (its tables are made by
+            # Chorus's migrations); each other mode on a database of its own.
+            names = [name, *(create_database() for _ in modes[1:])]
+            made.extend(names[1:])
             chorus = {
-                m: prepared(stack.enter_context(started(url, Path(tmp), args, m, **env)), args)
-                for m in modes
+                m: prepared(
+                    stack.enter_context(started(postgres_url(db), Path(tmp), args, m, **env)),
+                    args,
+                )
+                for m, db in zip(modes, names, strict=True)
             }
             dsn = postgres_url(name, "postgresql")
             postmaster = asyncio.run(postmaster_pid(dsn))
@@ -348,7 +360,8 @@ def main() -> None:
             try:
                 stack.close()
             finally:
-                drop_database(name)
+                for db in [name, *made]:
+                    drop_database(db)
         table("PostgreSQL: Chorus over HTTP against pgbench", figures, measured, targets=True)
         cpu_table(figures, measured)
         if args.sqlite:
