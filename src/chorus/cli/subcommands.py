@@ -14,6 +14,7 @@ from pathlib import Path
 
 from chorus import __version__
 from chorus.cli.process import (
+    Closable,
     fail,
     jwt_secret,
     listen,
@@ -56,7 +57,7 @@ def serve(args: argparse.Namespace) -> int:
         require_full_profile(settings, f"--workers {args.workers}")
     if settings.jwks_url is None:
         jwt_secret(settings)  # an unusable secret or data directory stops here, in one line
-    lock = lock_embedded_database(settings)  # held until this process ends
+    lock: Closable | None = lock_embedded_database(settings)  # held until this process ends
     listener = listen(host, port)
     port = listener.getsockname()[1]  # the port the system chose for CHORUS_PORT=0
     stop_cleanly_on_signals()
