@@ -348,6 +348,10 @@ def bearer_token(header: str | None) -> str | None:
     """
     if header is None:
         return None
+    if header.startswith("Bearer "):  # the usual spelling, read without the pattern
+        token = header[7:]
+        if token and " " not in token and "\t" not in token:
+            return token
     match = _BEARER.fullmatch(header)
     if match is None or match[1].lower() != "bearer":
         raise InvalidToken("use 'Authorization: Bearer <token>'")

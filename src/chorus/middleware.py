@@ -63,23 +63,30 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
+        declared = None
+        for name, value in scope["headers"]:  # the last, as dict(headers) kept it
+            if name == b"content-length":
+                declared = value
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._refuse(scope, receive, send)
             return
         # Read the whole body before the app runs: a body found too large
         # halfway through cannot be refused once the app has begun to answer.
-        body = bytearray()
+        parts: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
                 return  # the client went away
-            body += message.get("body", b"")
-            if len(body) > self.max_bytes:
+            part = message.get("body", b"")
+            parts.append(part)
+            size += len(part)
+            if size > self.max_bytes:
                 await self._refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
         replayed = False
 
         async def replay() -> Message:
@@ -87,7 +94,7 @@ class BodySizeLimit:
             if replayed:
                 return await receive()
             replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
 
@@ -134,7 +141,7 @@ class RequestId:
                 sent = value.decode("latin-1")
                 break
         request_id = request_id_from(sent)
-        header = (REQUEST_ID_HEADER.lower().encode(), request_id.encode())
+        header = (_REQUEST_ID_NAME, request_id.encode())
 
         async def send_with_id(message: Message) -> None:
             if message["type"] in _ANSWER_STARTS:

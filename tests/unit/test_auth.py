@@ -21,6 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chorus.auth import (
+    _BEARER,
     MAX_NUMERIC_DATE,
     MAX_TOKEN_LENGTH,
     Identity,
@@ -267,6 +268,18 @@ def test_a_signed_token_whose_sub_only_looks_like_a_user_is_refused(
 )
 def test_bearer_header_forms(header: str | None, token: str | None) -> None:
     assert bearer_token(header) == token
+
+
+@given(st.text(alphabet=st.sampled_from("Bearer \tab.\x0b-"), max_size=14))
+def test_the_usual_spelling_is_read_as_the_pattern_reads_it(header: str) -> None:
+    # bearer_token reads "Bearer <token>" without its pattern: the same answer.
+    match = _BEARER.fullmatch(header)
+    expected = match[2] if match is not None and match[1].lower() == "bearer" else None
+    try:
+        found = bearer_token(header)
+    except InvalidToken:
+        found = None
+    assert found == expected
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import uuid
 
@@ -92,3 +93,23 @@ def test_a_new_request_id_is_a_random_uuid4_in_hex() -> None:
         assert parsed.variant == uuid.RFC_4122
     assert request_id_from("client-id.1") == "client-id.1"
     assert uuid.UUID(hex=request_id_from("not ok")).version == 4
+
+
+def test_a_forked_child_makes_other_request_ids_than_its_parent() -> None:
+    # The ids' random bytes are read ahead: a child (serve --workers) must not reuse them.
+    new_request_id()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.write(write, "".join(new_request_id() for _ in range(8)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        raw = pipe.read().decode()
+    os.waitpid(child, 0)
+    theirs = {raw[i : i + 32] for i in range(0, len(raw), 32)}
+    ours = {new_request_id() for _ in range(8)}
+    assert len(theirs) == 8
+    assert not theirs & ours

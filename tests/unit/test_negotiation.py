@@ -34,6 +34,14 @@ from chorus.graphql.http.negotiation import GRAPHQL_RESPONSE, JSON, as_graphql_r
 )
 def test_negotiate(accept: str | None, chosen: str | None) -> None:
     assert negotiate(accept) == chosen
+    assert negotiate(accept) == chosen  # the second from what the first read kept
+
+
+def test_more_accept_values_than_are_kept_are_each_read_right() -> None:
+    for n in range(600):  # past the kept values' bound, which forgets them all
+        accept = f"application/json;q=0.{n % 9 + 1}, application/graphql-response+json;q=0.{n}"
+        graphql_q = float(f"0.{n}")
+        assert negotiate(accept) == (GRAPHQL_RESPONSE if graphql_q >= n % 9 / 10 + 0.1 else JSON)
 
 
 def answer(body: object, status: int = 200) -> Response:

@@ -44,9 +44,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from graphql import OperationType
+from opentelemetry.trace import get_current_span
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chorus import tracing
 from chorus.auth import Identity
 from chorus.graphql.execution.operation_metrics import OperationNames, describe_answer
 from chorus.graphql.guards.persisted import PersistedDocuments
@@ -70,6 +70,9 @@ DECODED_BODIES = 1024
 
 _PATH = "/graphql"
 
+_ASKED_PER_BODY = 16
+"""Viewers whose cache keys are kept per decoded body (all forgotten when more come)."""
+
 _Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
@@ -78,7 +81,7 @@ class _Decoded:
     :func:`~chorus.graphql.http.caching.read_operation` reads, the variables' canonical
     text, and the document's SHA-256 once a request needed it."""
 
-    __slots__ = ("canonical", "extensions", "name", "query", "sha256", "variables")
+    __slots__ = ("asked", "canonical", "extensions", "name", "query", "sha256", "variables")
 
     def __init__(self, query: object, name: str | None, variables: Any, extensions: Any) -> None:
         self.query = query
@@ -87,6 +90,8 @@ class _Decoded:
         self.canonical = canonical_variables(variables)
         self.sha256: str | None = None  # of ``query``, once a request needs it
         self.variables: dict[str, Any] | None = variables
+        self.asked: dict[tuple[str, str], cached_answers.AnswerRequest] = {}
+        """The response cache's keys of this body, by (document hash, viewer)."""
 
 
 class View(Protocol):
@@ -128,6 +133,8 @@ class LeanRoute:
         self._bodies: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._queries: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._counted: dict[str, tuple[Any, Any]] = {}
+        self._queries_kept: set[tuple[str, str | None]] = set()
+        """(document, operation name) pairs known to be a kept document's query."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -217,9 +224,17 @@ class LeanRoute:
         )
         if not isinstance(document, str):
             return None
+        kind = (document, decoded.name)
+        if kind not in self._queries_kept:
+            operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+            if view.kept_kind(operation) is not OperationType.QUERY:
+                return None  # only a kept query can have an answer kept: the view decides the rest
+            # A document's text names its operations' types for good: kept once seen
+            # (should the document cache forget it, the view would look the answer up too).
+            if len(self._queries_kept) >= DECODED_BODIES:
+                self._queries_kept.clear()
+            self._queries_kept.add(kind)
         operation = HttpOperation(document, sha, decoded.name, decoded.variables)
-        if view.kept_kind(operation) is not OperationType.QUERY:
-            return None  # only a kept query can have an answer kept: the view decides the rest
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
         if sha is None:
@@ -228,9 +243,14 @@ class LeanRoute:
             sha = decoded.sha256
             if sha is None:
                 sha = decoded.sha256 = cached_answers.document_hash(document)
-        asked = cached_answers.AnswerRequest.of(
-            sha, decoded.name, decoded.variables, identity.user_id, canonical=decoded.canonical
-        )
+        asked = decoded.asked.get((sha, identity.user_id))
+        if asked is None:
+            asked = cached_answers.AnswerRequest.of(
+                sha, decoded.name, decoded.variables, identity.user_id, canonical=decoded.canonical
+            )
+            if len(decoded.asked) >= _ASKED_PER_BODY:
+                decoded.asked.clear()
+            decoded.asked[(sha, identity.user_id)] = asked
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
             return None
@@ -252,7 +272,10 @@ class LeanRoute:
             RESPONSE_CACHE_SERVED_BYTES.inc(len(out))
             headers.append((b"content-length", str(len(out)).encode("latin-1")))
             headers.append((b"content-type", media.encode("latin-1")))
-        if tracing.enabled():
+        if get_current_span().is_recording():
+            # Inside the request's recorded server span (the OpenTelemetry middleware is
+            # there whenever tracing is on): its child, as the view's. Not recorded (no
+            # tracing, or sampled out by the parent-based sampler): no span, at no cost.
             with tracer.start_as_current_span("graphql") as span:
                 describe_answer(span, decoded.name, identity.user_id, None, status)
         else:

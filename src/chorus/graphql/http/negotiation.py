@@ -52,6 +52,22 @@ def negotiate(accept: str | None) -> str | None:
     """
     if accept is None or not accept.strip() or len(accept) > _MAX_ACCEPT:
         return JSON
+    found = _NEGOTIATED.get(accept, _UNKNOWN)
+    if found is _UNKNOWN:
+        # Clients send one or two Accept values over and over: each is read once.
+        if len(_NEGOTIATED) >= _NEGOTIATED_KEPT:
+            _NEGOTIATED.clear()
+        found = _NEGOTIATED[accept] = _negotiate(accept)
+    return found  # type: ignore[return-value]
+
+
+_NEGOTIATED: dict[str, str | None] = {}
+_NEGOTIATED_KEPT = 256
+"""Distinct ``Accept`` values whose answer is kept (all forgotten when more come)."""
+_UNKNOWN = object()
+
+
+def _negotiate(accept: str) -> str | None:
     best: dict[str, float] = {}
     for part in accept.split(","):
         media, *params = (p.strip() for p in part.split(";"))
