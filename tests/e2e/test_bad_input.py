@@ -198,6 +198,10 @@ def test_refusals_name_what_is_wrong(api: Api) -> None:
     for name in ("variables", "extensions"):
         got = api.http.get(api.server.url, params={"query": query, name: "{"}, headers=token)
         assert refusal(got, 400) == f"the {name} query parameter is not JSON"
+        # null is what a POST body may say of both: no variables, no extensions.
+        got = api.http.get(api.server.url, params={"query": query, name: " null"}, headers=token)
+        assert got.status_code == 200, got.text
+        assert got.json()["data"]["viewer"]["user"]["id"]
 
 
 @pytest.mark.parametrize("name", ["B", "\ud800", "\udfff\ud800x"])

@@ -136,6 +136,9 @@ def decode_query_params(
         text = decoded.get(name)
         if not text:
             continue
+        if text.strip(" \t\n\r") == "null":  # as a POST body's "variables": null
+            decoded[name] = None
+            continue
         try:
             decoded[name] = parse_json(text)
         except HTTPException as error:
