@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import engine as engine_module
 from chorus.db.engine import PING_AFTER_IDLE_S, Database, DatabaseUnavailable
@@ -35,6 +36,31 @@ async def test_an_idle_connection_the_server_closed_is_replaced_on_checkout(db: 
     second = await backend_pid(db)  # the ping found it closed: a new connection, no error
 
     assert second != first
+
+
+async def test_an_idle_connection_the_server_kept_is_used_again(
+    db: Database, postgres: str
+) -> None:
+    # The ping must succeed on a healthy connection: one that failed replaced
+    # every idle connection (and the pool with it) by a new one.
+    first = await backend_pid(db)
+    for _ in range(3):
+        await asyncio.sleep(PING_AFTER_IDLE_S + 0.1)
+        assert await backend_pid(db) == first
+    other = Database(postgres, pool_size=4)
+    try:
+        pids = set()
+        for _ in range(4):
+            async with other.read() as a, other.read() as b:  # two in use at once
+                pids |= {await backend_pid_on(a), await backend_pid_on(b)}
+            await asyncio.sleep(PING_AFTER_IDLE_S + 0.1)
+        assert len(pids) == 2  # the same two connections, each pinged, each kept
+    finally:
+        await other.dispose()
+
+
+async def backend_pid_on(conn: AsyncConnection) -> int:
+    return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
 
 
 async def test_a_connection_used_just_now_is_not_pinged(

@@ -164,8 +164,11 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
 
     SQLAlchemy's recipe for pessimistic disconnect handling (a ``checkout``
     listener raising ``DisconnectionError``; here the pool-wide kind its own
-    pre-ping raises), with asyncpg's simple-query ``;``: one round trip,
-    nothing prepared, no transaction. A new connection is not pinged.
+    pre-ping raises), with ``SELECT 1`` as asyncpg sends a query without
+    arguments: the simple-query protocol, one round trip, nothing prepared, no
+    transaction. (Not the empty query ``;``: asyncpg's ``execute`` fails on its
+    empty status, which replaced every connection that sat idle, and the pool
+    with it.) A new connection is not pinged.
     """
 
     def on_checkin(_dbapi_connection: Any, record: Any) -> None:
@@ -176,7 +179,7 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
         if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
             return
         try:
-            await_only(dbapi_connection.driver_connection.execute(";"))
+            await_only(dbapi_connection.driver_connection.execute("SELECT 1"))
         except Exception as error:
             raise exc.InvalidatePoolError(f"ping failed: {error!r}") from error
 
