@@ -240,8 +240,12 @@ class Builder:
             def call_directly(source: Any, run: Run, path: Path | None) -> Any:
                 if not wants_info:
                     return function(source, None)
-                raw = run.executor.build_resolve_info(field_def, nodes, parent_type, path)
-                return function(source, make_info(raw))
+
+                def info() -> Any:
+                    raw = run.executor.build_resolve_info(field_def, nodes, parent_type, path)
+                    return make_info(raw)
+
+                return function(source, _LazyInfo(info))
 
             return call_directly
         fixed: dict[str, Any] | None = None
@@ -287,6 +291,28 @@ class Builder:
         )
         selection, below = self._selection(inner, collected)
         return _object(selection, cast(Callable[[Any, Any], bool] | None, check), nullable), below
+
+
+class _LazyInfo:
+    """A resolver's strawberry ``Info``, made on its first use.
+
+    A resolver may take ``info`` and not need it: ``PlaylistEntry.media``
+    returns the media its page fetched, and reads ``info`` only to load one
+    that was not (50 entries a page, each a resolve info and an ``Info``).
+    Every attribute is the real ``Info``'s, made once when first read.
+    """
+
+    __slots__ = ("_info", "_make")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._info: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        info = self._info
+        if info is None:
+            info = self._info = self._make()
+        return getattr(info, name)
 
 
 def _identity(value: Any, run: Run, path: Path | None) -> Any:
