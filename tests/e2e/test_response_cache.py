@@ -11,6 +11,7 @@ PostgreSQL database) is the reference the cached answers must equal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import re
@@ -377,44 +378,59 @@ def version_count(api: Api) -> int:
 # --- the plain path as the reference; registered documents only --------------------
 
 
-@pytest.fixture(scope="module")
-def twin_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, Api]]:
-    """Two servers on one PostgreSQL database: cache on (default) and cache off."""
-    data_dir = tmp_path_factory.mktemp("twins")
+@contextlib.contextmanager
+def serving(url: str, data_dir: Path, **env: str) -> Iterator[Api]:
+    """A server on ``url`` while the block runs (the embedded profile serves a database
+    from one process at a time)."""
+    server = ChorusServer(url, data_dir, **env)
+    server.start()
+    api = Api(server)
+    try:
+        yield api
+    finally:
+        api.http.close()
+        server.stop()
+
+
+def test_cached_answers_equal_the_plain_path(tmp_path: Path) -> None:
+    # One database, served in turn with the response cache on (the default) and off:
+    # after each edit, every reader's answers (and ETags) are the same both ways.
     database = create_database()
     url = postgres_url(database)
-    cached = ChorusServer(url, data_dir)
-    plain = ChorusServer(url, data_dir, CHORUS_RESPONSE_CACHE="false")
-    cached.start()
-    plain.start()
-    apis = (Api(cached), Api(plain))
-    yield apis
-    for a in apis:
-        a.http.close()
-    cached.stop()
-    plain.stop()
-    drop_database(database)
-
-
-def test_cached_answers_equal_the_plain_path(twin_servers: tuple[Api, Api]) -> None:
-    cached, plain = twin_servers
-    pid = create_playlist(cached, visibility="PUBLIC")
-    add(cached, pid, [track(n) for n in range(1, 30)], 0)
-    committed(
-        mutate(cached, "setMemberRole", playlistId=pid, baseVersion=1, userId="bob", role="EDITOR")
-    )
-    for step in range(3):
-        for user in ("alice", "bob", "carol"):
-            for query in (PAGE, PAGE_WITH_ROLE, PLAYLIST):
-                for _ in range(2):  # the second read of the cached server is a hit
-                    hot = post(cached, query, user, variables={"id": pid})
+    try:
+        with serving(url, tmp_path) as cached:
+            pid = create_playlist(cached, visibility="PUBLIC")
+            add(cached, pid, [track(n) for n in range(1, 30)], 0)
+            committed(
+                mutate(
+                    cached,
+                    "setMemberRole",
+                    playlistId=pid,
+                    baseVersion=1,
+                    userId="bob",
+                    role="EDITOR",
+                )
+            )
+        for step in range(3):
+            answers: dict[tuple[str, str], tuple[Any, str]] = {}
+            with serving(url, tmp_path) as cached:
+                for user in ("alice", "bob", "carol"):
+                    for query in (PAGE, PAGE_WITH_ROLE, PLAYLIST):
+                        first = post(cached, query, user, variables={"id": pid})
+                        hot = post(cached, query, user, variables={"id": pid})  # a hit
+                        assert hot.json() == first.json()
+                        assert hot.headers["etag"] == first.headers["etag"]
+                        answers[user, query] = hot.json(), hot.headers["etag"]
+                assert cache_counts(cached.server).get("hit", 0) > 0
+            with serving(url, tmp_path, CHORUS_RESPONSE_CACHE="false") as plain:
+                for (user, query), (body, etag) in answers.items():
                     ref = post(plain, query, user, variables={"id": pid})
-                    assert hot.json() == ref.json()
-                    assert hot.headers["etag"] == ref.headers["etag"]
-        add(cached, pid, [track(40 + step)], 2 + step)
-    counts = cache_counts(cached.server)
-    assert counts.get("hit", 0) > 0
-    assert cache_counts(plain.server).get("hit", 0) == 0
+                    assert ref.json() == body
+                    assert ref.headers["etag"] == etag
+                assert cache_counts(plain.server).get("hit", 0) == 0
+                add(plain, pid, [track(40 + step)], 2 + step)
+    finally:
+        drop_database(database)
 
 
 def test_only_registered_documents_run_when_configured(tmp_path: Path) -> None:

@@ -173,6 +173,7 @@ def test_the_start_banner_shows_the_database_without_its_password(
     monkeypatch.setenv("CHORUS_DATABASE_URL", PRIMARY.replace("postgres@", f"postgres:{SECRET}@"))
     monkeypatch.setenv("CHORUS_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(subcommands, "migrate", lambda *_a, **_k: None)  # no server is asked
+    monkeypatch.setattr(subcommands, "lock_embedded_postgres", lambda *_a: None)  # nor here
     monkeypatch.setattr(subcommands, "stop_cleanly_on_signals", lambda: None)
     monkeypatch.setattr(subcommands, "run_server", no_server)
     monkeypatch.setenv("CHORUS_PORT", "0")  # any free port
