@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chorus.db.engine import json_loads
 from chorus.graphql.guards.nesting import JSONNotStandard, JSONTooLarge, decode_json, encode_json
 
 
@@ -85,3 +86,30 @@ def test_more_values_than_the_bound_are_refused(document: str) -> None:
 
 def test_commas_and_brackets_inside_strings_are_not_values() -> None:
     assert decode_json(json.dumps(["[,{" * 30_000])) == ["[,{" * 30_000]
+
+
+_STORED = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(_STORED, st.booleans())
+def test_a_stored_json_value_reads_as_the_standard_decoder_reads_it(
+    value: object, ascii_only: bool
+) -> None:
+    # orjson first, json where it refuses (an integer past 64 bits, an escaped lone surrogate).
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    assert json_loads(text) == json.loads(text)
+    if ascii_only:  # what asyncpg may hand over: bytes
+        assert json_loads(text.encode()) == json.loads(text)
+
+
+def test_what_a_stored_value_cannot_be_is_refused() -> None:
+    with pytest.raises(ValueError, match="Expecting"):
+        json_loads("{not json")

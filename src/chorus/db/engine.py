@@ -42,6 +42,7 @@ first), and the next ones reconnect.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -49,6 +50,7 @@ from contextlib import AbstractContextManager, asynccontextmanager, contextmanag
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
 from opentelemetry.trace import Span, SpanKind, get_current_span
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, make_url
@@ -159,6 +161,21 @@ def _sqlite_pragmas(begin: str) -> Any:
     return on_connect, on_begin
 
 
+def json_loads(text: str | bytes) -> Any:
+    """A JSON column's value (the mutation log's payloads, the outbox's events): orjson's
+    reading, several times faster than ``json.loads`` on a large payload (a catch-up
+    decodes every version since the client's); ``json.loads``' where orjson refuses
+    what the standard reads (an integer past 64 bits, an escaped lone surrogate).
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``).
+    """
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def _ping_when_idle(engine: AsyncEngine) -> None:
     """Ping a pooled connection on checkout when it was idle :data:`PING_AFTER_IDLE_S` or more.
 
@@ -204,7 +221,11 @@ def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> 
         connect_args["statement_cache_size"] = 0
         connect_args["prepared_statement_name_func"] = _unique_statement_name
     engine = create_async_engine(
-        url, pool_size=pool_size, max_overflow=0, connect_args=connect_args
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        connect_args=connect_args,
+        json_deserializer=json_loads,
     )
     _ping_when_idle(engine)
     return engine
@@ -261,7 +282,11 @@ class Database:
 
     def _sqlite_engine(self, begin: str, *, pool_size: int) -> AsyncEngine:
         engine = create_async_engine(
-            self.url, pool_size=pool_size, max_overflow=0, pool_timeout=WRITE_QUEUE_TIMEOUT_S
+            self.url,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=WRITE_QUEUE_TIMEOUT_S,
+            json_deserializer=json_loads,
         )
         on_connect, on_begin = _sqlite_pragmas(begin)
         event.listen(engine.sync_engine, "connect", on_connect)

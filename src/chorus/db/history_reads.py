@@ -19,7 +19,6 @@ worker thread so that the event loop keeps its turns.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from sqlalchemy import ColumnElement, Select, Text, cast, func, null, select, tu
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints, repository
+from chorus.db.engine import json_loads
 from chorus.db.tables import playlist_checkpoint_entry, playlist_entry, playlist_mutation
 from chorus.domain.changes import Change, entries_in
 from chorus.domain.model import Entry, Playlist
@@ -188,7 +188,7 @@ def _rebuild(
     log: list[tuple[int, tuple[Change, ...]]] = []
     entries = 0
     for row_version, payload in payloads:
-        changes = repository.decode_payload(json.loads(payload))
+        changes = repository.decode_payload(json_loads(payload))
         entries += entries_in(changes)
         log.append((row_version, changes))
     if max_entries is not None and entries > max_entries:

@@ -70,14 +70,19 @@ class Loaders:
 
     def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
         batches = _Batches(services, viewer_id, reads)
-        self.playlist = DataLoader[str, Playlist | None](batches.playlists)
-        self.role = DataLoader[str, Role | None](batches.roles)
-        self.media = PageLoader[str, Media | None](batches.media)
-        self.liked = DataLoader[str, bool](batches.liked)
+        # Typed by annotation, not by subscripting the class: DataLoader[K, V](...) is
+        # typing's generic alias called at run time, its arguments hashed in typing's
+        # cache on every request (6% of a subscribe's CPU for these six).
+        self.playlist: DataLoader[str, Playlist | None] = DataLoader(batches.playlists)
+        self.role: DataLoader[str, Role | None] = DataLoader(batches.roles)
+        self.media: PageLoader[str, Media | None] = PageLoader(batches.media)
+        self.liked: DataLoader[str, bool] = DataLoader(batches.liked)
         """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
-        self.follower_count = DataLoader[Target, int](batches.follower_counts)
+        self.follower_count: DataLoader[Target, int] = DataLoader(batches.follower_counts)
         """Followers of a playlist or user (one query per batch)."""
-        self.feed_changes = DataLoader[tuple[str, int], tuple[Change, ...]](batches.feed_changes)
+        self.feed_changes: DataLoader[tuple[str, int], tuple[Change, ...]] = DataLoader(
+            batches.feed_changes
+        )
         """The changes of a feed item's version, from the log (one query per page)."""
 
     def forget(self, playlist_id: str) -> None:

@@ -86,7 +86,9 @@ class Snapshots:
         self._cache, self._db = cache, db
         # A partial of a module function, not a bound method: a DataLoader held by
         # the object whose method it calls is a reference cycle (see Loaders).
-        self._loader = DataLoader[tuple[str, int | None], Snapshot | None](partial(_gets, cache))
+        self._loader: DataLoader[tuple[str, int | None], Snapshot | None] = DataLoader(
+            partial(_gets, cache)
+        )
         self._served: dict[str, Snapshot] = {}
         """Snapshots whose header this request answered with; their first page goes with them."""
 
