@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from chorus.cli.process import lock_embedded_postgres
-from chorus.db.serve_lock import SERVE_LOCK_KEY
+from chorus.db.serve_lock import SERVE_LOCK_KEY, ServeLock, hold_serve_lock
 from chorus.settings import Settings
 from tests.deadlines import patience
 
@@ -132,3 +132,36 @@ def test_an_unusable_database_is_one_line_and_leaves_no_socket(
     # A socket left open would be reported here (warnings are errors) or in a later test.
     time.sleep(0.2)  # the lock's thread closes its loop
     gc.collect()
+
+
+def test_a_lock_another_process_took_meanwhile_stops_this_one(postgres: str) -> None:
+    # The lock's connection lost, and another process takes the lock before it is
+    # taken again: this server is told (by default it stops as on SIGTERM).
+    told: list[str] = []
+    held = hold_serve_lock(make_url(postgres), taken_over=told.append)
+    assert isinstance(held, ServeLock)
+    try:
+        [(pid, _)] = _wait_for_holders(postgres, 1)
+
+        async def take_over() -> asyncpg.Connection:
+            conn = await asyncpg.connect(
+                _dsn(postgres), server_settings={"application_name": "the other serve"}
+            )
+            assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+            await conn.execute("SELECT pg_advisory_lock($1)", SERVE_LOCK_KEY)  # waits for it
+            return conn
+
+        async def run() -> None:
+            other = await take_over()
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while not told:
+                    assert time.monotonic() < deadline, "not told"
+                    await asyncio.sleep(0.1)
+            finally:
+                await other.close()
+
+        asyncio.run(run())
+        assert told == ["the other serve from 127.0.0.1"]
+    finally:
+        held.close()

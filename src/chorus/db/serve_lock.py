@@ -11,10 +11,11 @@ its own for as long as it runs. PostgreSQL releases a session lock when its
 connection ends, however the process ended (``kill -9`` too).
 
 The connection lives on a daemon thread with its own event loop, so the lock
-is taken before uvicorn starts (a second server exits 2 before it listens)
-and is held whatever the server's loop does. If the connection is lost (the
-database restarted), the thread connects again and takes the lock again;
-while another process holds it, it logs an error every time it tries.
+is taken before uvicorn starts (a second server exits 2) and is held whatever
+the server's loop does. If the connection is lost (the database restarted),
+the thread connects again and takes the lock again; if another process took
+it meanwhile, this server logs an error and stops as on SIGTERM (it drains,
+then exits): of two servers on one database, the later one keeps it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import signal
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -116,8 +119,9 @@ async def _until_lost(conn: asyncpg.Connection) -> None:
                 return
 
 
-async def _hold(dsn: str, conn: asyncpg.Connection) -> None:
-    """Keep the lock until cancelled; take it again after a lost connection."""
+async def _hold(dsn: str, conn: asyncpg.Connection, taken_over: Callable[[str], None]) -> None:
+    """Keep the lock until cancelled; take it again after a lost connection, or call
+    ``taken_over`` (once) when another process holds it by then."""
     backoff = Backoff(0.5, 10.0)
     try:
         while True:
@@ -134,11 +138,12 @@ async def _hold(dsn: str, conn: asyncpg.Connection) -> None:
                 if isinstance(taken, Held):
                     log.error(
                         "another chorus serve (%s) took this database while the connection "
-                        "was lost: stop one of them (the embedded profile serves a database "
-                        "from one process)",
+                        "holding the one-serve lock was lost: this one stops (the embedded "
+                        "profile serves a database from one process)",
                         taken.holder,
                     )
-                    continue
+                    taken_over(taken.holder)
+                    return
                 conn = taken
                 backoff.reset()
                 break
@@ -146,12 +151,23 @@ async def _hold(dsn: str, conn: asyncpg.Connection) -> None:
         conn.terminate()
 
 
-def hold_serve_lock(url: URL) -> ServeLock | Held:
+def _stop_this_process(holder: str) -> None:
+    # SIGTERM: the drain of chorus.drain (readyz 503, then close), as an operator's stop.
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def hold_serve_lock(
+    url: URL, *, taken_over: Callable[[str], None] = _stop_this_process
+) -> ServeLock | Held:
     """Take the one-serve lock of the PostgreSQL database at ``url`` and keep it.
 
     Args:
         url: the primary, past any pooler (a transaction pooler would drop a
             session lock between transactions).
+        taken_over: called with the holder's name (from the lock's thread) when the
+            lock was lost with its connection and another process took it meanwhile;
+            by default this process stops as on SIGTERM, since two embedded servers
+            must not serve one database.
 
     Returns:
         The held lock, or :class:`Held` naming the process that holds it.
@@ -170,7 +186,7 @@ def hold_serve_lock(url: URL) -> ServeLock | Held:
 
     async def hold(conn: asyncpg.Connection) -> None:
         try:
-            await _hold(dsn, conn)
+            await _hold(dsn, conn, taken_over)
         finally:
             loop.call_soon(loop.stop)  # the thread ends once the lock is let go
 
