@@ -215,7 +215,7 @@ def test_serve_workers_is_a_count(capsys: pytest.CaptureFixture[str], workers: s
 
 
 @pytest.mark.parametrize("command", [("relay",), ("serve",), ("catalog", "serve")])
-@pytest.mark.parametrize("port", ["0", "70000", "99999", "http", "-5"])
+@pytest.mark.parametrize("port", ["70000", "99999", "http", "-5", "8000.0", "1_000", ""])
 def test_a_port_must_be_a_port(
     capsys: pytest.CaptureFixture[str], command: tuple[str, ...], port: str
 ) -> None:
@@ -413,3 +413,33 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     with sqlite3.connect(database) as imported:
         (playlists,) = imported.execute("SELECT count(*) FROM playlist").fetchone()
     assert playlists == 18
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CHORUS_PORT", "18720.0"),
+        ("CHORUS_PORT", "1_000"),
+        ("CHORUS_DATABASE_POOL_SIZE", "20.0"),
+        ("CHORUS_MAX_QUERY_COST", "0x10"),
+    ],
+)
+def test_a_whole_number_setting_is_written_as_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str, value: str
+) -> None:
+    # pydantic reads "18720.0" and "1_000" as integers; Chorus guesses nothing.
+    monkeypatch.setenv(name, value)
+    code, err = _run(capsys, "token", "alice")
+    assert code == 2
+    assert err == f"chorus: bad settings: {name}={value!r}: must be a whole number\n"
+
+
+def test_an_empty_data_dir_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Not the working directory: tokens minted there would not open the server's secret.
+    monkeypatch.setenv("CHORUS_DATA_DIR", " ")
+    code, err = _run(capsys, "token", "alice")
+    assert code == 2
+    assert "CHORUS_DATA_DIR" in err
+    assert "must name a folder" in err

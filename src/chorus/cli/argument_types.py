@@ -82,10 +82,13 @@ def _above_zero(value: str, most: float, bounds: str) -> float:
 
 
 def port(value: str) -> int:
+    """A TCP port, 0 to 65535; 0 lets the system choose a free one (as ``CHORUS_PORT=0``)."""
     try:
-        number = int(value)
+        number = int(value) if value.strip().isdigit() else -1
     except ValueError:
         number = -1
-    if not 0 < number < 65536:
-        raise argparse.ArgumentTypeError("must be a TCP port between 1 and 65535")
+    if not 0 <= number < 65536:
+        raise argparse.ArgumentTypeError(
+            "must be a TCP port between 0 and 65535 (0: any free port)"
+        )
     return number

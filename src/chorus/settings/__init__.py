@@ -23,6 +23,7 @@ A check of one value stays with its field; the checks across settings are :class
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from typing import Self
 
@@ -53,6 +54,10 @@ __all__ = [
 ]
 
 
+_WHOLE = (int, int | None)
+_WHOLE_NUMBER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
 class Settings(
     IdentitySettings,
     ApiSettings,
@@ -69,6 +74,28 @@ class Settings(
     model_config = SettingsConfigDict(
         env_prefix="CHORUS_", frozen=True, extra="ignore", allow_inf_nan=False
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: object) -> object:
+        """A whole-number setting is written as one: digits, a sign at most.
+
+        pydantic reads ``"18720.0"``, ``"1_000"`` as integers; nothing is
+        guessed here, so they are refused as ``18720.5`` is.
+        """
+        if not isinstance(data, Mapping):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if (
+                field is not None
+                and field.annotation in _WHOLE
+                and isinstance(value, str)
+                and not _WHOLE_NUMBER.fullmatch(value)
+            ):
+                shown = value if len(value) <= 60 else value[:57] + "..."
+                raise ValueError(f"CHORUS_{name.upper()}={shown!r}: must be a whole number")
+        return data
 
     # The checks across settings; each names its variables. They run in this order and
     # the first that fails is the one reported.

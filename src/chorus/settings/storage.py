@@ -75,6 +75,15 @@ class StorageSettings(BaseModel):
         description="Operation ids stay replayable at least this long (hours, at most 87,600).",
     )
 
+    @field_validator("data_dir")
+    @classmethod
+    def _a_folder(cls, value: str) -> str:
+        if not value.strip():
+            # Not the working directory, silently: tokens made there would not open a
+            # server started elsewhere.
+            raise ValueError("must name a folder; unset it for ./chorus-data")
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _known_database(cls, value: str) -> str:
