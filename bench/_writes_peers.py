@@ -101,12 +101,16 @@ def pgbench_runner(
     clients: int,
     tmp: Path,
     db_pids: Sequence[int] = (),
+    *,
+    rows_dsn: str | None = None,
 ) -> Any:
     """A function ``seconds → Sample`` running the transaction as a pgbench script on
-    ``playlists`` playlists of its own (made now), after a 2 s warm-up; the CPU time is
-    PostgreSQL's (``db_pids``) alone, pgbench being the client."""
+    ``playlists`` playlists of its own (made now) in ``database`` (at ``dsn``), after a
+    2 s warm-up; the CPU time is PostgreSQL's (``db_pids``) alone, pgbench being the
+    client. The rows it copies are the last add Chorus committed at ``rows_dsn``
+    (default ``dsn``)."""
     binary = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
-    payload, result, event = asyncio.run(committed_rows(dsn))
+    payload, result, event = asyncio.run(committed_rows(rows_dsn or dsn))
     prefix = f"pgbench-{uuid.uuid4().hex[:8]}-"  # its own, whatever the other workload's count
     asyncio.run(_pgbench_playlists(dsn, prefix, playlists))
     script = PGBENCH_SCRIPT.format(
@@ -169,13 +173,15 @@ class BarePeer:
         clients: int,
         tmp: Path,
         db_pids: Sequence[int] = (),
+        *,
+        rows_dsn: str | None = None,
     ) -> None:
         from tests.servers import free_port
 
         self.clients = clients
         self.db_pids = db_pids
         rows = tmp / "bare-rows.json"
-        rows.write_text(json.dumps(list(asyncio.run(committed_rows(dsn)))))
+        rows.write_text(json.dumps(list(asyncio.run(committed_rows(rows_dsn or dsn)))))
         prefix = f"bare-{uuid.uuid4().hex[:8]}-"
         ids = [f"{prefix}{n}" for n in range(playlists)]
         asyncio.run(_pgbench_playlists(dsn, prefix, playlists))
