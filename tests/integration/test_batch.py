@@ -255,6 +255,52 @@ async def test_an_atomic_batch_is_one_version_and_one_event(
     assert one_by_one.answers[0].code is ErrorCode.OPERATION_ID_REUSED
 
 
+@pytest.mark.parametrize("group_commit", [True, False], ids=["group", "plain"])
+async def test_no_operation_of_an_atomic_batch_applies_again_on_its_own(
+    database: Database, group_commit: bool
+) -> None:
+    # An atomic batch is one log row under its first id; its other ids are kept
+    # beside it (playlist_batch_operation), so a later edit reusing one of them is
+    # OPERATION_ID_REUSED, as the first id sent alone is, and never a second commit.
+    store = PlaylistStore(database, group_commit=group_commit)
+    ed, seeds = await _seeded(store)
+    first, second, third = new_op(), new_op(), new_op()
+    ops = [
+        Op("addEntries", first, ("m-a",)),
+        Op("addEntries", second, ("m-b",)),
+        Op("addEntries", third, ("m-c",)),
+    ]
+    pid, base = ed.playlist_id, ed.version
+    batch = _batch(ops, pid, base, seeds, atomic=True)
+    assert {r.outcome.version for r in _committed(await store.apply_batch(batch, ALICE))} == {
+        base + 1
+    }
+    before = await tally(database)
+    for op in ops:  # each alone, as a single mutation
+        with pytest.raises(DomainError) as alone:
+            await store.execute(_command(op, pid, base, seeds, {}), ALICE)
+        assert alone.value.code is ErrorCode.OPERATION_ID_REUSED
+    for position in (0, 1):  # inside a later batch, atomic or not, first or later
+        reused = [Op("addEntries", new_op(), ("m-d",))]
+        reused.insert(position, ops[2])
+        for atomic in (True, False):
+            answer = await store.apply_batch(_batch(reused, pid, base, seeds, atomic), ALICE)
+            refused = answer.answers[position]
+            assert isinstance(refused, DomainError)
+            assert refused.code is ErrorCode.OPERATION_ID_REUSED
+            if atomic:
+                assert await tally(database) == before  # nothing of it committed
+            else:
+                other = answer.answers[1 - position]
+                assert isinstance(other, Committed)
+                before = await tally(database)
+    # The whole batch again is still its retry: replayed, nothing committed.
+    retry = await store.apply_batch(batch, ALICE)
+    assert all(r.replayed for r in _committed(retry))
+    assert await tally(database) == before
+    assert [e.media_id for e in (await fold_log(database, pid)).live()].count("m-b") == 1
+
+
 async def test_an_atomic_batch_with_a_refused_operation_commits_nothing(
     store: PlaylistStore, database: Database
 ) -> None:

@@ -20,6 +20,7 @@ PLAYLIST_SCOPED = {
     "playlist_mutation": "playlist_id",
     "playlist_checkpoint": "playlist_id",
     "playlist_checkpoint_entry": "playlist_id",
+    "playlist_batch_operation": "playlist_id",
 }
 """Table → its distribution column: the playlist's id."""
 
@@ -37,6 +38,8 @@ ELSEWHERE = {
 KNOWN_GAPS = {
     ("playlist_mutation", ("actor_id", "operation_id")): "operation ids are unique per actor "
     "across playlists; sharded, the key becomes (playlist_id, actor_id, operation_id)",
+    ("playlist_batch_operation", ("actor_id", "operation_id")): "an atomic batch's later "
+    "operation ids share playlist_mutation's key: unique per actor across playlists",
     ("outbox", ("event_id",)): "one sequence orders the whole outbox; sharded, each shard "
     "relays its own rows and the key becomes (playlist_id, event_id)",
 }
@@ -86,11 +89,13 @@ def test_the_known_gaps_are_still_there() -> None:
 
 def test_the_playlist_tables_reach_each_other_through_the_playlist() -> None:
     """Colocated tables join on the distribution column: every foreign key of a playlist
-    table points at ``playlist.id`` from its ``playlist_id``."""
+    table goes from its ``playlist_id`` to ``playlist.id``, or to another playlist table's
+    ``playlist_id`` among its columns (``playlist_batch_operation`` → its log row)."""
     for name in PLAYLIST_SCOPED:
-        for fk in metadata.tables[name].foreign_keys:
-            assert (fk.parent.name, fk.column.table.name, fk.column.name) == (
-                "playlist_id",
-                "playlist",
-                "id",
-            ), (name, fk)
+        for constraint in metadata.tables[name].foreign_key_constraints:
+            pairs = {
+                (e.parent.name, e.column.table.name, e.column.name) for e in constraint.elements
+            }
+            referred = constraint.referred_table.name
+            assert referred in PLAYLIST_SCOPED, (name, constraint)
+            assert ("playlist_id", referred, PLAYLIST_SCOPED[referred]) in pairs, (name, pairs)

@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chorus.db import repository, writer
+from chorus.db import idempotency, repository, writer
 from chorus.db.idempotency import Committed, Stored
 from chorus.db.owner_queue_items import BatchAnswer, QueuedBatch, QueuedCommand
 from chorus.db.stored_results import outcome_from_json, outcome_to_json
@@ -149,6 +149,11 @@ async def _atomic(state: GroupState, queued: QueuedBatch) -> list[Committed | Do
     state.pending.append(record)
     state.header = combined.playlist
     state.committed[first_key] = (digest, record.log["result"])
+    version = record.log["version"]
+    for op in ops[1:]:
+        # Kept too, so that none is applied again on its own (nor by a later batch).
+        state.batch_members.append((actor, op.operation_id, version))
+        state.committed[actor, op.operation_id] = idempotency.BATCH_MEMBER
     return [Committed(d.outcome) for d in decisions]
 
 

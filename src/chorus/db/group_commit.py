@@ -136,6 +136,8 @@ class GroupCommit:
                 assert state.header is not None
                 added, state.added = list(state.added.values()), {}
                 await writer.write_end(conn, state.header, state.pending, added)
+                if state.batch_members:  # after their log rows, which they reference
+                    await writer.write_batch_members(conn, playlist_id, state.batch_members)
         if state.committed:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
@@ -166,6 +168,8 @@ async def _read_after_lock(
             "actors": [a for a, _ in unique],
             "operations": [o for _, o in unique],
             "users": list(actors),
+            "batch_member": idempotency.BATCH_MEMBER_HASH,
+            "batch_result": json.dumps(idempotency.BATCH_MEMBER[1]),
         },
     )
     stored: dict[tuple[str, str], idempotency.Stored] = {}
@@ -190,6 +194,9 @@ _AFTER_LOCK = text(
     "CAST(NULL AS timestamptz) AS t FROM playlist_mutation "
     "WHERE (actor_id, operation_id) IN "
     "(SELECT * FROM unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[]))) "
+    "UNION ALL SELECT 1, actor_id, operation_id, :batch_member, :batch_result, '{}', NULL, "
+    "NULL FROM playlist_batch_operation WHERE (actor_id, operation_id) IN "
+    "(SELECT * FROM unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[]))) "
     "UNION ALL SELECT 2, user_id, role, NULL, NULL, NULL, NULL, NULL FROM playlist_member "
     "WHERE playlist_id = :playlist_id AND user_id = ANY(CAST(:users AS varchar[])) "
     "UNION ALL (SELECT 3, entry_id, media_id, added_by, NULL, NULL, position_key, added_at "
@@ -205,8 +212,10 @@ _AFTER_LOCK = text(
     column("f", String),
     column("t", UTCDateTime),
 )
-"""The records of the group's operation ids (kind 1), its actors' roles (2) and the
-last live entry (3), in the order of :func:`chorus.db.repository.entries_page`."""
+"""The records of the group's operation ids (kind 1: a log row's, or
+:data:`~chorus.db.idempotency.BATCH_MEMBER` for an atomic batch's later operation), its
+actors' roles (2) and the last live entry (3), in the order of
+:func:`chorus.db.repository.entries_page`."""
 
 
 def _versions(answers: Sequence[Answer | BaseException]) -> int:

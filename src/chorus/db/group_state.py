@@ -63,6 +63,9 @@ class GroupState:
     roles: dict[str, Role | None] = field(default_factory=dict)
     added: dict[str, Entry] = field(default_factory=dict)
     reads: dict[tuple[object, ...], object] = field(default_factory=dict)
+    batch_members: list[tuple[str, str, int]] = field(default_factory=list)
+    """(actor id, operation id, version) of each operation of the group's atomic batches
+    after the first, written after the log rows (``playlist_batch_operation``)."""
 
     async def flush(self) -> None:
         """Write the entries added and not written yet; forget the reads."""

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.engine import Database
 from chorus.db.stored_results import outcome_from_json
-from chorus.db.tables import playlist_mutation
+from chorus.db.tables import playlist_batch_operation, playlist_mutation
 from chorus.domain.decisions import Outcome
 from chorus.domain.errors import OperationIdReused
 
@@ -42,7 +42,8 @@ async def stored(
     """The stored answer of ``(actor_id, operation_id)`` as a replay, or ``None``.
 
     Raises:
-        OperationIdReused: it committed a request whose hash is not ``digest``.
+        OperationIdReused: it committed a request whose hash is not ``digest``, or an
+            atomic batch holds it after its first operation (:data:`BATCH_MEMBER`).
     """
     row = (
         await conn.execute(
@@ -57,19 +58,28 @@ async def stored(
         )
     ).first()
     if row is None:
-        return None
+        member = await conn.scalar(
+            _BATCH_MEMBER, {"actor_id": actor_id, "operation_id": operation_id}
+        )
+        return replay(BATCH_MEMBER if member is not None else None, digest, operation_id)
     return replay((row.request_hash, _result(row.result, row.payload)), digest, operation_id)
 
 
 async def stored_many(
     conn: AsyncConnection, keys: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], Stored]:
-    """The record of each committed ``(actor id, operation id)`` of ``keys``, in one query."""
-    rows = await conn.execute(_STORED_MANY, {"keys": list(dict.fromkeys(keys))})
-    return {
+    """The record of each committed ``(actor id, operation id)`` of ``keys``: a log row's, or
+    :data:`BATCH_MEMBER` for one an atomic batch holds after its first operation."""
+    unique = list(dict.fromkeys(keys))
+    rows = await conn.execute(_STORED_MANY, {"keys": unique})
+    found = {
         (r.actor_id, r.operation_id): record_of_row(r.request_hash, r.result, r.payload)
         for r in rows
     }
+    members = await conn.execute(_BATCH_MEMBERS, {"keys": unique})
+    for r in members:
+        found.setdefault((r.actor_id, r.operation_id), BATCH_MEMBER)
+    return found
 
 
 def record_of_row(request_hash: str, result: dict[str, Any], payload: dict[str, Any]) -> Stored:
@@ -89,6 +99,26 @@ _STORED_MANY = select(
     )
 )
 """Built once (its cache key and compiled form are memoised); the keys expand per call."""
+
+
+BATCH_MEMBER_HASH = "an operation of an atomic batch"
+"""The request hash of an operation id an atomic batch holds after its first: it is no
+SHA-256, so no request's digest is ever equal to it and a reuse is ``OPERATION_ID_REUSED``."""
+
+BATCH_MEMBER: Stored = (BATCH_MEMBER_HASH, {"removed_entry_ids": []})
+"""The idempotency record of such an id (``playlist_batch_operation``): never replayed."""
+
+_BATCH_MEMBER = select(playlist_batch_operation.c.version).where(
+    playlist_batch_operation.c.actor_id == bindparam("actor_id"),
+    playlist_batch_operation.c.operation_id == bindparam("operation_id"),
+)
+_BATCH_MEMBERS = select(
+    playlist_batch_operation.c.actor_id, playlist_batch_operation.c.operation_id
+).where(
+    tuple_(playlist_batch_operation.c.actor_id, playlist_batch_operation.c.operation_id).in_(
+        bindparam("keys", expanding=True)
+    )
+)
 
 
 def _result(result: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:

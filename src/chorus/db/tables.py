@@ -19,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -156,6 +157,23 @@ playlist_mutation = Table(
     # Operation ids are the client's; scoping them per actor keeps one user's
     # id from replaying (or blocking) another user's command.
     UniqueConstraint("actor_id", "operation_id"),
+)
+
+# The operation ids of an atomic batch after its first (the log row holds the first):
+# each one's record, so that it is never applied again on its own (chorus.db.batches).
+# Dropped with its log row (compaction), so kept as long as the batch is replayable.
+playlist_batch_operation = Table(
+    "playlist_batch_operation",
+    metadata,
+    Column("actor_id", ID, primary_key=True),
+    Column("operation_id", String(64), primary_key=True),
+    Column("playlist_id", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    ForeignKeyConstraint(
+        ["playlist_id", "version"],
+        ["playlist_mutation.playlist_id", "playlist_mutation.version"],
+        ondelete="CASCADE",
+    ),
 )
 
 # The feed pulls a large target's recent versions (chorus.db.feed): by time, per playlist.

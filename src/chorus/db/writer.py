@@ -19,7 +19,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints
 from chorus.db.stored_results import outcome_to_json
-from chorus.db.tables import outbox, playlist, playlist_entry, playlist_member, playlist_mutation
+from chorus.db.tables import (
+    outbox,
+    playlist,
+    playlist_batch_operation,
+    playlist_entry,
+    playlist_member,
+    playlist_mutation,
+)
 from chorus.domain.changes import (
     WIRE_VERSION,
     DetailsUpdated,
@@ -312,6 +319,24 @@ process's CPU (bench/writes.py, py-spy); this is one, of a fixed shape whatever
 the group's size (arrays, not a ``VALUES`` list per size), so it is prepared
 once per connection. Four tables: no part reads what another writes. The
 outbox rows are inserted in the records' order (their ids keep the versions')."""
+
+
+async def write_batch_members(
+    conn: AsyncConnection, playlist_id: str, members: Sequence[tuple[str, str, int]]
+) -> None:
+    """Keep the operation ids of atomic batches after their first, each beside its batch's
+    log row: ``(actor id, operation id, version)`` (``playlist_batch_operation``).
+
+    Raises:
+        sqlalchemy.exc.IntegrityError: one was kept already (a concurrent batch).
+    """
+    await conn.execute(
+        insert(playlist_batch_operation),
+        [
+            {"actor_id": a, "operation_id": o, "playlist_id": playlist_id, "version": v}
+            for a, o, v in members
+        ],
+    )
 
 
 def record(
