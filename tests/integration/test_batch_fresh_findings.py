@@ -94,3 +94,39 @@ async def test_a_batch_of_more_operations_than_a_minute_s_tokens_commits_from_a_
     # In debt: the next edit waits until the bucket refills.
     more = await run(services, "alice", playlistId=gid, baseVersion=12, operations=adds(13)[12:])
     assert [e["code"] for e in more["userErrors"]] == ["RATE_LIMITED"]
+
+
+async def test_a_retry_of_an_atomic_or_temporary_id_batch_is_answered_past_the_rate_limit(
+    database: Database, store: PlaylistStore
+) -> None:
+    # A second fresh user: an atomic batch's operations are kept under the batch's hash
+    # (and its later ids beside it), and an operation naming a temporary id under its
+    # resolved command's hash; none of them matched its raw command at admission, so
+    # their retry was counted as new and refused RATE_LIMITED past the budget.
+    services, gid = await _ten_edits_a_minute(database, store)
+    atomic = await run(
+        services, "alice", playlistId=gid, baseVersion=0, atomic=True, operations=adds(4)
+    )
+    assert [r["version"] for r in atomic["results"]] == [1] * 4
+    temporary = [
+        {"addEntries": {"operationId": "t0", "mediaIds": ["m-x"], "clientEntryIds": ["x"]}},
+        *(
+            {"moveEntries": {"operationId": f"t{i}", "entryIds": ["x"], "after": None}}
+            for i in range(1, 5)
+        ),
+    ]
+    moved = await run(services, "alice", playlistId=gid, baseVersion=1, operations=temporary)
+    assert [r["version"] for r in moved["results"]] == [2, 3, 4, 5, 6]
+    spent = await run(services, "alice", playlistId=gid, baseVersion=6, operations=adds(12)[6:])
+    assert [e["code"] for e in spent["userErrors"]] == ["RATE_LIMITED"]  # the minute is spent
+
+    again = await run(
+        services, "alice", playlistId=gid, baseVersion=0, atomic=True, operations=adds(4)
+    )
+    assert again["userErrors"] == []
+    assert [(r["version"], r["replayed"]) for r in again["results"]] == [(1, True)] * 4
+    moved_again = await run(services, "alice", playlistId=gid, baseVersion=1, operations=temporary)
+    assert moved_again["userErrors"] == []
+    assert [(r["version"], r["replayed"]) for r in moved_again["results"]] == [
+        (v, True) for v in range(2, 7)
+    ]

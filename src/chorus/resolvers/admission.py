@@ -82,20 +82,20 @@ class Admission:
             self.ctx.services.rate_limiter.refund(self.actor, give)
             self.charged -= give
 
-    def settle(self, answers: Sequence[Answer], *, reused_is_free: bool = True) -> None:
+    def settle(self, answers: Sequence[Answer]) -> None:
         """Give back the tokens of answers that cost nothing: replays (and reused ids).
 
         A replay found under the lock is the race of a retry with its own
         first attempt: both took a token, the first committed, the retry
-        waited for it and replays. A batch's operations found committed before
-        it ran were not charged (:attr:`committed`), and its per-operation
-        ``OPERATION_ID_REUSED`` answers keep their token (``reused_is_free=False``).
+        waited for it and replays. A batch's operations whose ids had a record
+        before it ran (replays and reused ids alike) were not charged
+        (:attr:`committed`); the rest of its replays and reused ids are given back
+        here, as a single edit's are.
         """
         free = sum(
             1
             for a in answers
-            if (isinstance(a, Committed) and a.replayed)
-            or (reused_is_free and isinstance(a, OperationIdReused))
+            if (isinstance(a, Committed) and a.replayed) or isinstance(a, OperationIdReused)
         )
         self.refund(free - self.committed)
 
@@ -180,11 +180,21 @@ def _malformed(ctx: RequestContext, command: Command) -> DomainError | None:
 
 
 async def _committed(ctx: RequestContext, commands: Sequence[Command], actor: str) -> int:
-    """How many of ``commands`` ``actor`` already committed (one indexed read each)."""
+    """How many of ``commands`` will commit nothing new: their operation id has a record
+    already (one indexed read each).
+
+    Either the record is this very command's (a retry: replayed), or it is not as the
+    raw command reads, and the store decides: an operation of an atomic batch (kept
+    under the batch's hash, and its later ids beside it), an operation naming a
+    temporary id (kept under its resolved command's hash), both replayed by the batch
+    that sent them; or an id reused for another request (``OPERATION_ID_REUSED``). None
+    of them commits, so none is charged: a client can always learn whether its batch
+    committed.
+    """
     found = 0
     for command in commands:
         try:
             found += await ctx.services.store.replay(command, actor) is not None
-        except DomainError:  # a reused id: the batch itself answers it
-            continue
+        except DomainError:  # recorded, under another hash: the store answers it
+            found += 1
     return found

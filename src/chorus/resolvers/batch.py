@@ -65,6 +65,6 @@ async def apply_operations(ctx: RequestContext, batch: Batch) -> BatchOutcome:
     except BaseException:
         admission.refund()
         raise
-    admission.settle(answer.answers, reused_is_free=False)
+    admission.settle(answer.answers)
     ctx.reads.forget(batch.playlist_id)
     return MutationOutcome(answer, playlist_id=batch.playlist_id)
