@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -42,7 +43,7 @@ from chorus.domain.commands import (
     SetMemberRole,
     UpdatePlaylist,
 )
-from chorus.domain.errors import DomainError, ErrorCode
+from chorus.domain.errors import DomainError, ErrorCode, RateLimited
 from chorus.domain.model import Role
 
 ALICE, BOB, MALLORY = "alice", "bob", "mallory"
@@ -364,3 +365,28 @@ def test_one_group_decides_each_command_on_what_the_previous_left(
         await _same_as_one_by_one(twin_url, "one-group", answers, order, log, rows)
 
     asyncio.run(run())
+
+
+async def test_a_retry_of_a_commit_is_answered_when_the_owner_queue_is_full(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second fresh user: with the user's share of the queue full, retries of edits
+    # that had committed were refused RATE_LIMITED; a retry needs no place in it.
+    store = PlaylistStore(database)
+    made = await store.create(CreatePlaylist("c-full", "Queue"), "alice")
+    pid = made.outcome.playlist_id
+    first = await store.execute(AddEntries(pid, "a-full", 0, ("m1",)), "alice")
+    assert store.owners is not None
+
+    async def full(*_args: object) -> object:
+        raise RateLimited("20 of your commands wait for this playlist", retry_after_ms=100)
+
+    monkeypatch.setattr(store.owners, "submit", full)
+    again = await store.execute(AddEntries(pid, "a-full", 0, ("m1",)), "alice")
+    assert again.replayed
+    assert again.outcome == first.outcome
+    with pytest.raises(RateLimited):  # a new edit still finds the queue full
+        await store.execute(AddEntries(pid, "b-full", 1, ("m2",)), "alice")
+    with pytest.raises(DomainError) as reused:  # and an id reused for other input says so
+        await store.execute(AddEntries(pid, "a-full", 0, ("m9",)), "alice")
+    assert reused.value.code is ErrorCode.OPERATION_ID_REUSED
