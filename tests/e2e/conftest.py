@@ -98,3 +98,17 @@ def api(server: ChorusServer) -> Iterator[Api]:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+@contextlib.contextmanager
+def serving(url: str, data_dir: Path, **env: str) -> Iterator[Api]:
+    """A client of a ``chorus serve`` on ``url`` while the block runs; the server stops
+    and the client closes when it ends (``env``: extra ``CHORUS_*`` settings)."""
+    server = ChorusServer(url, data_dir, **env)
+    server.start()
+    api = Api(server)
+    try:
+        yield api
+    finally:
+        api.http.close()
+        server.stop()

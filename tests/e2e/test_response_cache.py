@@ -11,19 +11,17 @@ PostgreSQL database) is the reference the cached answers must equal.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, serving
 from tests.e2e.helpers import PLAYLIST, add, committed, create_playlist, mutate, track, version
 from tests.e2e.test_subscriptions import receive, socket
 from tests.servers import ChorusServer, create_database, drop_database, postgres_url
@@ -376,20 +374,6 @@ def version_count(api: Api) -> int:
 
 
 # --- the plain path as the reference; registered documents only --------------------
-
-
-@contextlib.contextmanager
-def serving(url: str, data_dir: Path, **env: str) -> Iterator[Api]:
-    """A server on ``url`` while the block runs (the embedded profile serves a database
-    from one process at a time)."""
-    server = ChorusServer(url, data_dir, **env)
-    server.start()
-    api = Api(server)
-    try:
-        yield api
-    finally:
-        api.http.close()
-        server.stop()
 
 
 def test_cached_answers_equal_the_plain_path(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from chorus.domain.model import Visibility
 from chorus.events.kafka import KafkaConfig
 from chorus.events.wire import decode_event
 from tests.deadlines import patience
-from tests.e2e.conftest import Api
+from tests.e2e.conftest import Api, serving
 from tests.full.conftest import REDIS_URL
 from tests.servers import ChorusServer, TansuServer, create_database, drop_database, postgres_url
 
@@ -66,14 +66,10 @@ def full_api(tansu: TansuServer, folder: Path) -> Iterator[Api]:
     machine's Redis, ``tansu``'s Kafka), stopped and dropped afterwards."""
     name = create_database()
     env = full_profile_env(tansu.bootstrap_servers, REDIS_URL)
-    server = ChorusServer(postgres_url(name), folder, **env)
-    server.start()
-    client = Api(server)
     try:
-        yield client
+        with serving(postgres_url(name), folder, **env) as client:
+            yield client
     finally:
-        client.http.close()
-        server.stop()
         drop_database(name)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 import asyncpg
 from sqlalchemy.engine import URL
 
+from chorus.db.watch import until_lost
 from chorus.resilience.backoff import Backoff
 
 log = logging.getLogger("chorus.db.serve_lock")
@@ -103,29 +103,13 @@ async def _take(dsn: str) -> asyncpg.Connection | Held:
     return Held(f"{row['application_name'] or 'a connection'}{address}")
 
 
-async def _until_lost(conn: asyncpg.Connection) -> None:
-    """Return when ``conn`` is gone: closed by the server, or silent to a ``SELECT 1``."""
-    lost = asyncio.Event()
-    conn.add_termination_listener(lambda _conn: lost.set())
-    while not lost.is_set():
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CHECK_S):
-                await lost.wait()
-        if not lost.is_set():  # a half-open connection shows here
-            try:
-                async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                    await conn.fetchval("SELECT 1")
-            except (OSError, TimeoutError, asyncpg.PostgresError):
-                return
-
-
 async def _hold(dsn: str, conn: asyncpg.Connection, taken_over: Callable[[str], None]) -> None:
     """Keep the lock until cancelled; take it again after a lost connection, or call
     ``taken_over`` (once) when another process holds it by then."""
     backoff = Backoff(0.5, 10.0)
     try:
         while True:
-            await _until_lost(conn)
+            await until_lost(conn, CHECK_S)
             conn.terminate()
             log.warning("lost the connection holding the one-serve lock; taking it again")
             while True:

@@ -157,16 +157,25 @@ async def _listen(
     conn: asyncpg.Connection, on_commit: Callable[[], None], backoff: Backoff, check_s: float
 ) -> None:
     """Listen on ``conn`` until it is lost (then raise :class:`ConnectionError`)."""
-    lost = asyncio.Event()
-    conn.add_termination_listener(lambda _conn: lost.set())
     await conn.add_listener(OUTBOX_CHANNEL, lambda *_: on_commit())
     on_commit()  # whatever was committed before listening began
     backoff.reset()
+    await until_lost(conn, check_s)
+    raise ConnectionError("the listening connection closed")
+
+
+async def until_lost(conn: asyncpg.Connection, check_s: float) -> None:
+    """Return once ``conn`` is gone: closed by the server, or silent to a ``SELECT 1``
+    asked every ``check_s`` seconds (a half-open TCP connection shows only then)."""
+    lost = asyncio.Event()
+    conn.add_termination_listener(lambda _conn: lost.set())
     while not lost.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(check_s):
                 await lost.wait()
         if not lost.is_set():
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                await conn.fetchval("SELECT 1")
-    raise ConnectionError("the listening connection closed")
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await conn.fetchval("SELECT 1")
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return
