@@ -11,7 +11,8 @@ from typing import Any
 
 import strawberry
 from graphql import GraphQLError, OperationDefinitionNode, parse
-from strawberry.extensions import MaxTokensLimiter
+from strawberry.extensions import MaxTokensLimiter, SchemaExtension
+from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.types import ExecutionResult
 from strawberry.types.graphql import OperationType
@@ -19,6 +20,7 @@ from strawberry.types.graphql import OperationType
 from chorus.graphql.execution.cacheable_fields import VersionedFieldsOnly
 from chorus.graphql.execution.delivery import DeliveryExecutor, PlainFieldsDeliveryExecutor
 from chorus.graphql.execution.error_masking import ErrorPolicy
+from chorus.graphql.execution.extension_hooks import CachedHooksRunner
 from chorus.graphql.execution.operation_metrics import OperationMetrics, OperationNames
 from chorus.graphql.execution.planned import planned_executor
 from chorus.graphql.guards.cost_limit import QueryCostLimit
@@ -63,7 +65,8 @@ class SubscriptionNeedsWebSocket(InvalidOperationTypeError):
 
 
 class ChorusSchema(strawberry.Schema):
-    """Strawberry's schema, minus its logging of every error as a failure.
+    """Strawberry's schema, minus its logging of every error as a failure, its extension
+    hooks found once per class.
 
     :class:`~chorus.graphql.execution.error_masking.ErrorPolicy` logs the unexpected ones;
     expected ones (a bad cursor, a missing token) are the client's business.
@@ -71,6 +74,13 @@ class ChorusSchema(strawberry.Schema):
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         return None
+
+    def create_extensions_runner(
+        self, execution_context: Any, extensions: list[SchemaExtension]
+    ) -> SchemaExtensionsRunner:
+        """Strawberry's runner, finding each extension class's hooks once
+        (:mod:`chorus.graphql.execution.extension_hooks`)."""
+        return CachedHooksRunner(execution_context, extensions)
 
     async def execute(
         self,

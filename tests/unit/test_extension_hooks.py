@@ -1,0 +1,131 @@
+"""The cached extension hooks run exactly as strawberry's own runner runs them.
+
+Recording extensions of every hook kind (generator, async generator, plain,
+coroutine; one that suppresses an error, one that raises) go through
+strawberry's :class:`SchemaExtensionsRunner` and through
+:class:`CachedHooksRunner`; the records and the outcome must be the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import strawberry
+from strawberry.extensions import SchemaExtension
+from strawberry.extensions.runner import SchemaExtensionsRunner
+
+from chorus.graphql.execution.extension_hooks import CachedHooksRunner
+from chorus.graphql.schema.build import build_schema
+
+STAGES = ("operation", "parsing", "validation", "executing")
+
+
+def extensions(log: list[str], *, suppress: bool = False, fail_in: str = "") -> list[Any]:
+    class Generator(SchemaExtension):
+        def on_operation(self) -> Iterator[None]:
+            log.append("gen operation in")
+            try:
+                yield
+            except ValueError as error:
+                log.append(f"gen operation saw {error}")
+                if not suppress:
+                    raise
+            finally:
+                log.append("gen operation out")
+
+        def on_execute(self) -> Iterator[None]:
+            log.append("gen execute in")
+            if fail_in == "gen execute":
+                raise RuntimeError("gen execute")
+            yield
+            log.append("gen execute out")
+
+    class AsyncGenerator(SchemaExtension):
+        async def on_validate(self) -> AsyncIterator[None]:  # type: ignore[override]
+            log.append("agen validate in")
+            yield
+            log.append("agen validate out")
+
+        async def on_operation(self) -> AsyncIterator[None]:  # type: ignore[override]
+            log.append("agen operation in")
+            yield
+            log.append("agen operation out")
+
+    class Plain(SchemaExtension):
+        def on_parse(self) -> None:  # type: ignore[override]
+            log.append(f"plain parse {id(self) == id(plain)}")
+
+    class Coroutine(SchemaExtension):
+        async def on_execute(self) -> None:  # type: ignore[override]
+            log.append("coroutine execute")
+
+    plain = Plain()
+    return [Generator(), AsyncGenerator(), plain, Coroutine(), SchemaExtension()]
+
+
+async def drive(runner: SchemaExtensionsRunner, log: list[str], raise_in: str) -> None:
+    for stage in STAGES:
+        try:
+            async with getattr(runner, stage)():
+                log.append(f"inside {stage}")
+                if stage == raise_in:
+                    raise ValueError(stage)
+        except Exception as error:
+            log.append(f"{stage} raised {type(error).__name__}: {error}")
+
+
+@pytest.mark.parametrize("suppress", [False, True])
+@pytest.mark.parametrize("raise_in", ["", "operation", "validation", "executing"])
+@pytest.mark.parametrize("fail_in", ["", "gen execute"])
+async def test_hooks_run_as_strawberry_runs_them(suppress: bool, raise_in: str, fail_in: str):
+    records = []
+    for runner_class in (SchemaExtensionsRunner, CachedHooksRunner):
+        log: list[str] = []
+        for _ in range(2):  # the second time, the cache answers
+            runner = runner_class(None, extensions(log, suppress=suppress, fail_in=fail_in))  # type: ignore[arg-type]
+            await drive(runner, log, raise_in)
+        records.append(log)
+    strawberry_log, cached_log = records
+    assert cached_log == strawberry_log
+    assert "plain parse True" in cached_log  # bound to the request's own instance
+
+
+def test_a_hook_that_is_not_callable_is_refused_alike():
+    class Broken(SchemaExtension):
+        on_operation = 3  # type: ignore[assignment]
+
+    for runner_class in (SchemaExtensionsRunner, CachedHooksRunner):
+        with pytest.raises(ValueError, match="must be callable"):
+            runner_class(None, [Broken()]).operation()  # type: ignore[arg-type]
+
+
+def test_the_chorus_schema_uses_the_cached_runner():
+    schema = build_schema()
+    assert isinstance(schema.create_extensions_runner(None, []), CachedHooksRunner)  # type: ignore[arg-type]
+
+
+async def test_a_request_through_the_schema_sees_every_hook():
+    log: list[str] = []
+
+    @strawberry.type
+    class Query:
+        @strawberry.field
+        def hello(self) -> str:
+            log.append("resolve")
+            return "hi"
+
+    schema = strawberry.Schema(query=Query, extensions=[lambda: extensions(log)[0]])
+    schema.create_extensions_runner = (  # type: ignore[method-assign]
+        lambda context, found: CachedHooksRunner(context, found)
+    )
+    result = await schema.execute("{ hello }")
+    assert result.data == {"hello": "hi"}
+    assert log == [
+        "gen operation in",
+        "gen execute in",
+        "resolve",
+        "gen execute out",
+        "gen operation out",
+    ]
