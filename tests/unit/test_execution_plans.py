@@ -7,15 +7,23 @@ operations get a plan at all, without a server.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
-from graphql import OperationDefinitionNode, parse
+import strawberry
+from graphql import OperationDefinitionNode, execute_sync, parse
+from graphql.execution import Executor
 from graphql.execution.collect_fields import FragmentDetails
 from graphql.execution.values import VariableValues
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chorus.graphql.execution.event_plans import EventBuilder
 from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
 from chorus.graphql.execution.mutation_plans import MutationBuilder
-from chorus.graphql.execution.plans import Unplannable
+from chorus.graphql.execution.plans import Builder, Unplannable
+from chorus.graphql.execution.plans import run as plan_run
 from chorus.graphql.schema.build import build_schema
 from tests.switches import compiled_execution
 
@@ -131,3 +139,81 @@ def test_a_mutation_is_planned_by_its_own_builder() -> None:
 def test_what_a_mutation_plan_does_not_cover(document: str) -> None:
     with pytest.raises(Unplannable):
         _builder(document).mutation()
+
+
+# --- leaves: the standard scalars' values passed as they are -------------------------
+
+
+_GIVEN: list[object] = [None]
+"""The value every leaf resolver of :data:`_LEAF_SCHEMA` returns (set per example)."""
+
+
+@strawberry.type
+class _Leaves:
+    @strawberry.field
+    def text(self) -> str | None:
+        return _GIVEN[0]  # type: ignore[return-value]
+
+    @strawberry.field
+    def ident(self) -> strawberry.ID | None:
+        return _GIVEN[0]  # type: ignore[return-value]
+
+    @strawberry.field
+    def number(self) -> int | None:
+        return _GIVEN[0]  # type: ignore[return-value]
+
+    @strawberry.field
+    def flag(self) -> bool | None:
+        return _GIVEN[0]  # type: ignore[return-value]
+
+    @strawberry.field
+    def needed(self) -> str:
+        return _GIVEN[0]  # type: ignore[return-value]
+
+
+@strawberry.type
+class _LeafQuery:
+    @strawberry.field
+    def leaves(self) -> _Leaves:
+        return _Leaves()
+
+
+_LEAF_SCHEMA: Any = strawberry.Schema(query=_LeafQuery)._schema
+
+
+_LEAVES = parse("{ leaves { text ident number flag } alias: leaves { needed } }")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.none(),
+        st.text(max_size=5),
+        st.booleans(),
+        st.integers(min_value=-(2**33), max_value=2**33),
+        st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 0.0, 1.5, float("nan")]),
+        st.floats(allow_nan=False, width=32),
+    )
+)
+def test_a_planned_leaf_is_graphql_cores_value(value: object) -> None:
+    """The plan's fast path for exact ``str``/``int``/``bool`` values gives what
+    graphql-core's serializers give; anything it cannot give exactly abandons."""
+    _GIVEN[0] = value
+    schema = _LEAF_SCHEMA
+    expected = execute_sync(schema, _LEAVES)
+    operation = _LEAVES.definitions[0]
+    assert isinstance(operation, OperationDefinitionNode)
+    root = Builder(schema, {}, operation, VariableValues({}, {})).root()
+    executor = Executor.build(schema, _LEAVES)
+    assert isinstance(executor, Executor)
+    try:
+        data = plan_run(root, executor)
+    except Exception:  # Abandon, or a serializer's error: graphql-core runs it
+        assert expected.errors, "the plan gave up on what graphql-core answers cleanly"
+        return
+    assert not expected.errors
+    assert json.dumps(data) == json.dumps(expected.data)
+    assert [type(v) for v in data["leaves"].values()] == [
+        type(v)
+        for v in expected.data["leaves"].values()  # type: ignore[index]
+    ]

@@ -14,14 +14,17 @@ awaiting per field — the awaitables a wave of resolvers returns are gathered
 together (DataLoaders still batch), then their values completed, which may
 start the next wave.
 
-**Closures, not generated source.** Each completion is a closure made once
-(a leaf's ``coerce``, a list's item, an object's steps). On the cold page
-(50 entries with media: ~400 fields) completing the tree is a few hundred
-microseconds; the request's CPU is in the read transaction, strawberry's
-request path and the resolvers, which a generated function would not
-remove. Closures keep every step debuggable and the builder short; a
-generated function was not worth its ``exec`` until the plan's own time
-shows in a profile (``docs/caching.md``, "The cold path").
+**Closures, and one generated function per object selection.** Each
+completion is a closure made once (a leaf's, a list's, an object's). An
+object's selection was a loop over its steps too, until a profile of the cold
+page (50 entries with media: ~400 fields) put the plan's own walk at ~12% of
+the request's CPU (py-spy, ``bench/peers.py``'s ``cold`` row): each selection
+is now a function generated from its steps (:func:`_generated_selection`),
+which reads attributes and calls resolvers in line, and a standard scalar's
+value of exactly its type (a ``str`` for ``String``/``ID``, a ``bool``, an
+``int`` within 32 bits) is passed as it is, as graphql-core's serializer would
+return it. Lists, objects and every other leaf stay closures: they are few,
+and each step stays debuggable.
 
 **What a plan does not cover** (:class:`Unplannable` at build time; graphql-core
 runs it): subscriptions (but for one event of a known type:
@@ -43,18 +46,23 @@ A query's reads have no side effects, so running one twice is safe.
 from __future__ import annotations
 
 import asyncio
+import keyword
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from graphql import (
+    GraphQLBoolean,
     GraphQLField,
+    GraphQLID,
+    GraphQLInt,
     GraphQLLeafType,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
     GraphQLOutputType,
     GraphQLSchema,
+    GraphQLString,
     OperationDefinitionNode,
     OperationType,
     Undefined,
@@ -185,31 +193,8 @@ class Builder:
             if field_def is None:
                 raise Unplannable(f"{name}: not a field of {object_type.name}")
             steps.append(self._step(object_type, key, field_def, details))
-        type_name = object_type.name
         needs_path = any(s.needs_path for s in steps)
-
-        def selection(source: Any, run: Run, path: Path | None) -> dict[str, Any]:
-            result: dict[str, Any] = {}
-            for step in steps:
-                key = step.key
-                attribute = step.attribute
-                if attribute is not None:
-                    result[key] = step.complete(getattr(source, attribute), run, None)
-                    continue
-                call = step.call
-                if call is None:
-                    result[key] = constants[key]
-                    continue
-                field_path = Path(path, key, type_name) if step.needs_path else None
-                value = call(source, run, field_path)
-                if run.is_awaitable(value):
-                    result[key] = None  # its place in the key order
-                    run.pending.append((result, key, value, step.complete, field_path))
-                else:
-                    result[key] = step.complete(value, run, field_path)
-            return result
-
-        return selection, needs_path
+        return _generated_selection(object_type.name, steps, constants), needs_path
 
     def _step(
         self,
@@ -280,7 +265,7 @@ class Builder:
             return _list(item, nullable, below), below
         if is_leaf_type(inner):
             leaf: GraphQLLeafType = inner
-            return _leaf(leaf.coerce_output_value, nullable), False
+            return _leaf(leaf, nullable), False
         if not isinstance(inner, GraphQLObjectType):
             raise Unplannable(f"{inner}: an abstract type")
         check = inner.is_type_of
@@ -291,6 +276,53 @@ class Builder:
         )
         selection, below = self._selection(inner, collected)
         return _object(selection, cast(Callable[[Any, Any], bool] | None, check), nullable), below
+
+
+def _generated_selection(
+    type_name: str, steps: list[_Step], constants: dict[str, str]
+) -> Callable[[Any, Run, Path | None], dict[str, Any]]:
+    """An object's selection as one generated function: its steps in line, in key order.
+
+    What it does per step is what the loop over :class:`_Step` would do (an
+    attribute read and completed; a call, its value completed at once or left
+    pending with its place in the key order kept; ``__typename`` a constant),
+    without the loop and the step's attribute reads: on the cold page that
+    loop ran ~400 times a request. The source is built from response keys
+    and attribute names only through ``repr`` and checked identifiers.
+    """
+    names: dict[str, Any] = {"Path": Path, "type_name": type_name}
+    lines = ["def selection(source, run, path):", "    result = {}"]
+    for index, step in enumerate(steps):
+        key = repr(step.key)
+        if step.attribute is None and step.call is None:
+            names[f"k{index}"] = constants[step.key]
+            lines.append(f"    result[{key}] = k{index}")
+            continue
+        names[f"c{index}"] = step.complete
+        attribute = step.attribute
+        if attribute is not None:
+            if attribute.isidentifier() and not keyword.iskeyword(attribute):
+                read = f"source.{attribute}"
+            else:
+                names[f"a{index}"] = attribute
+                read = f"getattr(source, a{index})"
+            lines.append(f"    result[{key}] = c{index}({read}, run, None)")
+            continue
+        names[f"f{index}"] = step.call
+        at = f"Path(path, {key}, type_name)" if step.needs_path else "None"
+        lines += [
+            f"    at = {at}",
+            f"    value = f{index}(source, run, at)",
+            "    if run.is_awaitable(value):",
+            f"        result[{key}] = None",
+            f"        run.pending.append((result, {key}, value, c{index}, at))",
+            "    else:",
+            f"        result[{key}] = c{index}(value, run, at)",
+        ]
+    lines.append("    return result")
+    code = compile("\n".join(lines), f"<plan of {type_name}>", "exec")
+    exec(code, names)  # source from checked names only (see the docstring)
+    return cast(Callable[[Any, Run, Path | None], dict[str, Any]], names["selection"])
 
 
 class _LazyInfo:
@@ -326,8 +358,14 @@ def _attribute_call(attribute: str) -> Callable[[Any, Run, Path | None], Any]:
     return call
 
 
-def _leaf(coerce: Callable[[Any], Any], nullable: bool) -> Complete:
+def _leaf(leaf: GraphQLLeafType, nullable: bool) -> Complete:
+    coerce = leaf.coerce_output_value
+    fast = _AS_IS.get(leaf.name) if leaf is _STANDARD.get(leaf.name) else None
+
     def complete(value: Any, run: Run, path: Path | None) -> Any:
+        kind = type(value)
+        if kind is fast and (kind is not int or _INT_MIN <= value <= _INT_MAX):
+            return value  # what the standard scalar's serializer returns for it
         if value is None:
             if nullable:
                 return None
@@ -340,6 +378,14 @@ def _leaf(coerce: Callable[[Any], Any], nullable: bool) -> Complete:
         return coerced
 
     return complete
+
+
+_STANDARD = {t.name: t for t in (GraphQLString, GraphQLID, GraphQLInt, GraphQLBoolean)}
+_AS_IS: dict[str, type] = {"String": str, "ID": str, "Int": int, "Boolean": bool}
+"""The standard scalars whose serializer returns a value of exactly this type unchanged
+(graphql-core's ``serialize_string``, ``serialize_id``, ``serialize_boolean``; an ``int``
+within 32 bits for ``serialize_int``)."""
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
 def _list(item: Complete, nullable: bool, item_paths: bool) -> Complete:
