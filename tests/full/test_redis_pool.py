@@ -103,3 +103,38 @@ async def test_a_cluster_heartbeat_of_many_sessions_fits_two_connections_a_node(
             await client.delete(*presence_keys(p)[:2])
         await store.aclose()
         await client.aclose()
+
+
+async def test_a_heartbeat_read_before_a_session_ended_does_not_bring_it_back() -> None:
+    """The race behind a flaky presence test: the heartbeat reads the held sessions, the
+    socket closes and its session is removed, then the heartbeat's write reaches Redis
+    (another connection, after a ``SCRIPT EXISTS`` round trip). The session stays gone
+    and nobody is told it came back; a declaration under the same id still works."""
+    client = redis_client(_settings(4), Generation())
+    store = RedisPresenceStore(client)
+    playlist_id = f"race-{uuid.uuid4().hex}"
+    told: list[tuple[str, str, Session | None]] = []
+    store.on_change(lambda p, s, session: told.append((p, s, session)))
+    alice = Session("alice", PresenceState.VIEWING, 1.0)
+    try:
+        await store.listen(playlist_id)
+        await store.refresh([(playlist_id, "s:alice", alice)], 30.0)  # joined
+        held = [(playlist_id, "s:alice", alice)]  # what a heartbeat read
+        await store.remove(playlist_id, "s:alice", 30.0)  # the socket closed
+        await store.refresh(held, 30.0)  # the heartbeat's late write
+        assert await store.read(playlist_id) == {}
+        # A declaration is not a heartbeat: withdrawn, then declared again, it is kept.
+        editing = Session("alice", PresenceState.EDITING, 2.0)
+        await store.put(playlist_id, "d:alice", editing, 30.0)
+        await store.remove(playlist_id, "d:alice", 30.0)
+        await store.put(playlist_id, "d:alice", editing, 30.0)
+        assert await store.read(playlist_id) == {"d:alice": editing}
+        await asyncio.sleep(0.3)  # the channel's messages are heard
+        assert [(s, v) for _, s, v in told if s == "s:alice"] == [
+            ("s:alice", alice),
+            ("s:alice", None),
+        ]
+    finally:
+        await store.aclose()
+        await client.delete(*presence_keys(playlist_id))
+        await client.aclose()

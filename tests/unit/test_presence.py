@@ -121,7 +121,7 @@ async def test_a_session_put_again_moves_its_expiry_and_one_removed_is_dropped()
     ann = Session("ann", VIEWING, 1.0)
     await store.put("p", "a", ann, 0.5)
     await store.put("p", "b", Session("bob", VIEWING, 1.0), 0.5)
-    await store.remove("p", "b")
+    await store.remove("p", "b", 0.5)
     for _ in range(3):  # put again while it lives: one heap entry, moved on each time
         await asyncio.sleep(0.2)
         await store.put("p", "a", ann, 0.5)

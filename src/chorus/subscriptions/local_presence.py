@@ -82,7 +82,9 @@ class LocalPresenceStore:
         for playlist_id, session_id, session in held:
             await self.put(playlist_id, session_id, session, ttl_s)
 
-    async def remove(self, playlist_id: str, session_id: str) -> None:
+    async def remove(self, playlist_id: str, session_id: str, ttl_s: float) -> None:
+        # No heartbeat can write it back: refresh runs to its end without yielding, so
+        # it reads the held sessions and writes them in one step (ttl_s is not needed).
         # Its heap entry stays until its time: dropped then (one entry per key at most).
         if self._forget(playlist_id, session_id):
             self._tell(playlist_id, session_id, None)

@@ -61,7 +61,10 @@ class PresenceStore(Protocol):
         """:meth:`put` each of ``held`` again (the heartbeat), in as few round trips as may be."""
         ...
 
-    async def remove(self, playlist_id: str, session_id: str) -> None: ...
+    async def remove(self, playlist_id: str, session_id: str, ttl_s: float) -> None:
+        """End a session now. A heartbeat (:meth:`refresh`) read before the removal and
+        arriving after it must not write the session back, for ``ttl_s`` seconds or more."""
+        ...
 
     async def read(self, playlist_id: str) -> dict[str, Session]:
         """The live (unexpired) sessions of a playlist, by session id."""
@@ -206,7 +209,7 @@ class Presence:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
                 for playlist_id, session_id in held:
-                    await self.store.remove(playlist_id, session_id)
+                    await self.store.remove(playlist_id, session_id, self.ttl_s)
         await self.store.aclose()
 
     @contextlib.asynccontextmanager
@@ -221,7 +224,9 @@ class Presence:
         finally:
             self._held.pop((playlist_id, session_id), None)
             # Shielded: the subscription's task is being cancelled as it closes.
-            await asyncio.shield(self._quietly(self.store.remove(playlist_id, session_id)))
+            await asyncio.shield(
+                self._quietly(self.store.remove(playlist_id, session_id, self.ttl_s))
+            )
 
     async def declare(self, playlist_id: str, user_id: str, state: PresenceState | None) -> None:
         """``setPresence``: the user's declared state for ``ttl_s`` seconds (``None``: withdrawn).
@@ -233,7 +238,7 @@ class Presence:
         """
         session_id = f"d:{user_id}"
         if state is None:
-            await self.store.remove(playlist_id, session_id)
+            await self.store.remove(playlist_id, session_id, self.ttl_s)
         else:
             session = Session(user_id, state, time.time())
             await self.store.put(playlist_id, session_id, session, self.ttl_s)

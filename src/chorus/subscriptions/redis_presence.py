@@ -61,13 +61,20 @@ most half a node's connections): the cluster client's pool fails at once
 when a node's connections are all busy, so a heartbeat of thousands of
 sessions must not take one connection each."""
 
-# KEYS: set, hash, channel. ARGV: session id, session JSON, ttl ms.
-# Same user and state as the live stored session: keep its since. Publishes
-# only when the session is new, came back from expiry, or changed.
+# KEYS: set, hash, channel, tombstones. ARGV: session id, session JSON, ttl ms,
+# "1" for a heartbeat (not for a declaration). Same user and state as the live
+# stored session: keep its since. Publishes only when the session is new, came
+# back from expiry, or changed. A heartbeat does not write back a session that
+# was removed (its tombstone): it may have been read before the session ended
+# and reach Redis after the removal, on another connection.
 _PUT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[3])
+if ARGV[4] == '1' then
+  local removed = redis.call('ZSCORE', KEYS[4], ARGV[1])
+  if removed and tonumber(removed) > now then return 0 end
+end
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local old = redis.call('HGET', KEYS[2], ARGV[1])
 local new = cjson.decode(ARGV[2])
@@ -89,8 +96,15 @@ end
 return 1
 """
 
-# KEYS: set, hash, channel. ARGV: session id.
+# KEYS: set, hash, channel, tombstones. ARGV: session id, ttl ms. The tombstone
+# outlives any heartbeat read before the removal (two TTLs); spent ones go.
 _REMOVE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local keep = 2 * tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+redis.call('ZADD', KEYS[4], now + keep, ARGV[1])
+redis.call('PEXPIRE', KEYS[4], keep)
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if gone == 1 then
@@ -121,9 +135,10 @@ return {live, values}
 
 
 def presence_keys(playlist_id: str) -> list[str]:
-    """The sorted set, hash and channel of a playlist's presence."""
+    """The sorted set, hash, channel and tombstones (sessions removed, a sorted set by
+    when they may go) of a playlist's presence; one hash tag, one slot."""
     base = playlist_key(playlist_id, "presence")
-    return [base, f"{base}:sessions", f"{base}:changes"]
+    return [base, f"{base}:sessions", f"{base}:changes", f"{base}:removed"]
 
 
 def _channel_playlist(channel: str) -> str:
@@ -178,7 +193,12 @@ class RedisPresenceStore:
         self.reconnects = 0
 
     async def put(self, playlist_id: str, session_id: str, session: Session, ttl_s: float) -> None:
-        args: list[str | int] = [session_id, encode_session(session), max(1, round(ttl_s * 1000))]
+        args: list[str | int] = [
+            session_id,
+            encode_session(session),
+            max(1, round(ttl_s * 1000)),
+            "0",
+        ]
         await self._put(keys=presence_keys(playlist_id), args=args)
 
     async def refresh(self, held: Sequence[Held], ttl_s: float) -> None:
@@ -190,19 +210,20 @@ class RedisPresenceStore:
 
             async def put(playlist_id: str, session_id: str, session: Session) -> None:
                 async with gate:
-                    args: list[str | int] = [session_id, encode_session(session), ttl_ms]
+                    args: list[str | int] = [session_id, encode_session(session), ttl_ms, "1"]
                     await self._put(keys=presence_keys(playlist_id), args=args)
 
             await asyncio.gather(*(put(p, s, v) for p, s, v in held))
             return
         async with self._client.pipeline(transaction=False) as pipe:
             for playlist_id, session_id, session in held:
-                args: list[str | int] = [session_id, encode_session(session), ttl_ms]
+                args: list[str | int] = [session_id, encode_session(session), ttl_ms, "1"]
                 await self._put(keys=presence_keys(playlist_id), args=args, client=pipe)
             await pipe.execute()
 
-    async def remove(self, playlist_id: str, session_id: str) -> None:
-        await self._remove(keys=presence_keys(playlist_id), args=[session_id])
+    async def remove(self, playlist_id: str, session_id: str, ttl_s: float) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        await self._remove(keys=presence_keys(playlist_id), args=[session_id, ttl_ms])
 
     async def read(self, playlist_id: str) -> dict[str, Session]:
         ids, values = await self._read(keys=presence_keys(playlist_id)[:2])
