@@ -393,3 +393,56 @@ async def test_no_lean_route_while_a_query_budget_is_on(migrated: str, tmp_path:
         # Every request charged the budget: none was a hit, each reached the view.
         assert behind.seen == 3
         assert statuses[0] == 200
+
+
+CREATE = """mutation Create($input: CreatePlaylistInput!) {
+  createPlaylist(input: $input) { version playlist { title } userErrors { code } } }"""
+
+
+class _CountingView:
+    """The lean route's view, counting the tokens it is asked to check."""
+
+    def __init__(self, view: Any) -> None:
+        self._view = view
+        self.identified = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+    async def identify(self, header: object) -> Any:
+        self.identified += 1
+        return await self._view.identify(header)
+
+
+async def test_a_kept_mutation_is_handed_on_before_its_token_is_checked(
+    migrated: str, tmp_path: Path
+) -> None:
+    async with running(settings(migrated, tmp_path, lean=True)) as (client, _, behind):
+        app: Any = client._transport.app  # type: ignore[attr-defined]
+        lean = _lean_of(app)
+        assert lean is not None
+        counting = lean._view = _CountingView(lean._view)  # type: ignore[assignment]
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+
+        async def create(operation_id: str, headers: dict[str, str]) -> httpx.Response:
+            body = {
+                "query": CREATE,
+                "variables": {"input": {"operationId": operation_id, "title": operation_id}},
+            }
+            return await client.post("/graphql", json=body, headers=headers)
+
+        first = await create("m1", token)  # parsed and kept by the view
+        second = await create("m2", token)  # kept: the lean route learns it is a mutation
+        checked = counting.identified
+        third = await create("m3", token)
+        again = await create("m3", token)  # a retry: the view replays it
+        refused = await create("m4", {"Authorization": "Bearer x"})
+        assert counting.identified == checked  # handed on at once, token unread by the route
+        assert behind.seen == 5  # every one went to the view
+        titles = [
+            r.json()["data"]["createPlaylist"]["playlist"]["title"] for r in (first, second, third)
+        ]
+        assert titles == ["m1", "m2", "m3"]
+        assert again.json() == third.json()
+        assert refused.status_code == 200
+        assert refused.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"

@@ -135,6 +135,9 @@ class LeanRoute:
         self._counted: dict[str, tuple[Any, Any]] = {}
         self._queries_kept: set[tuple[str, str | None]] = set()
         """(document, operation name) pairs known to be a kept document's query."""
+        self._others_kept: set[tuple[object, str | None]] = set()
+        """(document text sent, operation name) pairs known to be a kept document's mutation
+        (or subscription): the route hands them on before checking the token."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -213,8 +216,8 @@ class LeanRoute:
             decoded = self._decoded_body(body)
         else:
             decoded = self._decoded_query(scope["query_string"])
-        if decoded is None:
-            return None
+        if decoded is None or (decoded.query, decoded.name) in self._others_kept:
+            return None  # a kept mutation's text: nothing cached, and no token checked twice
         view = self._view
         identity, _ = await view.identify(authorization.decode("latin-1"))
         if identity is None:
@@ -227,13 +230,12 @@ class LeanRoute:
         kind = (document, decoded.name)
         if kind not in self._queries_kept:
             operation = HttpOperation(document, sha, decoded.name, decoded.variables)
-            if view.kept_kind(operation) is not OperationType.QUERY:
+            kept = view.kept_kind(operation)
+            if kept is not OperationType.QUERY:
+                if kept is not None and document is decoded.query:
+                    _remember(self._others_kept, kind)
                 return None  # only a kept query can have an answer kept: the view decides the rest
-            # A document's text names its operations' types for good: kept once seen
-            # (should the document cache forget it, the view would look the answer up too).
-            if len(self._queries_kept) >= DECODED_BODIES:
-                self._queries_kept.clear()
-            self._queries_kept.add(kind)
+            _remember(self._queries_kept, kind)
         operation = HttpOperation(document, sha, decoded.name, decoded.variables)
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
@@ -342,6 +344,15 @@ class LeanRoute:
         while len(kept) > DECODED_BODIES:
             kept.popitem(last=False)
         return decoded
+
+
+def _remember(kinds: set[Any], kind: tuple[Any, str | None]) -> None:
+    """Add ``kind``: a document's text names its operations' types for good (should the
+    document cache forget the document, the view decides afresh). Bounded: all are
+    forgotten at :data:`DECODED_BODIES`."""
+    if len(kinds) >= DECODED_BODIES:
+        kinds.clear()
+    kinds.add(kind)
 
 
 _CACHE_CONTROL = QUERY_CACHE_CONTROL.encode("latin-1")
