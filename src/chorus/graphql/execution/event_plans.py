@@ -40,14 +40,13 @@ from graphql.execution.collect_fields import (
     collect_subfields,
 )
 from graphql.execution.values import VariableValues
-from graphql.pyutils import Path
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.cast import get_strawberry_type_cast
 
 from chorus.graphql.execution.field_reads import strawberry_is_type_of
-from chorus.graphql.execution.plans import Abandon, Builder, Complete, Run, Unplannable
+from chorus.graphql.execution.plans import Abandon, At, Builder, Complete, Run, Unplannable
 
-Selection = Callable[[Any, Run, Path | None], dict[str, Any]]
+Selection = Callable[[Any, Run, At | None], dict[str, Any]]
 
 
 class EventBuilder(Builder):
@@ -147,7 +146,7 @@ class EventBuilder(Builder):
         if any(a is not b and issubclass(a, b) for a in classes for b in classes):
             raise Unplannable("a type's class is another's subclass: strawberry's order decides")
 
-        def complete(value: Any, run: Run, path: Path | None) -> Any:
+        def complete(value: Any, run: Run, path: At | None) -> Any:
             if value is None:
                 if nullable:
                     return None

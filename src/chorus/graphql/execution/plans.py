@@ -95,7 +95,13 @@ class Abandon(Exception):
     in a non-null position, a value of another shape): run the request again there."""
 
 
-Complete = Callable[[Any, "Run", Path | None], Any]
+At = tuple[Any, str | int, str | None]
+"""A response path as graphql-core's :class:`~graphql.pyutils.Path` is one: ``(prev, key,
+typename)``. The plan makes plain tuples (a ``NamedTuple``'s ``__new__`` is a Python call,
+three per entry of a page) and :func:`_path` turns one into a ``Path`` only where a
+resolve info is built."""
+
+Complete = Callable[[Any, "Run", At | None], Any]
 """``(value, run, path) → the completed value``; ``path`` only where a resolver below needs it."""
 
 
@@ -106,7 +112,7 @@ class Run:
     executor: Any
     """The request's graphql-core executor (its context, variables, resolve infos)."""
     is_awaitable: Callable[[Any], bool]
-    pending: list[tuple[dict[str, Any], str, Awaitable[Any], Complete, Path | None]] = field(
+    pending: list[tuple[dict[str, Any], str, Awaitable[Any], Complete, At | None]] = field(
         default_factory=list
     )
     """``(result, key, awaitable, complete, path)``: ``result[key]`` waits for the awaitable."""
@@ -119,7 +125,7 @@ class _Step:
     key: str
     attribute: str | None
     """Read with ``getattr`` (strawberry's plain field); else :attr:`call`."""
-    call: Callable[[Any, Run, Path | None], Any] | None
+    call: Callable[[Any, Run, At | None], Any] | None
     complete: Complete
     needs_path: bool
     """A resolver at or below this step receives a resolve info, which holds a path."""
@@ -175,7 +181,7 @@ class Builder:
 
     def _selection(
         self, object_type: GraphQLObjectType, collected: CollectedFields
-    ) -> tuple[Callable[[Any, Run, Path | None], dict[str, Any]], bool]:
+    ) -> tuple[Callable[[Any, Run, At | None], dict[str, Any]], bool]:
         grouped, defers, forbidden = collected
         if defers or forbidden:
             raise Unplannable("@defer or @stream")
@@ -213,7 +219,7 @@ class Builder:
 
     def _call(
         self, parent_type: GraphQLObjectType, field_def: GraphQLField, details: FieldDetailsList
-    ) -> Callable[[Any, Run, Path | None], Any]:
+    ) -> Callable[[Any, Run, At | None], Any]:
         """The field's resolver called as graphql-core's ``execute_field`` calls it."""
         resolve = field_def.resolve
         nodes = [d.node for d in details]
@@ -222,12 +228,14 @@ class Builder:
         if direct is not None:
             function, make_info, wants_info = direct
 
-            def call_directly(source: Any, run: Run, path: Path | None) -> Any:
+            def call_directly(source: Any, run: Run, path: At | None) -> Any:
                 if not wants_info:
                     return function(source, None)
 
                 def info() -> Any:
-                    raw = run.executor.build_resolve_info(field_def, nodes, parent_type, path)
+                    raw = run.executor.build_resolve_info(
+                        field_def, nodes, parent_type, _path(path)
+                    )
                     return make_info(raw)
 
                 return function(source, _LazyInfo(info))
@@ -242,9 +250,9 @@ class Builder:
             except Exception as error:  # graphql-core reports it, located
                 raise Unplannable("an argument that does not coerce") from error
 
-        def call(source: Any, run: Run, path: Path | None) -> Any:
+        def call(source: Any, run: Run, path: At | None) -> Any:
             executor = run.executor
-            info = executor.build_resolve_info(field_def, nodes, parent_type, path)
+            info = executor.build_resolve_info(field_def, nodes, parent_type, _path(path))
             args = (
                 fixed
                 if fixed is not None
@@ -280,7 +288,7 @@ class Builder:
 
 def _generated_selection(
     type_name: str, steps: list[_Step], constants: dict[str, str]
-) -> Callable[[Any, Run, Path | None], dict[str, Any]]:
+) -> Callable[[Any, Run, At | None], dict[str, Any]]:
     """An object's selection as one generated function: its steps in line, in key order.
 
     What it does per step is what the loop over :class:`_Step` would do (an
@@ -290,7 +298,7 @@ def _generated_selection(
     loop ran ~400 times a request. The source is built from response keys
     and attribute names only through ``repr`` and checked identifiers.
     """
-    names: dict[str, Any] = {"Path": Path, "type_name": type_name}
+    names: dict[str, Any] = {"type_name": type_name}
     lines = ["def selection(source, run, path):", "    result = {}"]
     for index, step in enumerate(steps):
         key = repr(step.key)
@@ -309,7 +317,7 @@ def _generated_selection(
             lines.append(f"    result[{key}] = c{index}({read}, run, None)")
             continue
         names[f"f{index}"] = step.call
-        at = f"Path(path, {key}, type_name)" if step.needs_path else "None"
+        at = f"(path, {key}, type_name)" if step.needs_path else "None"
         lines += [
             f"    at = {at}",
             f"    value = f{index}(source, run, at)",
@@ -322,7 +330,7 @@ def _generated_selection(
     lines.append("    return result")
     code = compile("\n".join(lines), f"<plan of {type_name}>", "exec")
     exec(code, names)  # source from checked names only (see the docstring)
-    return cast(Callable[[Any, Run, Path | None], dict[str, Any]], names["selection"])
+    return cast(Callable[[Any, Run, At | None], dict[str, Any]], names["selection"])
 
 
 class _LazyInfo:
@@ -347,12 +355,19 @@ class _LazyInfo:
         return getattr(info, name)
 
 
-def _identity(value: Any, run: Run, path: Path | None) -> Any:
+def _path(at: At | None) -> Path | None:
+    """``at`` as graphql-core's ``Path`` (each plain tuple of its chain made one)."""
+    if at is None or isinstance(at, Path):
+        return at
+    return Path(_path(at[0]), at[1], at[2])
+
+
+def _identity(value: Any, run: Run, path: At | None) -> Any:
     return value
 
 
-def _attribute_call(attribute: str) -> Callable[[Any, Run, Path | None], Any]:
-    def call(source: Any, run: Run, path: Path | None) -> Any:
+def _attribute_call(attribute: str) -> Callable[[Any, Run, At | None], Any]:
+    def call(source: Any, run: Run, path: At | None) -> Any:
         return getattr(source, attribute)
 
     return call
@@ -362,7 +377,7 @@ def _leaf(leaf: GraphQLLeafType, nullable: bool) -> Complete:
     coerce = leaf.coerce_output_value
     fast = _AS_IS.get(leaf.name) if leaf is _STANDARD.get(leaf.name) else None
 
-    def complete(value: Any, run: Run, path: Path | None) -> Any:
+    def complete(value: Any, run: Run, path: At | None) -> Any:
         kind = type(value)
         if kind is fast and (kind is not int or _INT_MIN <= value <= _INT_MAX):
             return value  # what the standard scalar's serializer returns for it
@@ -389,7 +404,7 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
 def _list(item: Complete, nullable: bool, item_paths: bool) -> Complete:
-    def complete(value: Any, run: Run, path: Path | None) -> Any:
+    def complete(value: Any, run: Run, path: At | None) -> Any:
         if value is None:
             if nullable:
                 return None
@@ -397,18 +412,18 @@ def _list(item: Complete, nullable: bool, item_paths: bool) -> Complete:
         if not isinstance(value, list | tuple):
             raise Abandon  # graphql-core takes any iterable; the plan, lists only
         if item_paths:
-            return [item(v, run, Path(path, i, None)) for i, v in enumerate(value)]
+            return [item(v, run, (path, i, None)) for i, v in enumerate(value)]
         return [item(v, run, None) for v in value]
 
     return complete
 
 
 def _object(
-    selection: Callable[[Any, Run, Path | None], dict[str, Any]],
+    selection: Callable[[Any, Run, At | None], dict[str, Any]],
     check: Callable[[Any, Any], bool] | None,
     nullable: bool,
 ) -> Complete:
-    def complete(value: Any, run: Run, path: Path | None) -> Any:
+    def complete(value: Any, run: Run, path: At | None) -> Any:
         if value is None:
             if nullable:
                 return None
@@ -469,4 +484,4 @@ def close_pending(state: Run) -> None:
     state.pending = []
 
 
-__all__ = ["Abandon", "Builder", "Run", "Unplannable", "close_pending", "run", "waves"]
+__all__ = ["Abandon", "At", "Builder", "Run", "Unplannable", "close_pending", "run", "waves"]
