@@ -213,3 +213,78 @@ async def test_mutation_plans_answer_as_graphql_core(
             run["addEntries"], input={**add, "playlistId": second, "operationId": pair.op()}
         )
         assert after["data"]["addEntries"]["version"] == version + 1  # committed once only
+
+
+APPLY = """mutation Apply($input: ApplyOperationsInput!) {
+  applyOperations(input: $input) { version userErrors { code } } }"""
+TWO_PAYLOADS = """
+mutation Both($first: AddEntriesInput!, $second: AddEntriesInput!) {
+  a: addEntries(input: $first) { version playlist { version entryCount } }
+  b: addEntries(input: $second) { version playlist { version atVersion(version: 9999) { version } } }
+}
+"""
+HISTORY_AND_ERROR = """
+query Extra($id: ID!) {
+  playlist(id: $id) { version changes(sinceVersion: 0, first: 5) { hasMore versions { version } } }
+  x: playlist(id: $id) { entries(first: 101) { totalCount } }
+}
+"""
+PAYLOAD_HISTORY_AND_ERROR = """
+mutation Update($input: UpdatePlaylistInput!) {
+  updatePlaylist(input: $input) { version playlist { version
+    changes(sinceVersion: 0, first: 5) { hasMore versions { version } }
+    atVersion(version: 9999) { version } } }
+}
+"""
+
+
+async def test_what_an_abandoned_plan_did_is_not_seen_by_graphql_core(
+    database_url: str, twin_url: str, tmp_path: Path
+) -> None:
+    """A fresh user's findings: when a plan gave way to graphql-core, the rerun started
+    with the history and extra cost the plan had charged (``actualQueryCost`` twice the
+    charge; a ``changes`` page cut short), and an earlier root field's payload, completed
+    again after a later command committed, showed the later version."""
+    async with _twins(database_url, twin_url, tmp_path) as (planned, plain):
+        pair = _Pair(planned, plain)
+        created = await pair.send(
+            mutation_document("createPlaylist"), input={"operationId": pair.op(), "title": "Big"}
+        )
+        pid = created["data"]["createPlaylist"]["playlist"]["id"]
+        adds = [
+            {
+                "addEntries": {
+                    "operationId": pair.op(),
+                    "mediaIds": [f"chinook:track:{n}" for n in range(start, start + 100)],
+                }
+            }
+            for start in (1, 101, 201)
+        ]
+        batch = {"playlistId": pid, "baseVersion": 0, "atomic": True, "operations": adds}
+        applied = await pair.send(APPLY, input=batch)
+        assert applied["data"]["applyOperations"]["version"] == 1  # 300 entries in one version
+        for _ in range(2):  # built, then kept: the plan runs, meets the error, gives way
+            extra = await pair.send(HISTORY_AND_ERROR, id=pid)
+            assert extra["errors"][0]["path"] == ["x", "entries"], extra
+            cost = extra["extensions"]["cost"]
+            assert cost["actualQueryCost"] - cost["requestedQueryCost"] == 200, cost
+
+        add = {"playlistId": pid, "baseVersion": 1, "mediaIds": ["chinook:track:400"]}
+        for _ in range(2):
+            both = await pair.send(
+                TWO_PAYLOADS,
+                first={**add, "operationId": pair.op()},
+                second={**add, "operationId": pair.op()},
+            )
+            first = both["data"]["a"]
+            assert first["playlist"]["version"] == first["version"], both  # not b's version
+            assert both["errors"][0]["path"][:3] == ["b", "playlist", "atVersion"], both
+
+        update = {"playlistId": pid, "baseVersion": 0, "description": "d"}
+        for _ in range(2):
+            updated = await pair.send(
+                PAYLOAD_HISTORY_AND_ERROR, input={**update, "operationId": pair.op()}
+            )
+            assert updated["errors"], updated
+            cost = updated["extensions"]["cost"]
+            assert cost["actualQueryCost"] - cost["requestedQueryCost"] == 200, cost

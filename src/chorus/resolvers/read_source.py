@@ -20,6 +20,7 @@ what its answer may be cached by) and what it may still read
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chorus.db import pages
@@ -68,6 +69,18 @@ class ReadBudget:
         """A new operation: its history and rewinds are counted from zero again."""
         self.history_entries = self.extra_cost = 0
         self.forget_rewinds()
+
+    def checkpoint(self) -> Callable[[], None]:
+        """A function that gives back the history entries and extra cost charged after this
+        call: an abandoned plan's run (:mod:`chorus.graphql.execution.planned`) is undone
+        before graphql-core runs the same fields, which charge them once. Rewinds stay:
+        a version rebuilt is charged once, whichever run rebuilt it."""
+        history, extra = self.history_entries, self.extra_cost
+
+        def restore() -> None:
+            self.history_entries, self.extra_cost = history, extra
+
+        return restore
 
     def forget_rewinds(self) -> None:
         """A new subscription event or operation: rewinds are rebuilt and charged anew."""

@@ -17,6 +17,12 @@ operation (:mod:`chorus.graphql.execution.planned`), and for a root field
 already run it completes the recorded value, or handles the recorded error,
 instead of calling the resolver again. So a command is never run twice, and
 the answer (data, errors, their paths and order) is graphql-core's.
+
+Two things of the stopped run must not leak into graphql-core's: a root field
+the plan had completed is answered as completed (:class:`Completed`: its
+payload read before the next command committed, as serial execution reads
+it), and what completing the stopped field charged the request's budgets
+(history entries, extra cost) is given back first, so it is charged once.
 """
 
 from __future__ import annotations
@@ -37,6 +43,15 @@ class Raised:
     """A root resolver raised ``error`` (recorded for graphql-core to report)."""
 
     error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A root field the plan ran and completed before a later one stopped it: ``data`` is
+    its answer, completed before the next command ran, as graphql-core's serial execution
+    completes it (completing it again would read what the later commands changed)."""
+
+    data: Any
 
 
 class Replay(Exception):
@@ -91,6 +106,7 @@ class MutationBuilder(Builder):
             data: dict[str, Any] = {}
             recorded: dict[str, Any] = {}
             is_awaitable = executor.is_awaitable
+            checkpoint = getattr(executor, "checkpoint", _no_checkpoint)
             for key, call, complete in steps:
                 path = Path(None, key, type_name)
                 state = Run(executor, is_awaitable)
@@ -102,17 +118,24 @@ class MutationBuilder(Builder):
                     recorded[key] = Raised(error)
                     raise Replay(recorded) from error
                 recorded[key] = value
+                undo = checkpoint()
                 try:
                     holder = {key: complete(value, state, path)}
                     if state.pending:
                         await waves(holder, state)
                 except Exception as error:  # Abandon, or what a resolver below raised
                     close_pending(state)
+                    undo()  # graphql-core completes this payload again: charged once
                     raise Replay(recorded) from error
                 data[key] = holder[key]
+                recorded[key] = Completed(holder[key])
             return data
 
         return execute_root
+
+
+def _no_checkpoint() -> Callable[[], None]:
+    return lambda: None
 
 
 def replay_field(
@@ -125,12 +148,15 @@ def replay_field(
 ) -> Any:
     """graphql-core's ``execute_field`` for a root field whose resolver already ran and
     answered ``outcome`` (its value, or :class:`Raised`): the value is completed, or the
-    error handled, exactly as ``execute_field`` does after calling the resolver."""
+    error handled, exactly as ``execute_field`` does after calling the resolver. A field
+    the plan completed (:class:`Completed`) is answered as it was completed."""
     field_def = executor.schema.get_field(parent_type, field_details_list[0].node.name.value)
     return_type = field_def.type
     info = executor.build_resolve_info(
         field_def, [d.node for d in field_details_list], parent_type, path
     )
+    if isinstance(outcome, Completed):
+        return outcome.data
     try:
         if isinstance(outcome, Raised):
             raise outcome.error
@@ -153,4 +179,4 @@ def replay_field(
     return await_completed()
 
 
-__all__ = ["MutationBuilder", "MutationRoot", "Raised", "Replay", "replay_field"]
+__all__ = ["Completed", "MutationBuilder", "MutationRoot", "Raised", "Replay", "replay_field"]

@@ -234,23 +234,39 @@ def planned_executor(
             root: Root | None = found.by_values[values]
             return root
 
+        def checkpoint(self) -> Callable[[], None]:
+            """Undoes, on call, what a plan's run charged the request's budgets from now
+            (:meth:`~chorus.resolvers.read_source.ReadBudget.checkpoint`): graphql-core
+            then runs the fields again and charges them once, as without plans."""
+            context = self.context_value
+            if isinstance(context, RequestContext):
+                return context.reads.budget.checkpoint()
+            return _nothing
+
         def _run(self, root: QueryRoot, fallback: Callable[[], Any], served: Served) -> Any:
+            undo = self.checkpoint()
             try:
                 data = run(root, self)
             except Exception:  # Abandon, or what a resolver raised
+                undo()
                 served("abandoned")
                 return fallback()
             if not isinstance(data, dict):
-                return self._awaited(data, fallback, served)
+                return self._awaited(data, fallback, served, undo)
             served("plan")
             return self.build_response(data)
 
         async def _awaited(
-            self, data: Awaitable[dict[str, Any]], fallback: Callable[[], Any], served: Served
+            self,
+            data: Awaitable[dict[str, Any]],
+            fallback: Callable[[], Any],
+            served: Served,
+            undo: Callable[[], None],
         ) -> ExecutionResult:
             try:
                 done = await data
             except Exception:
+                undo()
                 served("abandoned")
                 result = fallback()
                 return await result if self.is_awaitable(result) else result  # type: ignore[no-any-return]
@@ -266,6 +282,10 @@ def planned_executor(
 
     PlannedExecutor.__qualname__ = PlannedExecutor.__name__ = f"Planned{base.__name__}"
     return PlannedExecutor
+
+
+def _nothing() -> None:
+    return None
 
 
 def _note(context: object, served_by: str) -> None:
