@@ -220,7 +220,8 @@ APPLY = """mutation Apply($input: ApplyOperationsInput!) {
 TWO_PAYLOADS = """
 mutation Both($first: AddEntriesInput!, $second: AddEntriesInput!) {
   a: addEntries(input: $first) { version playlist { version entryCount } }
-  b: addEntries(input: $second) { version playlist { version atVersion(version: 9999) { version } } }
+  b: addEntries(input: $second) {
+    version playlist { version atVersion(version: 9999) { version } } }
 }
 """
 HISTORY_AND_ERROR = """

@@ -34,5 +34,33 @@ async def test_a_variable_error_names_the_variable(variables: dict[str, Any], sa
     assert result.errors is not None
     (error,) = result.errors
     assert error.message == says
-    assert error.extensions == {"code": "GRAPHQL_VALIDATION_FAILED"}
+    assert error.extensions == {"code": "BAD_USER_INPUT"}  # the value, not the document
     assert error.locations is not None  # points at the variable's definition
+
+
+async def test_an_argument_that_does_not_coerce_while_executing_is_bad_user_input() -> None:
+    """A nullable variable given ``null`` where the input needs a value: a field error
+    (with its path) from graphql-core's coercion, coded as the client's input."""
+    result = await schema.execute(
+        "mutation($vis: Visibility) { createPlaylist(input: "
+        '{operationId: "o", title: "t", visibility: $vis}) { version } }',
+        variable_values={"vis": None},
+    )
+    assert result.errors is not None
+    (error,) = result.errors
+    assert error.message.startswith("Argument 'input' has invalid value")
+    assert error.path == ["createPlaylist"]
+    assert error.extensions == {"code": "BAD_USER_INPUT"}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "query($id: ID!) { playlist(id: $id) { id } other: playlist(id: $nope) { id } }",
+        "query { playlist { id } }",  # "Field 'playlist' argument 'id' … is required"
+    ],
+)
+async def test_a_document_that_does_not_validate_stays_a_validation_failure(document: str) -> None:
+    result = await schema.execute(document, variable_values={"id": "x"})
+    assert result.errors is not None
+    assert {e.extensions["code"] for e in result.errors} == {"GRAPHQL_VALIDATION_FAILED"}  # type: ignore[index]

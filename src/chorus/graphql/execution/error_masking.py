@@ -3,6 +3,11 @@
 * parse failures → ``GRAPHQL_PARSE_FAILED`` (token limit included);
 * validation failures → ``GRAPHQL_VALIDATION_FAILED`` (shape, depth, alias and cost
   limits included; the cost budget's refusal keeps its own ``RATE_LIMITED``);
+* a variable whose value does not coerce (a request error, coded by
+  :meth:`~chorus.graphql.execution.executor.ChorusExecutionContext.build`) and an
+  argument or directive argument that does not coerce from the request's values
+  during execution (a field error) → ``BAD_USER_INPUT``: the input is wrong, the
+  document is valid;
 * :class:`~chorus.resolvers.request_errors.RequestError` → its own code and message;
 * no operation of the name asked (a WebSocket ``subscribe``; HTTP answers
   400 before execution) → ``BAD_REQUEST``;
@@ -47,21 +52,28 @@ def classify(error: GraphQLError) -> GraphQLError:
     elif isinstance(original, DomainError):
         code = original.code.value  # a stream that failed: FORBIDDEN, NOT_FOUND, …
     elif original is None:
-        code = (error.extensions or {}).get("code") or "GRAPHQL_VALIDATION_FAILED"
+        code = (error.extensions or {}).get("code") or (
+            "BAD_USER_INPUT"
+            if _argument_coercion(error, error.path)
+            else "GRAPHQL_VALIDATION_FAILED"
+        )
     elif isinstance(original, GraphQLError):
         inner = classify(original)
         if original.original_error is not None:
             return inner
         # A wrapper saying where (graphql-core's "Variable '$id' has invalid
-        # value: …" around "Expected value of non-null type 'ID!' …"): its
-        # message names the variable, the inner one does not.
+        # value: …" around "Expected value of non-null type 'ID!' …"; a located
+        # field error around an argument's): its message names what, the inner one not.
+        extensions = inner.extensions
+        if _argument_coercion(original, error.path):
+            extensions = {**(extensions or {}), "code": "BAD_USER_INPUT"}
         return GraphQLError(
             error.message.replace("not to be None.", "not to be null."),  # JSON's word
             nodes=error.nodes,
             source=error.source,
             positions=error.positions,
             path=error.path,
-            extensions=inner.extensions,
+            extensions=extensions,
         )
     elif isinstance(original, CannotGetOperationTypeError):
         # No operation of that name (or several and none named): the client's
@@ -92,6 +104,18 @@ def classify(error: GraphQLError) -> GraphQLError:
         positions=error.positions,
         path=error.path,
         extensions={**(error.extensions or {}), "code": code},
+    )
+
+
+def _argument_coercion(error: GraphQLError, path: object) -> bool:
+    """Whether ``error`` is graphql-core's own, raised while executing a field (it has a
+    ``path``) because an argument (or a directive's) did not coerce from the request's
+    values: the client's input, not the document (validation never gives a path)."""
+    return (
+        path is not None
+        and error.original_error is None
+        and not (error.extensions or {}).get("code")
+        and error.message.startswith("Argument '")
     )
 
 

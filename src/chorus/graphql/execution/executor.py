@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
+    GraphQLError,
     GraphQLField,
     GraphQLLeafType,
     GraphQLList,
@@ -211,6 +212,14 @@ def _weak_helpers(executor: weakref.ref[ChorusExecutionContext]) -> GraphQLResol
     return GraphQLResolveInfoHelpers(gather=gather, track=track)
 
 
+def bad_user_input(error: GraphQLError) -> None:
+    """Code ``error``, and the errors it wraps, ``BAD_USER_INPUT``
+    (:func:`~chorus.graphql.execution.error_masking.classify` keeps a code already given)."""
+    while isinstance(error, GraphQLError):
+        error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
+        error = error.original_error  # type: ignore[assignment]
+
+
 class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """Strawberry's execution context, with plain fields read directly."""
 
@@ -221,6 +230,19 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
         super().__init__(*args, **kwargs)
         # Not graphql-core's bound methods: a cycle (module docstring).
         self.async_helpers = _weak_helpers(weakref.ref(self))
+
+    @classmethod
+    def build(cls, *args: Any, **kwargs: Any) -> Any:
+        """graphql-core's ``build``; a variable whose value does not coerce is the client's
+        input (``BAD_USER_INPUT``, as Apollo Server codes it), not a document that failed
+        validation: its errors (``Variable '$x' has invalid value: …``) are coded so here,
+        where only the variables' coercion gives errors of that form."""
+        built = super().build(*args, **kwargs)
+        if isinstance(built, list):
+            for error in built:
+                if error.message.startswith("Variable '$"):
+                    bad_user_input(error)
+        return built
 
     def execute_fields(
         self,
