@@ -254,11 +254,9 @@ async def _lag(
     had caught up; what ``victim`` takes then never reaches it. Resumed at the
     end if :func:`_fail_over` did not resume it."""
 
-    async def caught_up() -> bool:
-        offset = (await _role(nodes[victim]))[1]
-        return [int(r[1]) for r in (await _role(nodes[victim]))[2]] == [replica] and all(
-            int(r[2]) >= offset for r in (await _role(nodes[victim]))[2]
-        )
+    async def caught_up() -> bool:  # ROLE: master, its offset, [ip, port, offset] a replica
+        _, offset, replicas = await _role(nodes[victim])
+        return [(int(port), int(at) >= offset) for _, port, at in replicas] == [(replica, True)]
 
     await eventually(caught_up, what=f"{replica} caught up with {victim}")
     os.kill(cluster.pid(replica), signal.SIGSTOP)
