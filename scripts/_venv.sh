@@ -15,8 +15,11 @@ extras="${CHORUS_EXTRAS:-}"
 stamp="$VENV/.chorus-installed${extras:+-$extras}"
 
 _chorus_installed() {
-  # The test install holds everything the plain one does.
+  # The test install holds everything the plain one does. chorus is installed
+  # editable: .venv must point at this checkout's src/ (a checkout moved, or a
+  # .venv another checkout installed into, imports chorus from elsewhere or not at all).
   local s
+  grep -qsxF "$root/src" "$VENV"/lib/python*/site-packages/__editable__.chorus-*.pth || return 1
   for s in "$stamp" "$VENV/.chorus-installed-test"; do
     if [ -f "$s" ] && [ -x "$VENV/bin/python" ] \
       && [ ! "$root/pyproject.toml" -nt "$s" ] && cmp -s "$s" "$root/uv.lock"; then

@@ -80,3 +80,14 @@ def test_the_environment_is_exactly_the_lock() -> None:
     assert (missing, extra, other) == ({}, {}, {}), (
         "installed (missing, not in the lock, at another version than locked)"
     )
+
+
+def test_chorus_is_imported_from_this_checkout() -> None:
+    """chorus is installed editable: the environment points at this checkout's src/
+    (scripts/_venv.sh installs again when it does not: a moved checkout, or a .venv
+    another checkout installed into)."""
+    import chorus
+
+    assert Path(chorus.__file__).resolve().is_relative_to((ROOT / "src").resolve())
+    pth = list(Path(sys.prefix).glob("lib/python*/site-packages/__editable__.chorus-*.pth"))
+    assert [p.read_text().strip() for p in pth] == [str(ROOT / "src")]
