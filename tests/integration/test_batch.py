@@ -13,6 +13,7 @@ import itertools
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from chorus.db.engine import Database
 from chorus.db.store import BatchAnswer, Committed, PlaylistStore
@@ -299,6 +300,39 @@ async def test_no_operation_of_an_atomic_batch_applies_again_on_its_own(
     assert all(r.replayed for r in _committed(retry))
     assert await tally(database) == before
     assert [e.media_id for e in (await fold_log(database, pid)).live()].count("m-b") == 1
+
+
+@pytest.mark.parametrize("group_commit", [True, False], ids=["group", "plain"])
+async def test_an_edit_that_took_a_batch_s_id_at_the_same_moment_still_replays(
+    database: Database, group_commit: bool
+) -> None:
+    # The gap docs/api.md names: an atomic batch and a single edit on another playlist
+    # took the same later operation id at once, and both committed. A fresh user found
+    # that the edit's retry was then refused as OPERATION_ID_REUSED (the batch's record
+    # was read in place of the edit's own): it replays, as a retry must.
+    store = PlaylistStore(database, group_commit=group_commit)
+    ed, seeds = await _seeded(store)
+    other, _ = await _seeded(store)
+    shared, placeholder = new_op(), new_op()
+    single = Op("addEntries", shared, ("m-s",))
+    command = _command(single, other.playlist_id, other.version, seeds, {})
+    first = await store.execute(command, ALICE)
+    ops = [Op("addEntries", new_op(), ("m-a",)), Op("addEntries", placeholder, ("m-b",))]
+    batch = _batch(ops, ed.playlist_id, ed.version, seeds, atomic=True)
+    assert all(not r.replayed for r in _committed(await store.apply_batch(batch, ALICE)))
+    async with database.write() as conn:  # the race's outcome: the batch holds it too
+        await conn.execute(
+            text(
+                "UPDATE playlist_batch_operation SET operation_id = :shared "
+                "WHERE operation_id = :placeholder"
+            ),
+            {"shared": shared, "placeholder": placeholder},
+        )
+    retry = await store.execute(command, ALICE)
+    assert retry.replayed
+    assert retry.outcome == first.outcome
+    again = await store.apply_batch(batch, ALICE)  # the batch's own retry replays too
+    assert all(r.replayed for r in _committed(again))
 
 
 async def test_an_atomic_batch_with_a_refused_operation_commits_nothing(

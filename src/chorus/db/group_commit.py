@@ -176,7 +176,12 @@ async def _read_after_lock(
     roles: dict[str, Role | None] = dict.fromkeys(actors)
     tail: list[Entry] = []
     for kind, a, b, c, d, e, f, t in rows:
-        if kind == 1:
+        if kind == 1 and c == idempotency.BATCH_MEMBER_HASH:
+            # A log row of the same id wins, as in idempotency.stored: both exist only when
+            # a batch and another edit took it at once (docs/api.md), and that edit's retry
+            # replays it.
+            stored.setdefault((a, b), idempotency.BATCH_MEMBER)
+        elif kind == 1:
             stored[a, b] = idempotency.record_of_row(c, json.loads(d), json.loads(e))
         elif kind == 2:
             roles[a] = Role(b)
