@@ -79,14 +79,31 @@ def _visible(ch: str) -> bool:
     return not ch.isspace() and unicodedata.category(ch) != "Cf"
 
 
+_ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff\u180e")
+"""Format characters that mean nothing at either end of a text (zero-width space, non-joiner
+and joiner, word joiner, BOM, Mongolian vowel separator). Not every format character: the
+tag characters ending a flag emoji (🏴 + tags + cancel tag) are format characters too."""
+
+
+def _trim(text: str) -> str:
+    """``text`` without the white space and zero-width characters around it (what
+    ``str.strip`` trims, and :data:`_ZERO_WIDTH`), so that a text shows as it is kept."""
+    start, end = 0, len(text)
+    while start < end and (text[start].isspace() or text[start] in _ZERO_WIDTH):
+        start += 1
+    while end > start and (text[end - 1].isspace() or text[end - 1] in _ZERO_WIDTH):
+        end -= 1
+    return text[start:end]
+
+
 def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
-    """The title trimmed of surrounding white space.
+    """The title trimmed of surrounding white space and zero-width characters.
 
     Raises:
         InvalidInput: empty, or holds a control character (NUL, …) or a lone surrogate.
         LimitExceeded: longer than ``limits.max_title_length`` code points.
     """
-    title = title.strip()
+    title = _trim(title)
     if not any(_visible(ch) for ch in title):
         raise InvalidInput("title must not be empty", field=("title",))
     if (unstorable := _unstorable(title)) is not None:
@@ -99,15 +116,15 @@ def clean_title(title: str, limits: Limits = DEFAULT_LIMITS) -> str:
 
 
 def clean_description(description: str | None, limits: Limits = DEFAULT_LIMITS) -> str | None:
-    """The description trimmed; empty means none. Newlines and tabs are kept.
+    """The description trimmed as a title is; empty means none. Newlines and tabs are kept.
 
     Raises:
         InvalidInput: holds another control character, or a lone surrogate.
         LimitExceeded: longer than ``limits.max_description_length`` code points.
     """
-    if description is None or not description.strip():
+    description = None if description is None else _trim(description)
+    if not description:
         return None
-    description = description.strip()
     if (unstorable := _unstorable(description, allowed="\n\t")) is not None:
         raise InvalidInput(f"description must not contain {unstorable}", field=("description",))
     if len(description) > limits.max_description_length:
