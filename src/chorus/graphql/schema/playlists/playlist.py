@@ -166,7 +166,9 @@ class Playlist(Node):
     @strawberry.field(
         description="Sync: what happened after sinceVersion, oldest first (at most `first` "
         f"versions, default {DEFAULT_LIMITS.page_size_default}, "
-        f"max {DEFAULT_LIMITS.page_size_max})."
+        f"max {DEFAULT_LIMITS.page_size_max}). Selecting the versions' entries, each version "
+        "counts at 100 entries in the query cost: with the default CHORUS_MAX_QUERY_COST "
+        "(10,000) page 50 versions or fewer (docs/limits.md)."
     )
     async def changes(
         self, info: ChorusInfo, since_version: int, first: int | None = None
