@@ -14,12 +14,27 @@ UV_VENV="${CHORUS_UV_VENV:-$root/.venv-uv}"
 extras="${CHORUS_EXTRAS:-}"
 stamp="$VENV/.chorus-installed${extras:+-$extras}"
 
+_chorus_here() {
+  # chorus is installed editable: .venv must point at this checkout's src/ (a
+  # checkout moved, or a .venv another checkout installed into, imports chorus
+  # from elsewhere or not at all). Compared as physical paths: a symlink to the
+  # checkout is the same checkout.
+  local pth src here
+  here="$(cd "$root/src" && pwd -P)"
+  for pth in "$VENV"/lib/python*/site-packages/__editable__.chorus-*.pth; do
+    [ -f "$pth" ] || continue
+    src="$(head -n 1 "$pth")"
+    if [ -d "$src" ] && [ "$(cd "$src" && pwd -P)" = "$here" ]; then
+      return 0
+    fi
+  done
+  return 1
+}
+
 _chorus_installed() {
-  # The test install holds everything the plain one does. chorus is installed
-  # editable: .venv must point at this checkout's src/ (a checkout moved, or a
-  # .venv another checkout installed into, imports chorus from elsewhere or not at all).
+  # The test install holds everything the plain one does.
   local s
-  grep -qsxF "$root/src" "$VENV"/lib/python*/site-packages/__editable__.chorus-*.pth || return 1
+  _chorus_here || return 1
   for s in "$stamp" "$VENV/.chorus-installed-test"; do
     if [ -f "$s" ] && [ -x "$VENV/bin/python" ] \
       && [ ! "$root/pyproject.toml" -nt "$s" ] && cmp -s "$s" "$root/uv.lock"; then
