@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from websockets.asyncio.client import ClientConnection
 
 from chorus.db.store import PlaylistStore
 from chorus.domain.changes import WIRE_VERSION, PlaylistEvent
@@ -21,6 +24,7 @@ from chorus.events.kafka import KafkaConfig
 from chorus.events.wire import decode_event
 from tests.deadlines import patience
 from tests.e2e.conftest import Api, serving
+from tests.e2e.test_subscriptions import SUBSCRIPTION
 from tests.full.conftest import REDIS_URL
 from tests.servers import ChorusServer, TansuServer, create_database, drop_database, postgres_url
 
@@ -205,3 +209,28 @@ async def read_topic(
                     count += 1
     assert at_most or count >= expected, f"read {count} of {expected} records"
     return dict(seen)
+
+
+async def subscribe_by_id(ws: ClientConnection, playlist_id: str, since: int) -> None:
+    """Subscribe ``ws`` to ``playlistEvents`` of ``playlist_id`` after ``since``; the
+    operation id is the playlist id (so :func:`versions_by_playlist` can tell them apart)."""
+    variables = {"playlistId": playlist_id, "sinceVersion": since}
+    payload = {"query": SUBSCRIPTION, "variables": variables}
+    await ws.send(json.dumps({"id": playlist_id, "type": "subscribe", "payload": payload}))
+
+
+async def versions_by_playlist(
+    ws: ClientConnection, count: int, timeout_s: float = patience(20.0)
+) -> dict[str, list[int]]:
+    """The versions of the next ``count`` events on ``ws`` by playlist, as they came."""
+    seen: dict[str, list[int]] = {}
+    for _ in range(count):
+        while True:
+            message = json.loads(await asyncio.wait_for(ws.recv(), timeout_s))
+            if message["type"] != "ping":
+                break
+        assert message["type"] == "next", message
+        event: dict[str, Any] = message["payload"]["data"]["playlistEvents"]
+        assert event["__typename"] == "PlaylistChanged", event
+        seen.setdefault(message["id"], []).append(event["version"])
+    return seen

@@ -9,31 +9,33 @@ hash tags; a slot moved during a stream is a gap, repaired from SQL.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
 
 import pytest
 import redis.asyncio as redis
 from redis.asyncio.cluster import RedisCluster
-from websockets.asyncio.client import ClientConnection
 
 from chorus.auth import mint_token
 from chorus.caches.keys import playlist_slot, slot_of
 from chorus.domain.changes import PlaylistEvent
 from chorus.graphql.schema.common.ids import from_global_id
 from chorus.subscriptions.cluster_bus import ClusterBus
-from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, track, version
-from tests.e2e.test_subscriptions import SUBSCRIPTION, close_socket, open_socket
-from tests.full.helpers import Deployment, event, eventually, full_deployment
+from tests.e2e.test_subscriptions import close_socket, open_socket
+from tests.full.helpers import (
+    Deployment,
+    event,
+    eventually,
+    full_deployment,
+    subscribe_by_id,
+    versions_by_playlist,
+)
 from tests.servers import TEST_SECRET, TansuServer
 
 PLAYLISTS = 24
 EDITS = 8
-TIMEOUT_S = patience(20.0)
 
 
 @pytest.fixture(scope="module")
@@ -67,27 +69,6 @@ def _raw_id(global_id: str) -> str:
     return from_global_id(global_id)[1][0]
 
 
-async def _subscribe(ws: ClientConnection, playlist_id: str, since: int) -> None:
-    variables = {"playlistId": playlist_id, "sinceVersion": since}
-    payload = {"query": SUBSCRIPTION, "variables": variables}
-    await ws.send(json.dumps({"id": playlist_id, "type": "subscribe", "payload": payload}))
-
-
-async def _versions(ws: ClientConnection, count: int) -> dict[str, list[int]]:
-    """The versions of the next ``count`` events on ``ws`` by playlist, as they came."""
-    seen: dict[str, list[int]] = {}
-    for _ in range(count):
-        while True:
-            message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
-            if message["type"] != "ping":
-                break
-        assert message["type"] == "next", message
-        event: dict[str, Any] = message["payload"]["data"]["playlistEvents"]
-        assert event["__typename"] == "PlaylistChanged", event
-        seen.setdefault(message["id"], []).append(event["version"])
-    return seen
-
-
 async def _keys(node: redis.Redis, pattern: str) -> list[bytes]:
     return [key async for key in node.scan_iter(match=pattern, count=1000)]
 
@@ -106,10 +87,10 @@ async def test_writes_reach_subscribers_and_spread_over_every_primary(
     try:
         ids = [create_playlist(api, visibility="PUBLIC") for _ in range(PLAYLISTS)]
         for n, playlist_id in enumerate(ids):  # at most 20 operations per connection
-            await _subscribe(sockets[n % 2], playlist_id, 0)
+            await subscribe_by_id(sockets[n % 2], playlist_id, 0)
         for n, playlist_id in enumerate(ids):
             add(api, playlist_id, [track(n + 1)], 0)
-        seen = [await _versions(ws, PLAYLISTS // 2) for ws in sockets]
+        seen = [await versions_by_playlist(ws, PLAYLISTS // 2) for ws in sockets]
         assert seen[0] | seen[1] == {p: [1] for p in ids}
 
         # Each playlist's head lives on the primary owning its slot, and
@@ -173,11 +154,13 @@ async def test_a_slot_migrated_during_a_stream_is_repaired_from_sql(
     try:
         playlist_id = create_playlist(api, visibility="PUBLIC")
         since = version(api, playlist_id)
-        await _subscribe(ws, playlist_id, since)
+        await subscribe_by_id(ws, playlist_id, since)
         base = since
         for n in range(EDITS):
             base = add(api, playlist_id, [track(n + 1)], base)["version"]
-        assert await _versions(ws, EDITS) == {playlist_id: list(range(since + 1, base + 1))}
+        assert await versions_by_playlist(ws, EDITS) == {
+            playlist_id: list(range(since + 1, base + 1))
+        }
 
         async def edit() -> int:
             last = base
@@ -191,7 +174,7 @@ async def test_a_slot_migrated_during_a_stream_is_repaired_from_sql(
         last = await editing
         for n in range(EDITS):  # and after the move
             last = add(api, playlist_id, [track(n + 100)], last)["version"]
-        got = await _versions(ws, last - base)
+        got = await versions_by_playlist(ws, last - base)
         assert got == {playlist_id: list(range(base + 1, last + 1))}
         assert await primaries[moved_to].execute_command(
             "CLUSTER", "COUNTKEYSINSLOT", playlist_slot(_raw_id(playlist_id))

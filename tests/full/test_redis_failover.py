@@ -40,16 +40,21 @@ from chorus.graphql.schema.common.ids import from_global_id
 from tests.deadlines import patience
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import add, create_playlist, state, track
-from tests.e2e.test_subscriptions import SUBSCRIPTION, close_socket, open_socket
+from tests.e2e.test_subscriptions import close_socket, open_socket
 from tests.full.conftest import REDIS_CLUSTER_SCRIPT, cluster_port
-from tests.full.helpers import Deployment, eventually, full_deployment
+from tests.full.helpers import (
+    Deployment,
+    eventually,
+    full_deployment,
+    subscribe_by_id,
+    versions_by_playlist,
+)
 from tests.servers import TEST_SECRET, TansuServer
 
 ON_VICTIM = 3
 """Playlists whose slot is on the primary that fails (and one elsewhere, unaffected)."""
 EDITS = 4
 """Edits of each playlist before, during and after the failover."""
-TIMEOUT_S = patience(20.0)
 QUIET_S = 0.5
 """How long nothing more may arrive once every version did (not a deadline)."""
 
@@ -152,27 +157,6 @@ async def _replica_of(nodes: dict[int, redis.Redis], primary: int) -> int:
         if role[0] == b"slave" and int(role[2]) == primary and role[3] == b"connected":
             return port
     raise AssertionError(f"no linked replica of {primary}")
-
-
-async def _subscribe(ws: ClientConnection, playlist_id: str, since: int) -> None:
-    variables = {"playlistId": playlist_id, "sinceVersion": since}
-    payload = {"query": SUBSCRIPTION, "variables": variables}
-    await ws.send(json.dumps({"id": playlist_id, "type": "subscribe", "payload": payload}))
-
-
-async def _versions(ws: ClientConnection, count: int) -> dict[str, list[int]]:
-    """The versions of the next ``count`` events on ``ws`` by playlist, as they came."""
-    seen: dict[str, list[int]] = {}
-    for _ in range(count):
-        while True:
-            message = json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT_S))
-            if message["type"] != "ping":
-                break
-        assert message["type"] == "next", message
-        event: dict[str, Any] = message["payload"]["data"]["playlistEvents"]
-        assert event["__typename"] == "PlaylistChanged", event
-        seen.setdefault(message["id"], []).append(event["version"])
-    return seen
 
 
 async def _nothing_more(ws: ClientConnection) -> None:
@@ -302,14 +286,14 @@ async def test_a_primary_failed_over_during_streams_loses_and_repeats_nothing(
         assert elsewhere
         watched = on_victim + elsewhere
         for playlist_id in watched:
-            await _subscribe(ws, playlist_id, 0)
+            await subscribe_by_id(ws, playlist_id, 0)
         heads = dict.fromkeys(watched, 0)
         added: dict[str, list[str]] = {p: [] for p in watched}
 
         # Before: delivered live, and read over HTTP (the caches are warm).
         await asyncio.to_thread(_edit_all, api, heads, added, EDITS)
         expected = {p: list(range(1, EDITS + 1)) for p in watched}
-        assert await _versions(ws, EDITS * len(watched)) == expected
+        assert await versions_by_playlist(ws, EDITS * len(watched)) == expected
         for playlist_id in watched:
             for _ in range(2):
                 assert state(api, playlist_id) == (heads[playlist_id], added[playlist_id])
@@ -344,7 +328,7 @@ async def test_a_primary_failed_over_during_streams_loses_and_repeats_nothing(
             assert state(api, playlist_id) == (heads[playlist_id], added[playlist_id])
         await asyncio.to_thread(_edit_all, api, heads, added, EDITS)
 
-        got = await _versions(ws, sum(heads[p] - before[p] for p in watched))
+        got = await versions_by_playlist(ws, sum(heads[p] - before[p] for p in watched))
         assert got == {p: list(range(before[p] + 1, heads[p] + 1)) for p in watched}
         await _nothing_more(ws)
 

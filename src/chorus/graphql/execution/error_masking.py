@@ -107,6 +107,15 @@ def classify(error: GraphQLError) -> GraphQLError:
     )
 
 
+def bad_user_input(error: GraphQLError) -> None:
+    """Code ``error``, and the errors it wraps, ``BAD_USER_INPUT`` (:func:`classify` keeps a
+    code already given): for errors whose kind only their maker knows (a variable's
+    coercion, :meth:`~chorus.graphql.execution.executor.ChorusExecutionContext.build`)."""
+    while isinstance(error, GraphQLError):
+        error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
+        error = error.original_error  # type: ignore[assignment]
+
+
 def _argument_coercion(error: GraphQLError, path: object) -> bool:
     """Whether ``error`` is graphql-core's own, raised while executing a field (it has a
     ``path``) because an argument (or a directive's) did not coerce from the request's

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
-    GraphQLError,
     GraphQLField,
     GraphQLLeafType,
     GraphQLList,
@@ -66,6 +65,8 @@ from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import AwaitableOrValue, Path, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
+
+from chorus.graphql.execution.error_masking import bad_user_input
 
 _SLOW = object()
 """The fast path cannot complete this value: graphql-core does."""
@@ -210,14 +211,6 @@ def _weak_helpers(executor: weakref.ref[ChorusExecutionContext]) -> GraphQLResol
             future.add_done_callback(_SETTLING.discard)
 
     return GraphQLResolveInfoHelpers(gather=gather, track=track)
-
-
-def bad_user_input(error: GraphQLError) -> None:
-    """Code ``error``, and the errors it wraps, ``BAD_USER_INPUT``
-    (:func:`~chorus.graphql.execution.error_masking.classify` keeps a code already given)."""
-    while isinstance(error, GraphQLError):
-        error.extensions = {**(error.extensions or {}), "code": "BAD_USER_INPUT"}
-        error = error.original_error  # type: ignore[assignment]
 
 
 class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):

@@ -64,7 +64,9 @@ class Replay(Exception):
 
 
 MutationRoot = Callable[[Any, Any], Awaitable[dict[str, Any]]]
-"""``(root value, executor) → data``; raises :class:`Replay`."""
+"""``(root value, executor) → data``; raises :class:`Replay`. The executor is the planned
+one (:mod:`chorus.graphql.execution.planned`): its ``checkpoint`` undoes what completing a
+payload charged the request's budgets."""
 
 
 class MutationBuilder(Builder):
@@ -106,7 +108,6 @@ class MutationBuilder(Builder):
             data: dict[str, Any] = {}
             recorded: dict[str, Any] = {}
             is_awaitable = executor.is_awaitable
-            checkpoint = getattr(executor, "checkpoint", _no_checkpoint)
             for key, call, complete in steps:
                 path = Path(None, key, type_name)
                 state = Run(executor, is_awaitable)
@@ -118,7 +119,7 @@ class MutationBuilder(Builder):
                     recorded[key] = Raised(error)
                     raise Replay(recorded) from error
                 recorded[key] = value
-                undo = checkpoint()
+                undo = executor.checkpoint()
                 try:
                     holder = {key: complete(value, state, path)}
                     if state.pending:
@@ -132,10 +133,6 @@ class MutationBuilder(Builder):
             return data
 
         return execute_root
-
-
-def _no_checkpoint() -> Callable[[], None]:
-    return lambda: None
 
 
 def replay_field(
