@@ -7,6 +7,7 @@ operations get a plan at all, without a server.
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from graphql.execution.collect_fields import FragmentDetails
 from graphql.execution.values import VariableValues
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strawberry.relay import GlobalID
 
 from chorus.graphql.execution.event_plans import EventBuilder
 from chorus.graphql.execution.field_reads import direct_resolver, plain_attribute
@@ -76,12 +78,15 @@ def test_what_only_graphql_core_can_run_is_unplannable(document: str) -> None:
         _builder(document).root()
 
 
-def test_a_resolver_without_arguments_is_called_directly() -> None:
+def test_a_resolver_is_called_directly_when_strawberry_passes_its_arguments_as_they_are() -> None:
     entry = SCHEMA.get_type("PlaylistEntry")
     playlist = SCHEMA.get_type("Playlist")
+    mutation = SCHEMA.get_type("Mutation")
     assert direct_resolver(entry.fields["media"]) is not None  # type: ignore[union-attr]
-    # Arguments are converted by strawberry's wrapper: through it.
-    assert direct_resolver(playlist.fields["entries"]) is None  # type: ignore[union-attr]
+    # Int and String arguments: strawberry hands them on as graphql-core coerced them.
+    assert direct_resolver(playlist.fields["entries"]) is not None  # type: ignore[union-attr]
+    # An input object is built by strawberry's wrapper: through it.
+    assert direct_resolver(mutation.fields["createPlaylist"]) is None  # type: ignore[union-attr]
     assert plain_attribute(entry.fields["positionKey"]) == "position_key"  # type: ignore[union-attr]
 
 
@@ -217,3 +222,51 @@ def test_a_planned_leaf_is_graphql_cores_value(value: object) -> None:
         type(v)
         for v in expected.data["leaves"].values()  # type: ignore[index]
     ]
+
+
+@strawberry.enum
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@strawberry.input
+class Range:
+    low: int
+
+
+@strawberry.type
+class ArgumentsQuery:
+    @strawberry.field
+    def scalars(self, a: int, b: str | None = None, c: strawberry.ID | None = None) -> int:
+        return a
+
+    @strawberry.field
+    def global_id(self, a: GlobalID) -> int:
+        return 0
+
+    @strawberry.field
+    def colour(self, a: Colour) -> int:
+        return 0
+
+    @strawberry.field
+    def listed(self, a: list[int]) -> int:
+        return 0
+
+    @strawberry.field
+    def maybe(self, a: strawberry.Maybe[int]) -> int:
+        return 0
+
+    @strawberry.field
+    def ranged(self, a: Range) -> int:
+        return 0
+
+
+def test_only_arguments_strawberry_hands_on_unchanged_are_passed_directly() -> None:
+    """Each argument type strawberry's ``convert_argument`` rebuilds keeps its wrapper."""
+    schema = strawberry.Schema(query=ArgumentsQuery)._schema
+    fields = schema.query_type.fields  # type: ignore[union-attr]
+    called = direct_resolver(fields["scalars"])
+    assert called is not None
+    assert called[0](ArgumentsQuery(), None, {"a": 3, "b": None}) == 3
+    for name in ("globalId", "colour", "listed", "maybe", "ranged"):
+        assert direct_resolver(fields[name]) is None, name

@@ -5,11 +5,14 @@ field without a resolver of ours, a read of the attribute (its
 ``_get_basic_result``); for the others, a wrapper that builds strawberry's
 ``Info``, converts the GraphQL arguments to Python values, runs the field's
 extensions and exception handlers, then calls the resolver. For a resolver
-with no arguments, no field extensions and no exception handlers that
-wrapper does nothing but build the ``Info`` and pass the source as ``self``,
-``root`` or ``parent``; a plan does just that (:func:`direct_resolver`). Every
-other resolver is called through strawberry's wrapper, as graphql-core calls
-it. The strawberry internals read here are named in
+with no field extensions, no exception handlers and only arguments strawberry
+hands on as graphql-core coerced them (scalars: :func:`passed_as_coerced`),
+that wrapper does nothing but build the ``Info``, pass the source as ``self``,
+``root`` or ``parent`` and each argument under its Python name; a plan does
+just that (:func:`direct_resolver`). On the cold page the wrapper's argument
+conversion of ``playlist(id:)`` and ``entries(first:)`` was ~4% of a request's
+CPU (py-spy). Every other resolver is called through strawberry's wrapper, as
+graphql-core calls it. The strawberry internals read here are named in
 ``tests/unit/test_library_internals.py``.
 """
 
@@ -18,9 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from graphql import GraphQLField, VariableNode, visit
+from graphql import GraphQLField, GraphQLNonNull, GraphQLScalarType, VariableNode, visit
 from graphql.language import Visitor
+from strawberry.relay import GlobalID
 from strawberry.schema.schema_converter import GraphQLCoreConverter
+from strawberry.types.base import StrawberryMaybe, StrawberryOptional, StrawberryType
+from strawberry.types.lazy_type import LazyType
 
 
 def plain_attribute(field_def: GraphQLField) -> str | None:
@@ -38,20 +44,26 @@ def plain_attribute(field_def: GraphQLField) -> str | None:
 
 
 def direct_resolver(field_def: GraphQLField) -> tuple[Callable[..., Any], Any, bool] | None:
-    """``(call, make_info, wants_info)`` for a strawberry resolver without arguments, field
-    extensions or exception handlers: the resolver is called directly, as strawberry's
-    wrapper would call it (``self``/``root``/``parent`` the source, ``info`` its ``Info``),
-    without the wrapper's argument conversion and extension chain; else ``None``."""
+    """``(call, make_info, wants_info)`` for a strawberry resolver without field extensions
+    or exception handlers whose arguments strawberry passes on as graphql-core coerced
+    them (:func:`passed_as_coerced`): the resolver is called directly, as strawberry's
+    wrapper would call it (``self``/``root``/``parent`` the source, ``info`` its ``Info``,
+    each argument under its Python name), without the wrapper's argument conversion and
+    extension chain; else ``None``.
+
+    ``call(source, info, arguments)``: ``arguments`` graphql-core's coerced values by
+    GraphQL name (``get_argument_values``), ``None`` for a field without arguments."""
     resolve = field_def.resolve
     definition = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
     resolver = getattr(definition, "base_resolver", None)
     if (
         resolver is None
-        or field_def.args
         or getattr(definition, "extensions", True)
-        or getattr(definition, "arguments", True)
         or getattr(resolve, "__name__", "") not in ("_resolver", "_async_resolver")
     ):
+        return None
+    names = passed_as_coerced(field_def, definition)
+    if names is None:
         return None
     code = getattr(resolve, "__code__", None)
     cells = getattr(resolve, "__closure__", None) or ()
@@ -73,13 +85,54 @@ def direct_resolver(field_def: GraphQLField) -> tuple[Callable[..., Any], Any, b
     source_names = tuple(by_name)
     info_name = info.name if info is not None else None
 
-    def call(source: Any, info_value: Any) -> Any:
+    def call(source: Any, info_value: Any, arguments: dict[str, Any] | None = None) -> Any:
         kwargs = {name: source for name in source_names}
         if info_name is not None:
             kwargs[info_name] = info_value
+        if arguments:
+            for graphql_name, python_name in names:
+                if graphql_name in arguments:
+                    kwargs[python_name] = arguments[graphql_name]
         return function(source, **kwargs) if takes_self else function(**kwargs)
 
     return call, make_info.cell_contents, info is not None
+
+
+def passed_as_coerced(
+    field_def: GraphQLField, definition: Any
+) -> tuple[tuple[str, str], ...] | None:
+    """``(GraphQL name, Python name)`` of each argument of ``field_def`` when strawberry's
+    conversion (``convert_arguments``) hands every one to the resolver as graphql-core
+    coerced it; ``None`` when one may be converted to something else.
+
+    So it is for an argument of a scalar type, ``null`` allowed or not, other than
+    ``GlobalID`` (made from its text) and ``Maybe`` (wrapped in ``Some``): strawberry's
+    ``convert_argument`` returns such a value as is. Lists (copied), enums and input
+    objects (built) are left to strawberry's wrapper.
+    """
+    arguments = getattr(definition, "arguments", None)
+    if arguments is None or len(arguments) != len(field_def.args):
+        return None
+    names = []
+    for argument in arguments:
+        graphql_name = argument.graphql_name or argument.python_name
+        graphql_argument = field_def.args.get(graphql_name)
+        if graphql_argument is None:
+            return None
+        graphql_type = graphql_argument.type
+        if isinstance(graphql_type, GraphQLNonNull):
+            graphql_type = graphql_type.of_type
+        type_ = argument.type
+        if isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
+            type_ = type_.of_type
+        if (
+            not isinstance(graphql_type, GraphQLScalarType)
+            or isinstance(type_, StrawberryType | LazyType)
+            or type_ is GlobalID
+        ):
+            return None
+        names.append((graphql_name, argument.python_name))
+    return tuple(names)
 
 
 def strawberry_is_type_of(check: Callable[..., Any]) -> bool:
@@ -103,4 +156,10 @@ def uses_variables(node: Any) -> bool:
     return finder.found
 
 
-__all__ = ["direct_resolver", "plain_attribute", "strawberry_is_type_of", "uses_variables"]
+__all__ = [
+    "direct_resolver",
+    "passed_as_coerced",
+    "plain_attribute",
+    "strawberry_is_type_of",
+    "uses_variables",
+]

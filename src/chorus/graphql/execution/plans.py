@@ -224,23 +224,6 @@ class Builder:
         resolve = field_def.resolve
         nodes = [d.node for d in details]
         node = nodes[0]
-        direct = direct_resolver(field_def)
-        if direct is not None:
-            function, make_info, wants_info = direct
-
-            def call_directly(source: Any, run: Run, path: At | None) -> Any:
-                if not wants_info:
-                    return function(source, None)
-
-                def info() -> Any:
-                    raw = run.executor.build_resolve_info(
-                        field_def, nodes, parent_type, _path(path)
-                    )
-                    return make_info(raw)
-
-                return function(source, _LazyInfo(info))
-
-            return call_directly
         fixed: dict[str, Any] | None = None
         if not (field_def.args or node.arguments):
             fixed = {}
@@ -249,6 +232,28 @@ class Builder:
                 fixed = get_argument_values(field_def, node, self.no_variables)
             except Exception as error:  # graphql-core reports it, located
                 raise Unplannable("an argument that does not coerce") from error
+        direct = direct_resolver(field_def)
+        if direct is not None:
+            function, make_info, wants_info = direct
+
+            def call_directly(source: Any, run: Run, path: At | None) -> Any:
+                arguments = (
+                    fixed
+                    if fixed is not None
+                    else get_argument_values(field_def, node, run.executor.variable_values)
+                )
+                if not wants_info:
+                    return function(source, None, arguments)
+
+                def info() -> Any:
+                    raw = run.executor.build_resolve_info(
+                        field_def, nodes, parent_type, _path(path)
+                    )
+                    return make_info(raw)
+
+                return function(source, _LazyInfo(info), arguments)
+
+            return call_directly
 
         def call(source: Any, run: Run, path: At | None) -> Any:
             executor = run.executor
