@@ -189,6 +189,11 @@ def log_config(level: str, log_format: str = "text") -> dict[str, Any]:
             "uvicorn": {"handlers": [], "propagate": True},
             "uvicorn.error": {"handlers": [], "propagate": True},
             # In JSON, chorus.access has the access line, with the user and operation.
-            "uvicorn.access": {"handlers": [], "propagate": log_format != "json"},
+            # Above INFO the line is never written: with nothing to propagate to,
+            # uvicorn does not build it (its client address and path) per response.
+            "uvicorn.access": {
+                "handlers": [],
+                "propagate": log_format != "json" and level.upper() in ("DEBUG", "INFO"),
+            },
         },
     }

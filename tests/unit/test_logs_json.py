@@ -60,6 +60,15 @@ def test_a_json_line_outside_a_request_has_a_null_request_id_and_the_traceback()
 def test_json_logs_drop_uvicorns_access_line_and_text_keeps_it() -> None:
     assert log_config("info", "json")["loggers"]["uvicorn.access"]["propagate"] is False
     assert log_config("info")["loggers"]["uvicorn.access"]["propagate"] is True
+    assert log_config("debug")["loggers"]["uvicorn.access"]["propagate"] is True
+
+
+def test_above_info_uvicorn_has_no_access_line_to_build() -> None:
+    """uvicorn formats the line's client and path whenever the logger has a handler
+    (``hasHandlers``), before the level drops it: above INFO it has none."""
+    for level in ("warning", "error"):
+        access = log_config(level)["loggers"]["uvicorn.access"]
+        assert access == {"handlers": [], "propagate": False}
 
 
 @pytest.mark.parametrize(
