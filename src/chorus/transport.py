@@ -110,6 +110,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
         self._reading_head = True
+        self._body_due = False
+        """A request's head is complete and its body is not (yet): it is timed."""
         self._head_bytes = 0
         self._header_count = 0
         self._refusal: tuple[HTTPStatus, str, str] | None = None
@@ -190,9 +192,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             raise _Refused
         if not (self.parser.should_upgrade() and self._should_upgrade()):
-            # Cancelled at once when there is no body (the message completes
-            # in the same feed); an upgraded connection is no longer ours.
-            self._await_body()
+            # Timed from the end of this feed, if the body is not complete by then
+            # (_feed): most bodies come with their head, and a timer armed and
+            # cancelled for each was ~1.5% of a response-cache hit's CPU. An
+            # upgraded connection is no longer ours.
+            self._body_due = True
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         self._running = cycle  # the one being answered; the others wait in the pipeline
@@ -202,6 +206,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         return self.url.partition(b"?")[0] == LIVENESS_PATH and self.parser.get_method() == b"GET"
 
     def on_message_complete(self) -> None:
+        self._body_due = False
         self._cancel_body_timer()
         super().on_message_complete()
         # The next bytes are the next request's head (timed once this response is out).
@@ -277,11 +282,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """Parse ``data``; whether to go on (not refused, failed or upgraded)."""
         try:
             self.parser.feed_data(data)
+            if self._body_due and self._body_timer is None:
+                self._await_body()
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+                if self._body_due and self._body_timer is None:
+                    self._await_body()  # answered as plain HTTP: its body is timed as any
             return False
         except httptools.HttpParserError as error:
             cycle = self.cycle

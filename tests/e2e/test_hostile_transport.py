@@ -426,6 +426,20 @@ def test_a_slow_body_is_answered_408_and_closed_within_the_bound(chorus: ChorusS
     _healthy(chorus)
 
 
+def test_a_body_behind_an_unsupported_upgrade_holds_nothing(chorus: ChorusServer) -> None:
+    """``Upgrade: h2c`` is answered as plain HTTP (the parser ends the message at the
+    head: a 400 for the missing body), never left waiting for the rest."""
+    head = _post_head(100_000).replace(
+        b"\r\n\r\n", b"\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+    )
+    with _connect(chorus, timeout_s=1.0) as sock:
+        sock.sendall(head + b"{")
+        reply, sent = _trickle_until_answered(sock)
+        assert sent < 30, "the body was never timed"
+        assert reply.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 408 ")), reply
+    _healthy(chorus)
+
+
 def test_a_body_in_pieces_within_the_bound_is_answered(chorus: ChorusServer) -> None:
     body = json.dumps({"query": "{ __typename }"}).encode()
     with _connect(chorus) as sock:
