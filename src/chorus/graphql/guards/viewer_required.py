@@ -54,14 +54,15 @@ class ViewerBeforeValidation(SchemaExtension):
         ):
             yield
             return
-        operation = get_operation_ast(document, context.operation_name)
-        # No such operation: strawberry's own answer says which one to name.
-        if operation is not None and not all(
-            name.startswith("__") for name in root_fields(document, operation)
-        ):
-            try:
-                request.viewer()
-            except RequestError as refused:
+        try:
+            request.viewer()
+        except RequestError as refused:
+            # Only then is the document read: with a viewer every operation may go on.
+            operation = get_operation_ast(document, context.operation_name)
+            # No such operation: strawberry's own answer says which one to name.
+            if operation is not None and not all(
+                name.startswith("__") for name in root_fields(document, operation)
+            ):
                 context.pre_execution_errors = [GraphQLError(str(refused), original_error=refused)]
         yield
 
