@@ -29,6 +29,7 @@ from chorus.graphql.http.lean import LeanRoute
 from chorus.graphql.schema.common import ids
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
+from tests.integration.test_planned_mutations import _same_clock_and_ids
 
 SECRET = "lean-route-" + "s" * 40
 ORIGIN = "http://localhost:5173"
@@ -387,12 +388,15 @@ async def test_no_lean_route_while_a_query_budget_is_on(migrated: str, tmp_path:
         pid, _ = await _seed(services)
         token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
         page = {"query": PAGE, "variables": {"id": pid}}
-        statuses = [
-            (await client.post("/graphql", json=page, headers=token)).status_code for _ in range(3)
+        answers = [await client.post("/graphql", json=page, headers=token) for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        # Every request was executed and charged the budget: none was a hit. The
+        # first reached the view (its document was new), the others the lean route.
+        left = [
+            a.json()["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"] for a in answers
         ]
-        # Every request charged the budget: none was a hit, each reached the view.
-        assert behind.seen == 3
-        assert statuses[0] == 200
+        assert left[0] > left[1] > left[2], left
+        assert behind.seen == 1
 
 
 CREATE = """mutation Create($input: CreatePlaylistInput!) {
@@ -414,7 +418,7 @@ class _CountingView:
         return await self._view.identify(header)
 
 
-async def test_a_kept_mutation_is_handed_on_before_its_token_is_checked(
+async def test_a_kept_mutation_is_run_by_the_lean_route_its_token_checked_once(
     migrated: str, tmp_path: Path
 ) -> None:
     async with running(settings(migrated, tmp_path, lean=True)) as (client, _, behind):
@@ -432,17 +436,201 @@ async def test_a_kept_mutation_is_handed_on_before_its_token_is_checked(
             return await client.post("/graphql", json=body, headers=headers)
 
         first = await create("m1", token)  # parsed and kept by the view
-        second = await create("m2", token)  # kept: the lean route learns it is a mutation
+        assert behind.seen == 1
         checked = counting.identified
+        second = await create("m2", token)
         third = await create("m3", token)
-        again = await create("m3", token)  # a retry: the view replays it
+        again = await create("m3", token)  # a retry: replayed
+        assert counting.identified == checked + 3  # once each, by the route alone
+        assert behind.seen == 1  # run by the lean route
         refused = await create("m4", {"Authorization": "Bearer x"})
-        assert counting.identified == checked  # handed on at once, token unread by the route
-        assert behind.seen == 5  # every one went to the view
+        assert behind.seen == 2  # no viewer: the view refuses it
         titles = [
             r.json()["data"]["createPlaylist"]["playlist"]["title"] for r in (first, second, third)
         ]
         assert titles == ["m1", "m2", "m3"]
         assert again.json() == third.json()
+        assert third.headers["cache-control"] == "no-store"
         assert refused.status_code == 200
         assert refused.json()["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+
+
+async def test_the_lean_route_runs_kept_mutations_as_the_view(
+    database_url: str, twin_url: str, tmp_path: Path
+) -> None:
+    """Kept mutations through the lean route and through the view, each app on its own
+    database with the same clock and ids: the same status, headers and bytes."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    on = running(settings(database_url, tmp_path / "a", lean=True))
+    off = running(settings(twin_url, tmp_path / "b", lean=False))
+    token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+    gql = {**token, "Accept": "application/graphql-response+json"}
+    add = (
+        "mutation Add($input: AddEntriesInput!) { addEntries(input: $input) "
+        "{ version rebased replayed userErrors { code message } playlist { version } } }"
+    )
+
+    def create(operation_id: str, **extra: Any) -> dict[str, Any]:
+        return {"operationId": operation_id, "title": f"T {operation_id}", **extra}
+
+    async with on as (lean, one, behind), off as (view, other, _):
+        _same_clock_and_ids(one)
+        _same_clock_and_ids(other)
+        sent: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+            ("create, new", {"query": CREATE, "variables": {"input": create("c1")}}, token),
+            ("create", {"query": CREATE, "variables": {"input": create("c2")}}, token),
+            ("create, retried", {"query": CREATE, "variables": {"input": create("c2")}}, token),
+            (
+                "create, id reused",
+                {"query": CREATE, "variables": {"input": create("c2", title="Other")}},
+                token,
+            ),
+            (
+                "create, graphql-response",
+                {"query": CREATE, "variables": {"input": create("c3")}},
+                gql,
+            ),
+            (
+                "create, empty title",
+                {"query": CREATE, "variables": {"input": create("c4", title=" ")}},
+                token,
+            ),
+            ("create, input not an object", {"query": CREATE, "variables": {"input": 5}}, token),
+            (
+                "create, input not an object, graphql-response",
+                {"query": CREATE, "variables": {"input": 5}},
+                gql,
+            ),
+        ]
+        for name, body, headers in sent:
+            one_answer = await lean.post("/graphql", json=body, headers=headers)
+            other_answer = await view.post("/graphql", json=body, headers=headers)
+            assert comparable(one_answer) == comparable(other_answer), name
+        newest = "{ viewer { playlists(first: 1) { edges { node { id } } } } }"
+        mine = (await lean.post("/graphql", json={"query": newest}, headers=token)).json()
+        playlist = mine["data"]["viewer"]["playlists"]["edges"][0]["node"]["id"]
+        tracks = {"mediaIds": ["chinook:track:1"]}
+        added = []
+        for name, variables in [
+            ("add, new", {"playlistId": playlist, "operationId": "a1", "baseVersion": 0, **tracks}),
+            ("add", {"playlistId": playlist, "operationId": "a2", "baseVersion": 1, **tracks}),
+            (
+                "add, stale",
+                {"playlistId": playlist, "operationId": "a3", "baseVersion": 0, **tracks},
+            ),
+            (
+                "add, retried",
+                {"playlistId": playlist, "operationId": "a2", "baseVersion": 1, **tracks},
+            ),
+            (
+                "add, no such playlist",
+                {"playlistId": "UGxheWxpc3Q6eA==", "operationId": "a4", "baseVersion": 0, **tracks},
+            ),
+        ]:
+            body = {"query": add, "variables": {"input": variables}}
+            one_answer = await lean.post("/graphql", json=body, headers=token)
+            other_answer = await view.post("/graphql", json=body, headers=token)
+            assert comparable(one_answer) == comparable(other_answer), name
+            added.append(one_answer.json()["data"]["addEntries"])
+        assert [a["version"] for a in added[:4]] == [1, 2, 3, 2], added
+        assert added[3]["replayed"], added
+        assert added[2]["rebased"], added
+        assert behind.seen == 3  # the first of each document: the view's
+
+
+ENTRIES = """query Entries($id: ID!, $n: Int) { playlist(id: $id) { title
+  entries(first: $n) { edges { cursor node { mediaId } } } } }"""
+TWO = "query A { viewer { user { id } } } query B { viewer { likedSongs { title } } }"
+TYPENAME = "{ __typename }"
+EXPENSIVE = (
+    "{ viewer { playlists(first: 100) { edges { node { entries(first: 100)"
+    " { edges { node { id } } } } } } } }"
+)
+
+
+def executed_requests(pid: str, private: str) -> list[tuple[str, dict[str, Any], bool]]:
+    """``(name, request, new)``: ``new`` when its document (and operation) is new to the
+    app, which only the view executes; every other one is a kept query's."""
+    token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+    gql = {**token, "Accept": "application/graphql-response+json"}
+
+    def post(query: str, headers: dict[str, str] = token, **body: Any) -> dict[str, Any]:
+        return {"method": "POST", "headers": headers, "json": {"query": query, **body}}
+
+    get = {
+        "method": "GET",
+        "headers": token,
+        "params": {"query": PAGE, "variables": json.dumps({"id": private})},
+    }
+    return [
+        ("page, new", post(PAGE, variables={"id": pid}), True),
+        ("page, private", post(PAGE, variables={"id": private}), False),
+        ("page again", post(PAGE, variables={"id": pid}), False),
+        ("page, GET", get, False),
+        ("page, graphql-response", post(PAGE, gql, variables={"id": pid}), False),
+        ("page, extensions", post(PAGE, variables={"id": pid}, extensions={"x": 1}), False),
+        ("entries, new", post(ENTRIES, variables={"id": pid, "n": 2}), True),
+        ("entries, 101", post(ENTRIES, variables={"id": pid, "n": 101}), False),
+        (
+            "entries, 101, graphql-response",
+            post(ENTRIES, gql, variables={"id": pid, "n": 101}),
+            False,
+        ),
+        ("entries, no such playlist", post(ENTRIES, variables={"id": "UGxheWxpc3Q6eA=="}), False),
+        (
+            "entries, variable of a wrong type",
+            post(ENTRIES, variables={"id": pid, "n": "x"}),
+            False,
+        ),
+        (
+            "entries, wrong type, graphql-response",
+            post(ENTRIES, gql, variables={"id": pid, "n": "x"}),
+            False,
+        ),
+        ("entries, missing variable", post(ENTRIES, variables={}), False),
+        ("two operations, A", post(TWO, operationName="A"), True),
+        ("two operations, A again", post(TWO, operationName="A"), False),
+        ("two operations, B", post(TWO, operationName="B"), True),
+        ("two operations, none named", post(TWO), True),
+        ("typename", post(TYPENAME), True),
+        ("typename again", post(TYPENAME), False),
+        ("over the cost limit", post(EXPENSIVE), True),
+        ("over the cost limit again", post(EXPENSIVE), False),
+        ("over the cost limit, graphql-response", post(EXPENSIVE, gql), False),
+    ]
+
+
+@pytest.mark.parametrize("response_cache", [True, False], ids=["cache", "no cache"])
+async def test_the_lean_route_executes_kept_queries_as_the_view(
+    migrated: str, tmp_path: Path, response_cache: bool
+) -> None:
+    """A kept query the response cache does not answer is executed by the lean route:
+    the same bytes and headers as the view's, errors and refusals included."""
+    async with running(settings(migrated, tmp_path, lean=False)) as (_, services, _):
+        pid, private = await _seed(services)
+    asked = executed_requests(pid, private)
+    plain_app = running(settings(migrated, tmp_path, lean=False, response_cache=response_cache))
+    lean_app = running(settings(migrated, tmp_path, lean=True, response_cache=response_cache))
+    async with plain_app as (plain, _, _), lean_app as (lean, _, behind):
+        expected = await _answers(plain, [(name, kwargs) for name, kwargs, _ in asked])
+        answers = []
+        for name, kwargs, new in asked:
+            seen = behind.seen
+            answers += await _answers(lean, [(name, kwargs)])
+            if not new and name != "typename again":  # a kept introspection answer: the view's
+                assert behind.seen == seen, f"{name}: not the lean route's"
+        etag = expected[2].headers["etag"]
+        page = {"query": PAGE, "variables": {"id": pid}}
+        auth = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}", "If-None-Match": etag}
+        revalidated = [("304", {"method": "POST", "json": page, "headers": auth})]
+        expected += await _answers(plain, revalidated)
+        answers += await _answers(lean, revalidated)
+    names = [name for name, _, _ in asked] + ["304"]
+    for name, want, got in zip(names, expected, answers, strict=True):
+        assert comparable(got) == comparable(want), name
+    statuses = {name: r.status_code for name, r in zip(names, answers, strict=True)}
+    assert statuses["page again"] == 200
+    assert statuses["304"] == 304
+    assert statuses["entries, wrong type, graphql-response"] == 400
+    assert "errors" in answers[names.index("entries, 101")].json()

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 from cross_web import AsyncHTTPRequestAdapter, HTTPException
 from graphql import OperationType
@@ -36,8 +37,10 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLRequestData
+from strawberry.http.types import HTTPMethod
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types.execution import ExecutionResult
+from strawberry.types.graphql import OperationType as StrawberryOperationType
 from strawberry.types.unset import UnsetType
 
 from chorus import auth
@@ -80,6 +83,9 @@ from chorus.resolvers.context import RequestContext, RequestIdentity, Services
 from chorus.resolvers.request_errors import NO_TOKEN
 from chorus.settings.server import ServeRole
 from chorus.tracing import tracer
+
+Runner = Callable[[Request], Awaitable[Response]]
+"""How a request is executed into its response (the view's :meth:`ChorusGraphQL.run`)."""
 
 _NO_VIEWER: ContextVar[str | None] = ContextVar("chorus_no_viewer", default=NO_TOKEN)
 """Why this HTTP request has no viewer (``None``: it has one; not checked yet: none).
@@ -157,9 +163,17 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if isinstance(request, WebSocket):
             return RequestContext(services, None, "send the token in connection_init")
         identity, error = await self.identify(request.headers.get("authorization"))
+        return self.context_for(request, services, identity, error)
+
+    @staticmethod
+    def context_for(
+        request: Request, services: Services, identity: Identity | None, error: str | None
+    ) -> RequestContext:
+        """An HTTP request's context, kept on ``request.state`` for the HTTP cache to read
+        after execution; ``error``: why there is no ``identity`` (:meth:`identify`)."""
         context = RequestContext(services, identity.user_id if identity else None, error)
         context.identity.auth_unavailable = isinstance(error, auth.Unavailable)
-        request.state.chorus_context = context  # what the HTTP cache reads after execution
+        request.state.chorus_context = context
         return context
 
     @property
@@ -317,13 +331,68 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         )
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            async with cached_answers.flight(services, asked) as leads:
-                if leads:
-                    return await self._execute(request, services, operation, asked, label)
-                cached = await cached_answers.lookup(services, asked)
-            if cached is None:
-                return await self._execute(request, services, operation, asked, label)
+            return await self.answer_missed(request, services, operation, asked, label)
         return served(request, cached.body, cached.etag, label)
+
+    async def answer_missed(
+        self,
+        request: Request,
+        services: Services,
+        operation: HttpOperation,
+        asked: cached_answers.AnswerRequest | None,
+        label: str,
+        run: Runner | None = None,
+    ) -> Response:
+        """A query of a viewer the response cache did not answer: executed by ``run``
+        (default :meth:`run`, strawberry's view) and kept if it may.
+
+        ``asked``: its keys in the response cache, ``None`` when the cache is not used
+        (off, or a query budget on). Each key is executed once at a time (single
+        flight): a request that waited on another's run looks the cache up again.
+        """
+        if asked is None:
+            return await self._execute(request, services, operation, None, label, run)
+        async with cached_answers.flight(services, asked) as leads:
+            if leads:
+                return await self._execute(request, services, operation, asked, label, run)
+            cached = await cached_answers.lookup(services, asked)
+        if cached is None:
+            return await self._execute(request, services, operation, asked, label, run)
+        return served(request, cached.body, cached.etag, label)
+
+    async def run_kept_query(
+        self,
+        request: Request,
+        services: Services,
+        identity: Identity,
+        operation: HttpOperation,
+        extensions: dict[str, Any] | None,
+    ) -> Response:
+        """:meth:`run` of a request the lean route has read (:mod:`chorus.graphql.http.lean`):
+        the JSON body decoded into ``operation`` and ``extensions``, the token verified as
+        ``identity``, the document a kept query's. What is left of strawberry's view runs
+        here, in its order: the context, the schema's ``execute`` (every extension, the
+        operation types HTTP ``request.method`` allows), :meth:`process_result`, the
+        response."""
+        sub_response = await self.get_sub_response(request)
+        context = self.context_for(request, services, identity, None)
+        method = cast(HTTPMethod, request.method)
+        allowed = StrawberryOperationType.from_http(method)
+        if not self.allow_queries_via_get and method == "GET":
+            allowed = allowed - {StrawberryOperationType.QUERY}
+        result = await self.schema.execute(
+            operation.document,
+            root_value=None,
+            variable_values=operation.variables,
+            context_value=context,
+            operation_name=operation.operation_name,
+            allowed_operation_types=allowed,
+            operation_extensions=extensions,
+        )
+        response_data = await self.process_result(request, result)
+        if result.errors:
+            self._handle_errors(result.errors, response_data)
+        return self.create_response(response_data=response_data, sub_response=sub_response)
 
     def kept_kind(self, operation: HttpOperation) -> OperationType | None:
         """``operation``'s type if its document is kept, else ``None``. A kept mutation skips
@@ -339,9 +408,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         operation: HttpOperation,
         asked: cached_answers.AnswerRequest | None,
         label: str,
+        run: Runner | None = None,
     ) -> Response:
-        """Execute through strawberry; tag a query answer (``ETag`` …) and keep it if it may."""
-        response, context, taken = await run_unraced(self.run, request, services)
+        """Execute through ``run`` (default :meth:`run`, strawberry's view); tag a query
+        answer (``ETag`` …) and keep it if it may."""
+        response, context, taken = await run_unraced(run or self.run, request, services)
         if (
             context is None
             or context.operation.type != "query"

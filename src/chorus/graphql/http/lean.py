@@ -1,15 +1,18 @@
-"""The lean route: a kept answer sent from raw ASGI, in front of Starlette and strawberry.
+"""The lean route: kept documents answered from raw ASGI, in front of Starlette and strawberry.
 
 The response cache's hit (``chorus.resolvers.cached_answers``) is the
 commonest answer of a reading API, and its bytes are ready: what it costs
-is the request path in front of them. :class:`LeanRoute` answers it with
-nothing but ASGI messages, and hands every other request, unchanged (its
-body replayed), to the app behind it — Starlette's router and
+is the request path in front of them. A kept document's query the cache
+does not answer, and a kept mutation, cost the path too: Starlette's router,
+the view reading the body and the token again, strawberry's view around
+``Schema.execute`` (~18% of a cold read's CPU, measured A/B). :class:`LeanRoute`
+answers both, and hands every other request, unchanged (its body replayed),
+to the app behind it — Starlette's router and
 :class:`~chorus.graphql.endpoint.ChorusGraphQL`, whose answers and error
 shapes stay the reference.
 
-It answers a request only when :meth:`ChorusGraphQL._answer` would serve the
-same kept answer, with the same checks, in the same order:
+It takes a request only when :meth:`ChorusGraphQL._answer` would take it the
+same way, with the same checks, in the same order:
 
 * ``POST /graphql`` with a JSON body (``Content-Type`` naming
   ``application/json``), or ``GET /graphql`` with a ``query`` or
@@ -21,15 +24,26 @@ same kept answer, with the same checks, in the same order:
 * a body of at most :data:`~chorus.graphql.http.body.OFF_LOOP_BYTES`
   decoded by the view's bounded decoder into an object of the right types;
   persisted documents resolved (and registered) as the view does;
-* the response cache looked up as the view looks it up (on, no query budget
-  on, no kept introspection answer for it) and a current entry found.
+* a document the view has kept (it parsed and passed validation before), whose
+  operation is a query, or a mutation sent by ``POST``.
 
-Then it sends the entry's bytes (or ``304``) with the view's headers and
-media type, counts the hit, notes the access line and names the ``graphql``
-span as the view does. Anything else, a miss and an exception before the
-answer started included, goes to the app behind, which decides afresh.
-The middleware (request id, CORS, body size limit, access log, tracing)
-sits outside: it applies to both alike.
+A query with no kept introspection answer is looked up in the response cache
+as the view looks it up (on, no query budget on). A current entry: its bytes
+(or ``304``) are sent with the view's headers and media type, the hit is
+counted, the access line noted and the ``graphql`` span named as the view
+does. No entry (or no lookup), and every kept mutation: the request is
+executed as the view executes it after its checks — the view's own miss
+(:meth:`~chorus.graphql.endpoint.ChorusGraphQL.answer_missed`: single flight,
+raced reads run again, the answer kept and tagged) around what is left of
+strawberry's view (:meth:`~chorus.graphql.endpoint.ChorusGraphQL.run_kept_query`:
+the context, ``Schema.execute`` with every extension, the result's shape),
+inside the ``graphql`` span, the media type negotiated. Anything else, and
+an exception before a query's answer started, goes to the app behind, which
+decides afresh (a read has no effects: run again, it costs only time); an
+exception while an edit runs fails the request, as in the view (an edit is
+never run twice: ``follow`` and ``setPresence`` carry no operation id). The
+middleware (request id, CORS, body size limit, access log, tracing) sits
+outside: it applies to both alike.
 
 A body's decoding (the bounded decoder's result and its canonical
 variables) is kept per body bytes (:data:`DECODED_BODIES`, LRU): decoding is
@@ -40,15 +54,22 @@ every request. ``CHORUS_LEAN_ROUTE=false`` turns the route off.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from graphql import OperationType
 from opentelemetry.trace import get_current_span
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chorus.auth import Identity
-from chorus.graphql.execution.operation_metrics import OperationNames, describe_answer
+from chorus.graphql.execution.operation_metrics import (
+    OperationNames,
+    describe_answer,
+    describe_operation,
+)
 from chorus.graphql.guards.persisted import PersistedDocuments
 from chorus.graphql.http import negotiation
 from chorus.graphql.http.body import GET_PARAMETERS, OFF_LOOP_BYTES
@@ -94,6 +115,43 @@ class _Decoded:
         """The response cache's keys of this body, by (document hash, viewer)."""
 
 
+class _Kept:
+    """A kept query or mutation of a viewer that the lean route executes: what its
+    checks found."""
+
+    __slots__ = (
+        "asked",
+        "extensions",
+        "identity",
+        "label",
+        "media",
+        "mutates",
+        "operation",
+        "services",
+    )
+
+    def __init__(
+        self,
+        operation: HttpOperation,
+        extensions: dict[str, Any] | None,
+        identity: Identity,
+        asked: cached_answers.AnswerRequest | None,
+        media: str,
+        label: str,
+        services: Any,
+        mutates: bool = False,
+    ) -> None:
+        self.operation = operation
+        self.mutates = mutates
+        self.extensions = extensions
+        self.identity = identity
+        self.asked = asked
+        """Its keys in the response cache; ``None``: the cache is not looked up."""
+        self.media = media
+        self.label = label
+        self.services = services
+
+
 class View(Protocol):
     """What the lean route uses of :class:`~chorus.graphql.endpoint.ChorusGraphQL`."""
 
@@ -115,9 +173,28 @@ class View(Protocol):
 
     def kept_kind(self, operation: HttpOperation) -> OperationType | None: ...
 
+    async def answer_missed(
+        self,
+        request: Request,
+        services: Any,
+        operation: HttpOperation,
+        asked: cached_answers.AnswerRequest | None,
+        label: str,
+        run: Callable[[Request], Awaitable[Response]] | None = None,
+    ) -> Response: ...
+
+    async def run_kept_query(
+        self,
+        request: Request,
+        services: Any,
+        identity: Identity,
+        operation: HttpOperation,
+        extensions: dict[str, Any] | None,
+    ) -> Response: ...
+
 
 class LeanRoute:
-    """``/graphql``'s response-cache hits answered before ``app`` (see the module docstring).
+    """``/graphql``'s kept documents answered before ``app`` (see the module docstring).
 
     Args:
         app: the application behind (Starlette with the GraphQL view).
@@ -135,9 +212,11 @@ class LeanRoute:
         self._counted: dict[str, tuple[Any, Any]] = {}
         self._queries_kept: set[tuple[str, str | None]] = set()
         """(document, operation name) pairs known to be a kept document's query."""
+        self._mutations_kept: set[tuple[str, str | None]] = set()
+        """(document, operation name) pairs known to be a kept document's mutation."""
         self._others_kept: set[tuple[object, str | None]] = set()
-        """(document text sent, operation name) pairs known to be a kept document's mutation
-        (or subscription): the route hands them on before checking the token."""
+        """(document text sent, operation name) pairs known to be a kept document's
+        subscription: the route hands them on before checking the token."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -150,7 +229,7 @@ class LeanRoute:
             await self.app(scope, receive, send)
             return
         services = getattr(self._state, "services", None)
-        if services is None or not cached_answers.enabled(services):
+        if services is None:
             await self.app(scope, receive, send)
             return
         body = b""
@@ -162,12 +241,22 @@ class LeanRoute:
                 body += message.get("body", b"")
                 if not message.get("more_body", False):
                     break
+        answer: _Answer | _Kept | Response | None
         try:
             answer = await self._answer(scope, body, services)
+            if isinstance(answer, _Kept) and not answer.mutates:
+                answer = await self._executed(scope, answer)
         except Exception:
-            answer = None  # the app behind runs the request and answers as it does
+            answer = None  # the app behind runs the request (a read, again) as it does
+        if isinstance(answer, _Kept):
+            # An edit is run once: what fails in it fails the request, as in the view
+            # (an edit without an operation id, follow or setPresence, is not replayed).
+            answer = await self._executed(scope, answer)
+        # Sent outside the try: a client gone mid-answer is not the app's to answer again.
+        if isinstance(answer, Response):
+            await answer(scope, receive, send)
+            return
         if answer is not None:
-            # Sent outside the try: a client gone mid-answer is not the app's to answer again.
             status, headers, out = answer
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": out})
@@ -183,8 +272,9 @@ class LeanRoute:
 
         await self.app(scope, replay, send)
 
-    async def _answer(self, scope: Scope, body: bytes, services: Any) -> _Answer | None:
-        """The kept answer of this request (status, headers, body), if there is one."""
+    async def _answer(self, scope: Scope, body: bytes, services: Any) -> _Answer | _Kept | None:
+        """The kept answer of this request (status, headers, body), if there is one; a kept
+        query the response cache did not answer (or does not look up) as :class:`_Kept`."""
         accept = authorization = content_type = if_none_match = None
         tokens = 0
         # The first of each, as Starlette's Headers.get reads them.
@@ -217,7 +307,7 @@ class LeanRoute:
         else:
             decoded = self._decoded_query(scope["query_string"])
         if decoded is None or (decoded.query, decoded.name) in self._others_kept:
-            return None  # a kept mutation's text: nothing cached, and no token checked twice
+            return None  # a kept subscription's text: the view refuses it, no token checked twice
         view = self._view
         identity, _ = await view.identify(authorization.decode("latin-1"))
         if identity is None:
@@ -228,17 +318,33 @@ class LeanRoute:
         if not isinstance(document, str):
             return None
         kind = (document, decoded.name)
-        if kind not in self._queries_kept:
-            operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+        operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+        if kind in self._mutations_kept:
+            kept: OperationType | None = OperationType.MUTATION
+        elif kind in self._queries_kept:
+            kept = OperationType.QUERY
+        else:
             kept = view.kept_kind(operation)
-            if kept is not OperationType.QUERY:
+            if kept is OperationType.QUERY:
+                _remember(self._queries_kept, kind)
+            elif kept is OperationType.MUTATION:
+                _remember(self._mutations_kept, kind)
+            else:
                 if kept is not None and document is decoded.query:
                     _remember(self._others_kept, kind)
-                return None  # only a kept query can have an answer kept: the view decides the rest
-            _remember(self._queries_kept, kind)
-        operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+                return None  # not kept yet, or a subscription: the view decides
+        if kept is OperationType.MUTATION:
+            if scope["method"] != "POST":
+                return None  # the view's 405
+            label = view.operation_names.label(decoded.name)
+            return _Kept(
+                operation, decoded.extensions, identity, None, media, label, services, True
+            )
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
+        label = view.operation_names.label(decoded.name)
+        if not cached_answers.enabled(services):
+            return _Kept(operation, decoded.extensions, identity, None, media, label, services)
         if sha is None:
             if document is not decoded.query:
                 return None
@@ -255,10 +361,10 @@ class LeanRoute:
             decoded.asked[(sha, identity.user_id)] = asked
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return None
+            return _Kept(operation, decoded.extensions, identity, asked, media, label, services)
         if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
             return None  # negotiation reads the body: the view's way
-        counted = self._counters(view.operation_names.label(decoded.name))
+        counted = self._counters(label)
         etag = cached.etag
         headers = [
             (b"etag", etag.encode("latin-1")),
@@ -283,6 +389,30 @@ class LeanRoute:
         else:
             describe_answer(None, decoded.name, identity.user_id, None, status)
         return status, headers, out
+
+    async def _executed(self, scope: Scope, kept: _Kept) -> Response:
+        """``kept`` executed as :meth:`ChorusGraphQL.__call__` executes it after its checks:
+        in the ``graphql`` span, through the view's response-cache miss
+        (:meth:`~chorus.graphql.endpoint.ChorusGraphQL.answer_missed`) with what is left
+        of strawberry's view (:meth:`~chorus.graphql.endpoint.ChorusGraphQL.run_kept_query`),
+        the media type negotiated."""
+        view = self._view
+        request = Request(scope)
+        request.state.chorus_operation = kept.operation.operation_name, kept.identity
+
+        async def run(request: Request) -> Response:
+            return await view.run_kept_query(
+                request, kept.services, kept.identity, kept.operation, kept.extensions
+            )
+
+        with tracer.start_as_current_span("graphql") as span:
+            response = await view.answer_missed(
+                request, kept.services, kept.operation, kept.asked, kept.label, run
+            )
+            describe_operation(span, request, response)
+        if kept.media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
+            response = negotiation.as_graphql_response(response)
+        return response
 
     def _counters(self, label: str) -> tuple[Any, Any]:
         """``chorus_response_cache_total``'s ``hit`` and ``not_modified`` children of ``label``
