@@ -634,3 +634,26 @@ async def test_the_lean_route_executes_kept_queries_as_the_view(
     assert statuses["304"] == 304
     assert statuses["entries, wrong type, graphql-response"] == 400
     assert "errors" in answers[names.index("entries, 101")].json()
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "view"])
+async def test_an_empty_operation_name_is_never_answered_from_a_kept_answer(
+    migrated: str, tmp_path: Path, lean: bool
+) -> None:
+    """``operationName: ""`` names no operation: an error however often the same document
+    was answered without a name (the response cache's and the introspection answers' keys
+    tell the two apart)."""
+    async with running(settings(migrated, tmp_path, lean=lean)) as (client, services, _):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        for document, variables in ((PAGE, {"id": pid}), (TYPENAME, {})):
+            unnamed = {"query": document, "variables": variables}
+            named = {**unnamed, "operationName": ""}
+            first = await client.post("/graphql", json=named, headers=token)
+            for _ in range(2):  # answered, then kept (or a hit)
+                answered = await client.post("/graphql", json=unnamed, headers=token)
+                assert answered.status_code == 200, answered.text
+                assert "errors" not in answered.json()
+            again = await client.post("/graphql", json=named, headers=token)
+            assert (again.status_code, again.content) == (first.status_code, first.content)
+            assert "errors" in again.json(), document

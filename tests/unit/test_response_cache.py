@@ -70,6 +70,8 @@ def test_keys_name_every_input_and_canonical_variables() -> None:
     }
     assert base not in others
     assert len(others) == 4
+    # No operation name sent runs the only operation; "" names none (an error).
+    assert response_key("d", None, None, None) != response_key("d", "", None, None)
     assert canonical_variables(None) == canonical_variables({}) == ""
     assert document_hash("{ a }") == hashlib.sha256(b"{ a }").hexdigest()
     assert document_hash("\ud800")  # a lone surrogate is hashed, not an error

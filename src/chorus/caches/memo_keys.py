@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
-from chorus.caches.responses import canonical_variables
+from chorus.caches.responses import canonical_variables, operation_name_key
 
 IntrospectionKey = tuple[str, str, str]
-"""``(document text, operation name or "", canonical variables)``."""
+"""``(document text, operation name (:func:`~chorus.caches.responses.operation_name_key`),
+canonical variables)``."""
 
 CostMemoKey = tuple[Hashable, str | None, int, int]
 """``(schema, operation name, default page size, largest page size)``."""
@@ -49,9 +50,9 @@ def introspection_key(
     or ``canonical`` when the caller has them already.
     """
     if canonical is not None:
-        return document, operation_name or "", canonical
+        return document, operation_name_key(operation_name), canonical
     try:
-        return document, operation_name or "", canonical_variables(variables)
+        return document, operation_name_key(operation_name), canonical_variables(variables)
     except (TypeError, ValueError):
         return None
 

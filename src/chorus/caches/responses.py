@@ -32,7 +32,8 @@ ENTRY_OVERHEAD_BYTES = 400
 """What one entry costs besides its body and key (objects, dict slots), for the bound."""
 
 ResponseKey = tuple[str, str, str, str]
-"""``(document hash, operation name, canonical variables, audience)``; see :func:`response_key`."""
+"""``(document hash, operation name (:func:`operation_name_key`), canonical variables,
+audience)``; see :func:`response_key`."""
 
 SHARED = "*"
 """The audience of an answer every authenticated viewer gets alike."""
@@ -84,7 +85,16 @@ def response_key(
     audience = SHARED if viewer_id is None else "user:" + viewer_id
     if canonical is None:
         canonical = canonical_variables(variables)
-    return (document_sha256, operation_name or "", canonical, audience)
+    return (document_sha256, operation_name_key(operation_name), canonical, audience)
+
+
+def operation_name_key(operation_name: str | None) -> str:
+    """The operation name as a key part: ``""`` when none was sent, ``"=" + name`` else.
+
+    None and ``""`` are two requests: without a name a document's only operation
+    runs, while ``operationName: ""`` names no operation (an error); one key for
+    both served the first's answer to the second."""
+    return "" if operation_name is None else "=" + operation_name
 
 
 def etag_of(body: bytes) -> str:
@@ -239,5 +249,6 @@ __all__ = [
     "canonical_variables",
     "document_hash",
     "etag_of",
+    "operation_name_key",
     "response_key",
 ]
