@@ -27,6 +27,7 @@ from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
 from chorus.graphql.http.lean import LeanRoute
 from chorus.graphql.schema.common import ids
+from chorus.resolvers.cached_answers import etag_of
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
 from tests.integration.test_planned_mutations import _same_clock_and_ids
@@ -657,3 +658,31 @@ async def test_an_empty_operation_name_is_never_answered_from_a_kept_answer(
             again = await client.post("/graphql", json=named, headers=token)
             assert (again.status_code, again.content) == (first.status_code, first.content)
             assert "errors" in again.json(), document
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "view"])
+async def test_a_request_error_is_not_tagged_nor_revalidated(
+    migrated: str, tmp_path: Path, lean: bool
+) -> None:
+    """Variables that do not coerce are no query's answer: ``no-store``, no ``ETag``, and an
+    ``If-None-Match`` of any tag still gets the refusal (it was a 304 under graphql-response)."""
+    async with running(settings(migrated, tmp_path, lean=lean)) as (client, services, _):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        bad = {"query": ENTRIES, "variables": {"id": pid, "n": "ten"}}
+        for accept, status in (
+            ("application/json", 200),
+            ("application/graphql-response+json", 400),
+        ):
+            headers = {**token, "Accept": accept}
+            for _ in range(2):  # the document new, then kept
+                refused = await client.post("/graphql", json=bad, headers=headers)
+                assert refused.status_code == status, refused.text
+                assert "data" not in refused.json()
+                assert refused.headers["cache-control"] == "no-store"
+                assert "etag" not in refused.headers
+            tagged = etag_of(refused.content)
+            again = await client.post(
+                "/graphql", json=bad, headers={**headers, "If-None-Match": tagged}
+            )
+            assert again.status_code == status, again.text

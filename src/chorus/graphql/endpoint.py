@@ -218,13 +218,16 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return data
 
     async def process_result(self, request: Request, result: ExecutionResult) -> Any:
-        """Strawberry's answer; a request error's has no ``data`` entry.
+        """Strawberry's answer; a request error's has no ``data`` entry (nor, later, an
+        ``ETag``: ``Cache-Control: no-store``).
 
         Which results are request errors: :mod:`chorus.graphql.execution.result_shape`.
         """
         request.state.chorus_errors = bool(result.errors)
+        # A request error is no query's answer: never tagged (ETag, 304) nor kept.
+        request.state.chorus_request_error = refused = is_request_error(result)
         answer = await super().process_result(request, result)
-        if is_request_error(result):
+        if refused:
             answer.pop("data", None)
         return answer
 
@@ -418,6 +421,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             or context.operation.type != "query"
             or response.status_code != 200
             or response.media_type != "application/json"
+            or getattr(request.state, "chorus_request_error", False)
         ):
             response.headers["Cache-Control"] = NO_STORE
             return response
