@@ -27,6 +27,7 @@ from chorus.domain.commands import AddEntries, CreatePlaylist
 from chorus.domain.model import Visibility
 from chorus.graphql.http.lean import LeanRoute
 from chorus.graphql.schema.common import ids
+from chorus.metrics import REQUEST_SECONDS, RESPONSE_CACHE
 from chorus.resolvers.cached_answers import etag_of
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
@@ -686,3 +687,28 @@ async def test_a_request_error_is_not_tagged_nor_revalidated(
                 "/graphql", json=bad, headers={**headers, "If-None-Match": tagged}
             )
             assert again.status_code == status, again.text
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "view"])
+async def test_cache_counters_name_the_operation_as_request_metrics_do(
+    migrated: str, tmp_path: Path, lean: bool
+) -> None:
+    """``query Page`` sent without ``operationName`` is ``Page`` in the response cache's
+    counters too (it was ``anonymous``), as in ``chorus_graphql_request_seconds``."""
+    named = "query Counted($id: ID!) { playlist(id: $id) { title } }"
+    async with running(settings(migrated, tmp_path, lean=lean)) as (client, services, _):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        hits = RESPONSE_CACHE.labels("Counted", "hit")._value.get()
+        anonymous = RESPONSE_CACHE.labels("anonymous", "hit")._value.get()
+        seconds = REQUEST_SECONDS.labels("query", "Counted")._sum.get()
+        for _ in range(3):
+            answer = await client.post(
+                "/graphql", json={"query": named, "variables": {"id": pid}}, headers=token
+            )
+            assert answer.status_code == 200, answer.text
+        # The first run (its miss still "other") teaches the name: an authenticated
+        # caller, a valid operation. The next two are hits under it.
+        assert RESPONSE_CACHE.labels("Counted", "hit")._value.get() - hits == 2
+        assert RESPONSE_CACHE.labels("anonymous", "hit")._value.get() == anonymous
+        assert REQUEST_SECONDS.labels("query", "Counted")._sum.get() > seconds

@@ -321,9 +321,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         if introspected is not None:
             return served(request, *introspected)
         services: Services = request.app.state.services
-        label = self.operation_names.label(operation.operation_name)  # learned once valid
-        request.state.chorus_operation = operation.operation_name, identity
-        mutates = self.kept_kind(operation) is OperationType.MUTATION
+        kept = self.kept_operation(operation)
+        # The operation's own name, as its metrics name it, where the document is kept.
+        name = kept[1] if kept is not None else operation.operation_name
+        label = self.operation_names.label(name)  # learned once valid
+        request.state.chorus_operation = name, identity
+        mutates = kept is not None and kept[0] is OperationType.MUTATION
         if identity is None or not cached_answers.enabled(services) or mutates:
             return await self._execute(request, services, operation, None, label)
         asked = cached_answers.AnswerRequest.of(
@@ -397,12 +400,13 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             self._handle_errors(result.errors, response_data)
         return self.create_response(response_data=response_data, sub_response=sub_response)
 
-    def kept_kind(self, operation: HttpOperation) -> OperationType | None:
-        """``operation``'s type if its document is kept, else ``None``. A kept mutation skips
-        the response cache (keys, single flight); one not kept yet goes the cache's way,
-        which declines it. The lean route looks up kept queries only."""
+    def kept_operation(self, operation: HttpOperation) -> tuple[OperationType, str | None] | None:
+        """``operation``'s type and own name (the document's only operation's when none was
+        sent) if its document is kept, else ``None``. A kept mutation skips the response
+        cache (keys, single flight); one not kept yet goes the cache's way, which declines
+        it. The lean route takes kept queries and mutations only."""
         options = parse_options(self._max_tokens)
-        return self.documents.kept_kind(operation.document, operation.operation_name, options)
+        return self.documents.kept_operation(operation.document, operation.operation_name, options)
 
     async def _execute(
         self,

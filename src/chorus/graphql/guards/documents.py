@@ -146,9 +146,20 @@ class DocumentCache:
     ) -> OperationType | None:
         """The type of ``query``'s operation ``operation_name`` if its document is kept,
         else ``None`` (not kept yet, or no such operation)."""
+        found = self.kept_operation(query, operation_name, options)
+        return found[0] if found is not None else None
+
+    def kept_operation(
+        self, query: str, operation_name: str | None, options: Mapping[str, Any]
+    ) -> tuple[OperationType, str | None] | None:
+        """The type and own name of ``query``'s operation ``operation_name`` (``None``: the
+        document's only one) if its document is kept, else ``None`` (not kept yet, or no
+        such operation)."""
         document = self.kept(query, options)
         chosen = get_operation_ast(document, operation_name) if document is not None else None
-        return chosen.operation if chosen is not None else None
+        if chosen is None:
+            return None
+        return chosen.operation, chosen.name.value if chosen.name is not None else None
 
     def plans(self, document: DocumentNode) -> dict[Any, Any] | None:
         """The plans of ``document`` (a dict its executor fills, dropped with the document)

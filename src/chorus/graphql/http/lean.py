@@ -126,6 +126,7 @@ class _Kept:
         "label",
         "media",
         "mutates",
+        "name",
         "operation",
         "services",
     )
@@ -137,11 +138,14 @@ class _Kept:
         identity: Identity,
         asked: cached_answers.AnswerRequest | None,
         media: str,
+        name: str | None,
         label: str,
         services: Any,
         mutates: bool = False,
     ) -> None:
         self.operation = operation
+        self.name = name
+        """The operation's own name (the document's only operation's when none was sent)."""
         self.mutates = mutates
         self.extensions = extensions
         self.identity = identity
@@ -171,7 +175,9 @@ class View(Protocol):
 
     def decode_json(self, data: str | bytes) -> object: ...
 
-    def kept_kind(self, operation: HttpOperation) -> OperationType | None: ...
+    def kept_operation(
+        self, operation: HttpOperation
+    ) -> tuple[OperationType, str | None] | None: ...
 
     async def answer_missed(
         self,
@@ -210,10 +216,9 @@ class LeanRoute:
         self._bodies: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._queries: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._counted: dict[str, tuple[Any, Any]] = {}
-        self._queries_kept: set[tuple[str, str | None]] = set()
-        """(document, operation name) pairs known to be a kept document's query."""
-        self._mutations_kept: set[tuple[str, str | None]] = set()
-        """(document, operation name) pairs known to be a kept document's mutation."""
+        self._kept: dict[tuple[str, str | None], tuple[OperationType, str | None]] = {}
+        """(document, operation name sent) → the type and own name of a kept document's
+        query or mutation."""
         self._others_kept: set[tuple[object, str | None]] = set()
         """(document text sent, operation name) pairs known to be a kept document's
         subscription: the route hands them on before checking the token."""
@@ -319,32 +324,30 @@ class LeanRoute:
             return None
         kind = (document, decoded.name)
         operation = HttpOperation(document, sha, decoded.name, decoded.variables)
-        if kind in self._mutations_kept:
-            kept: OperationType | None = OperationType.MUTATION
-        elif kind in self._queries_kept:
-            kept = OperationType.QUERY
-        else:
-            kept = view.kept_kind(operation)
-            if kept is OperationType.QUERY:
-                _remember(self._queries_kept, kind)
-            elif kept is OperationType.MUTATION:
-                _remember(self._mutations_kept, kind)
-            else:
+        kept = self._kept.get(kind)
+        if kept is None:
+            kept = view.kept_operation(operation)
+            if kept is None or kept[0] is OperationType.SUBSCRIPTION:
                 if kept is not None and document is decoded.query:
                     _remember(self._others_kept, kind)
                 return None  # not kept yet, or a subscription: the view decides
-        if kept is OperationType.MUTATION:
+            if len(self._kept) >= DECODED_BODIES:
+                self._kept.clear()
+            self._kept[kind] = kept  # a document's text names its operations for good
+        kept_type, name = kept
+        label = view.operation_names.label(name)
+        if kept_type is OperationType.MUTATION:
             if scope["method"] != "POST":
                 return None  # the view's 405
-            label = view.operation_names.label(decoded.name)
             return _Kept(
-                operation, decoded.extensions, identity, None, media, label, services, True
+                operation, decoded.extensions, identity, None, media, name, label, services, True
             )
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
-        label = view.operation_names.label(decoded.name)
         if not cached_answers.enabled(services):
-            return _Kept(operation, decoded.extensions, identity, None, media, label, services)
+            return _Kept(
+                operation, decoded.extensions, identity, None, media, name, label, services
+            )
         if sha is None:
             if document is not decoded.query:
                 return None
@@ -361,7 +364,9 @@ class LeanRoute:
             decoded.asked[(sha, identity.user_id)] = asked
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return _Kept(operation, decoded.extensions, identity, asked, media, label, services)
+            return _Kept(
+                operation, decoded.extensions, identity, asked, media, name, label, services
+            )
         if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
             return None  # negotiation reads the body: the view's way
         counted = self._counters(label)
@@ -385,9 +390,9 @@ class LeanRoute:
             # there whenever tracing is on): its child, as the view's. Not recorded (no
             # tracing, or sampled out by the parent-based sampler): no span, at no cost.
             with tracer.start_as_current_span("graphql") as span:
-                describe_answer(span, decoded.name, identity.user_id, None, status)
+                describe_answer(span, name, identity.user_id, None, status)
         else:
-            describe_answer(None, decoded.name, identity.user_id, None, status)
+            describe_answer(None, name, identity.user_id, None, status)
         return status, headers, out
 
     async def _executed(self, scope: Scope, kept: _Kept) -> Response:
@@ -398,7 +403,7 @@ class LeanRoute:
         the media type negotiated."""
         view = self._view
         request = Request(scope)
-        request.state.chorus_operation = kept.operation.operation_name, kept.identity
+        request.state.chorus_operation = kept.name, kept.identity
 
         async def run(request: Request) -> Response:
             return await view.run_kept_query(
