@@ -279,7 +279,8 @@ class LeanRoute:
 
     async def _answer(self, scope: Scope, body: bytes, services: Any) -> _Answer | _Kept | None:
         """The kept answer of this request (status, headers, body), if there is one; a kept
-        query the response cache did not answer (or does not look up) as :class:`_Kept`."""
+        query the response cache did not answer (or does not look up), or a kept mutation,
+        as :class:`_Kept`; ``None``: the app behind takes the request."""
         accept = authorization = content_type = if_none_match = None
         tokens = 0
         # The first of each, as Starlette's Headers.get reads them.
