@@ -349,12 +349,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         label: str,
         run: Runner | None = None,
     ) -> Response:
-        """A query of a viewer the response cache did not answer: executed by ``run``
-        (default :meth:`run`, strawberry's view) and kept if it may.
+        """A viewer's operation the response cache did not answer: executed by ``run``
+        (default :meth:`run`, strawberry's view) and, a query's answer, kept if it may.
 
-        ``asked``: its keys in the response cache, ``None`` when the cache is not used
-        (off, or a query budget on). Each key is executed once at a time (single
-        flight): a request that waited on another's run looks the cache up again.
+        ``asked``: its keys in the response cache; ``None`` when the cache is not used
+        (off, a query budget on, a mutation). Each key is executed once at a time
+        (single flight): a request that waited on another's run looks the cache up again.
         """
         if asked is None:
             return await self._execute(request, services, operation, None, label, run)
