@@ -45,10 +45,12 @@ class _AsciiJSONResponse(JSONResponse):
 
 
 def error_response(status_code: int, message: str, code: str) -> JSONResponse:
-    """A request-level failure outside GraphQL execution, shaped like a GraphQL error."""
+    """A request-level failure outside GraphQL execution, shaped like a GraphQL error;
+    ``Cache-Control: no-store``, as every answer that is not a query's (docs/caching.md)."""
     return _AsciiJSONResponse(
         {"errors": [{"message": message, "extensions": {"code": code}}]},
         status_code=status_code,
+        headers={"Cache-Control": "no-store"},
     )
 
 

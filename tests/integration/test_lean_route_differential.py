@@ -712,3 +712,34 @@ async def test_cache_counters_name_the_operation_as_request_metrics_do(
         assert RESPONSE_CACHE.labels("Counted", "hit")._value.get() - hits == 2
         assert RESPONSE_CACHE.labels("anonymous", "hit")._value.get() == anonymous
         assert REQUEST_SECONDS.labels("query", "Counted")._sum.get() > seconds
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean", "view"])
+async def test_refusals_are_no_store_and_report_no_cost_they_did_not_run(
+    migrated: str, tmp_path: Path, lean: bool
+) -> None:
+    """An unknown ``operationName``, one that is not a string and a mutation over GET
+    are refused ``no-store`` like every answer that is not a query's; a variable that
+    does not coerce runs nothing, so its cost has no ``actualQueryCost``."""
+    async with running(settings(migrated, tmp_path, lean=lean)) as (client, services, _):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        page = {"query": PAGE, "variables": {"id": pid}}
+        refused = [
+            await client.post("/graphql", json={**page, "operationName": "Nope"}, headers=token),
+            await client.post("/graphql", json={**page, "operationName": 123}, headers=token),
+            await client.get(
+                "/graphql", params={"query": "mutation { __typename }"}, headers=token
+            ),
+        ]
+        assert [r.status_code for r in refused] == [400, 400, 405]
+        for answer in refused:
+            assert answer.headers["cache-control"] == "no-store", answer.text
+            assert "etag" not in answer.headers
+        bad = {"query": ENTRIES, "variables": {"id": pid, "n": "ten"}}
+        for _ in range(2):  # the document new, then kept
+            answer = (await client.post("/graphql", json=bad, headers=token)).json()
+            assert "data" not in answer
+            cost = answer["extensions"]["cost"]
+            assert "requestedQueryCost" in cost
+            assert "actualQueryCost" not in cost, cost

@@ -17,6 +17,7 @@ from graphql import (
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
+from chorus.graphql.execution.result_shape import is_request_error
 from chorus.graphql.guards.cost import OperationCost, operation_cost
 from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.resolvers.context import RequestContext
@@ -117,7 +118,12 @@ class QueryCostLimit(SchemaExtension):
         if self.report is None:
             return {}
         request = self.execution_context.context
-        if isinstance(request, RequestContext) and request.reads.budget.cost_allowance is not None:
+        if (
+            isinstance(request, RequestContext)
+            and request.reads.budget.cost_allowance is not None
+            # Nothing ran when its variables did not coerce: nothing to report.
+            and not is_request_error(self.execution_context.result)
+        ):
             # What it took as it ran: the versions it read may have held more
             # entries than the requested cost counts them at.
             actual = self.report["requestedQueryCost"] + request.reads.budget.extra_cost
