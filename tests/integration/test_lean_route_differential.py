@@ -693,24 +693,43 @@ async def test_a_request_error_is_not_tagged_nor_revalidated(
 async def test_cache_counters_name_the_operation_as_request_metrics_do(
     migrated: str, tmp_path: Path, lean: bool
 ) -> None:
-    """``query Page`` sent without ``operationName`` is ``Page`` in the response cache's
-    counters too (it was ``anonymous``), as in ``chorus_graphql_request_seconds``."""
+    """``query Counted`` sent without ``operationName`` is ``Counted`` in the response
+    cache's counters too (it was ``anonymous``, then ``other`` until the name was learned),
+    as in ``chorus_graphql_request_seconds``; each request is counted once (a ``304`` that
+    needed its answer executed is that execution's ``miss``)."""
     named = "query Counted($id: ID!) { playlist(id: $id) { title } }"
     async with running(settings(migrated, tmp_path, lean=lean)) as (client, services, _):
-        pid, _ = await _seed(services)
+        pid, private = await _seed(services)
         token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
-        hits = RESPONSE_CACHE.labels("Counted", "hit")._value.get()
-        anonymous = RESPONSE_CACHE.labels("anonymous", "hit")._value.get()
+
+        def counted() -> dict[str, float]:
+            results = ("miss", "hit", "not_modified", "bypass")
+            found = {r: RESPONSE_CACHE.labels("Counted", r)._value.get() for r in results}
+            found["anonymous"] = sum(
+                RESPONSE_CACHE.labels(other, r)._value.get()
+                for other in ("anonymous", "other")
+                for r in results
+            )
+            return found
+
+        before = counted()
         seconds = REQUEST_SECONDS.labels("query", "Counted")._sum.get()
         for _ in range(3):
             answer = await client.post(
                 "/graphql", json={"query": named, "variables": {"id": pid}}, headers=token
             )
             assert answer.status_code == 200, answer.text
-        # The first run (its miss still "other") teaches the name: an authenticated
-        # caller, a valid operation. The next two are hits under it.
-        assert RESPONSE_CACHE.labels("Counted", "hit")._value.get() - hits == 2
-        assert RESPONSE_CACHE.labels("anonymous", "hit")._value.get() == anonymous
+        revalidated = await client.post(
+            "/graphql",
+            json={"query": named, "variables": {"id": private}},
+            headers={**token, "If-None-Match": "*"},
+        )
+        assert revalidated.status_code == 304
+        after = counted()
+        assert after["miss"] - before["miss"] == 2  # the first page, then the 304's own run
+        assert after["hit"] - before["hit"] == 2
+        assert after["not_modified"] == before["not_modified"]
+        assert after["anonymous"] == before["anonymous"]
         assert REQUEST_SECONDS.labels("query", "Counted")._sum.get() > seconds
 
 

@@ -324,11 +324,10 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         kept = self.kept_operation(operation)
         # The operation's own name, as its metrics name it, where the document is kept.
         name = kept[1] if kept is not None else operation.operation_name
-        label = self.operation_names.label(name)  # learned once valid
         request.state.chorus_operation = name, identity
         mutates = kept is not None and kept[0] is OperationType.MUTATION
         if identity is None or not cached_answers.enabled(services) or mutates:
-            return await self._execute(request, services, operation, None, label)
+            return await self._execute(request, services, operation, None, name)
         asked = cached_answers.AnswerRequest.of(
             operation.document_sha256 or cached_answers.document_hash(operation.document),
             operation.operation_name,
@@ -337,8 +336,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         )
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return await self.answer_missed(request, services, operation, asked, label)
-        return served(request, cached.body, cached.etag, label)
+            return await self.answer_missed(request, services, operation, asked, name)
+        return served(request, cached.body, cached.etag, self.operation_names.label(name))
 
     async def answer_missed(
         self,
@@ -346,25 +345,28 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services,
         operation: HttpOperation,
         asked: cached_answers.AnswerRequest | None,
-        label: str,
+        name: str | None,
         run: Runner | None = None,
     ) -> Response:
         """A viewer's operation the response cache did not answer: executed by ``run``
         (default :meth:`run`, strawberry's view) and, a query's answer, kept if it may.
 
         ``asked``: its keys in the response cache; ``None`` when the cache is not used
-        (off, a query budget on, a mutation). Each key is executed once at a time
-        (single flight): a request that waited on another's run looks the cache up again.
+        (off, a query budget on, a mutation). ``name``: the operation's own name, as
+        far as it is known (its metrics label: :class:`OperationNames`). Each key is
+        executed once at a time (single flight): a request that waited on another's
+        run looks the cache up again.
         """
         if asked is None:
-            return await self._execute(request, services, operation, None, label, run)
+            return await self._execute(request, services, operation, None, name, run)
         async with cached_answers.flight(services, asked) as leads:
             if leads:
-                return await self._execute(request, services, operation, asked, label, run)
+                return await self._execute(request, services, operation, asked, name, run)
             cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return await self._execute(request, services, operation, asked, label, run)
-        return served(request, cached.body, cached.etag, label)
+            return await self._execute(request, services, operation, asked, name, run)
+        # Labelled now: the run waited on may have taught the name.
+        return served(request, cached.body, cached.etag, self.operation_names.label(name))
 
     async def run_kept_query(
         self,
@@ -414,11 +416,13 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         services: Services,
         operation: HttpOperation,
         asked: cached_answers.AnswerRequest | None,
-        label: str,
+        name: str | None,
         run: Runner | None = None,
     ) -> Response:
         """Execute through ``run`` (default :meth:`run`, strawberry's view); tag a query
-        answer (``ETag`` …) and keep it if it may."""
+        answer (``ETag`` …) and keep it if it may. Counted once, as executed: ``miss``
+        (kept) or ``bypass``, a ``304`` included, under the operation's name as its
+        execution knew it (``name`` else)."""
         response, context, taken = await run_unraced(run or self.run, request, services)
         if (
             context is None
@@ -434,6 +438,8 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             request.state, "chorus_errors", True
         ):
             self.introspections.keep(operation, body)
+        # The name execution chose (the document's only operation's), learned by now.
+        label = self.operation_names.label(context.operation.name or name)
         kept = None
         if asked is not None and not getattr(request.state, "chorus_errors", True):
             kept = await cached_answers.remember(
@@ -443,7 +449,6 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         etag = kept.etag if kept is not None else cached_answers.etag_of(body)
         headers = query_headers(etag)
         if not_modified(request, etag):
-            RESPONSE_CACHE.labels(label, "not_modified").inc()
             return Response(status_code=304, headers=headers)
         response.headers.update(headers)
         return response

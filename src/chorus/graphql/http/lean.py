@@ -123,7 +123,6 @@ class _Kept:
         "asked",
         "extensions",
         "identity",
-        "label",
         "media",
         "mutates",
         "name",
@@ -139,7 +138,6 @@ class _Kept:
         asked: cached_answers.AnswerRequest | None,
         media: str,
         name: str | None,
-        label: str,
         services: Any,
         mutates: bool = False,
     ) -> None:
@@ -152,7 +150,6 @@ class _Kept:
         self.asked = asked
         """Its keys in the response cache; ``None``: the cache is not looked up."""
         self.media = media
-        self.label = label
         self.services = services
 
 
@@ -185,7 +182,7 @@ class View(Protocol):
         services: Any,
         operation: HttpOperation,
         asked: cached_answers.AnswerRequest | None,
-        label: str,
+        name: str | None,
         run: Callable[[Request], Awaitable[Response]] | None = None,
     ) -> Response: ...
 
@@ -336,19 +333,14 @@ class LeanRoute:
                 self._kept.clear()
             self._kept[kind] = kept  # a document's text names its operations for good
         kept_type, name = kept
-        label = view.operation_names.label(name)
         if kept_type is OperationType.MUTATION:
             if scope["method"] != "POST":
                 return None  # the view's 405
-            return _Kept(
-                operation, decoded.extensions, identity, None, media, name, label, services, True
-            )
+            return _Kept(operation, decoded.extensions, identity, None, media, name, services, True)
         if view.introspections.get(operation, decoded.canonical) is not None:
             return None
         if not cached_answers.enabled(services):
-            return _Kept(
-                operation, decoded.extensions, identity, None, media, name, label, services
-            )
+            return _Kept(operation, decoded.extensions, identity, None, media, name, services)
         if sha is None:
             if document is not decoded.query:
                 return None
@@ -365,12 +357,10 @@ class LeanRoute:
             decoded.asked[(sha, identity.user_id)] = asked
         cached = await cached_answers.lookup(services, asked)
         if cached is None:
-            return _Kept(
-                operation, decoded.extensions, identity, asked, media, name, label, services
-            )
+            return _Kept(operation, decoded.extensions, identity, asked, media, name, services)
         if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
             return None  # negotiation reads the body: the view's way
-        counted = self._counters(label)
+        counted = self._counters(view.operation_names.label(name))
         etag = cached.etag
         headers = [
             (b"etag", etag.encode("latin-1")),
@@ -413,7 +403,7 @@ class LeanRoute:
 
         with tracer.start_as_current_span("graphql") as span:
             response = await view.answer_missed(
-                request, kept.services, kept.operation, kept.asked, kept.label, run
+                request, kept.services, kept.operation, kept.asked, kept.name, run
             )
             describe_operation(span, request, response)
         if kept.media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
