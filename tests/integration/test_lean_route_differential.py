@@ -762,3 +762,23 @@ async def test_refusals_are_no_store_and_report_no_cost_they_did_not_run(
             cost = answer["extensions"]["cost"]
             assert "requestedQueryCost" in cost
             assert "actualQueryCost" not in cost, cost
+
+
+async def test_a_request_that_chooses_no_operation_is_timed_as_unknown(
+    migrated: str, tmp_path: Path
+) -> None:
+    """Two operations and no ``operationName``: refused, and timed under ``unknown`` —
+    never under the first operation's name, even once that name is learned."""
+    two = "query MC($p: ID!) { playlist(id: $p) { title } } query MD { viewer { user { id } } }"
+    async with running(settings(migrated, tmp_path, lean=True)) as (client, services, _):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        body = {"query": two, "variables": {"p": pid}}
+        taught = await client.post("/graphql", json={**body, "operationName": "MC"}, headers=token)
+        assert "errors" not in taught.json()
+        named = REQUEST_SECONDS.labels("query", "MC")._sum.get()
+        unknown = REQUEST_SECONDS.labels("unknown", "unknown")._sum.get()
+        refused = await client.post("/graphql", json=body, headers=token)
+        assert refused.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+        assert REQUEST_SECONDS.labels("query", "MC")._sum.get() == named
+        assert REQUEST_SECONDS.labels("unknown", "unknown")._sum.get() > unknown

@@ -137,6 +137,9 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
         assert name in resolver_source, f"from_resolver's {name}: field_reads.py"
     # plans.py reads a plain field as an attribute only behind this resolver.
     assert field.resolve.__name__ == "_get_basic_result", "plans.py: strawberry's basic field"
+    # operation_metrics.py reads the operation name a request sent (None: none).
+    execution = inspect.getsource(importlib.import_module("strawberry.types.execution"))
+    assert "self._provided_operation_name =" in execution, "operation_metrics.py"
     executor = inspect.getsource(importlib.import_module("graphql.execution.executor"))
     for attribute in ("fragments", "variable_values", "middleware_manager", "abort_signal"):
         assert f"self.{attribute} =" in executor, f"Executor.{attribute}: planned.py, plans.py"

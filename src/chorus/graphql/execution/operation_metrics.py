@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode
 from opentelemetry.trace import Span
 from starlette.requests import Request
 from starlette.responses import Response
@@ -164,10 +164,24 @@ class OperationMetrics(SchemaExtension):
             return None
 
     def _operation_type(self) -> str:
+        if self._none_chosen():
+            return UNKNOWN
         try:
             return self.execution_context.operation_type.value
         except RuntimeError:  # no document, or no operation of the requested name
             return UNKNOWN
+
+    def _none_chosen(self) -> bool:
+        """Several operations and none named: the request chose none (it is refused).
+
+        Strawberry's ``operation_name`` is then the document's first operation's, which
+        would label the refusal with a name that did not run."""
+        context = self.execution_context
+        document = context.graphql_document
+        if document is None or getattr(context, "_provided_operation_name", None) is not None:
+            return False
+        operations = (d for d in document.definitions if isinstance(d, OperationDefinitionNode))
+        return next(operations, None) is not None and next(operations, None) is not None
 
 
 def _refused(error: GraphQLError) -> bool:
