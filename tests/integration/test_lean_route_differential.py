@@ -782,3 +782,18 @@ async def test_a_request_that_chooses_no_operation_is_timed_as_unknown(
         assert refused.json()["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
         assert REQUEST_SECONDS.labels("query", "MC")._sum.get() == named
         assert REQUEST_SECONDS.labels("unknown", "unknown")._sum.get() > unknown
+
+
+async def test_a_subscription_over_http_is_the_views_refusal(migrated: str, tmp_path: Path) -> None:
+    """Over HTTP a subscription is refused by the view (it needs a WebSocket), however
+    often it is sent: the route never runs one."""
+    subscription = "subscription S($id: ID!) { playlistEvents(playlistId: $id) { __typename } }"
+    async with running(settings(migrated, tmp_path, lean=True)) as (client, services, behind):
+        pid, _ = await _seed(services)
+        token = {"Authorization": f"Bearer {mint_token(SECRET, 'alice')}"}
+        body = {"query": subscription, "variables": {"id": pid}}
+        answers = [await client.post("/graphql", json=body, headers=token) for _ in range(3)]
+        assert [a.status_code for a in answers] == [400, 400, 400]
+        assert answers[1].content == answers[0].content == answers[2].content
+        assert b"WebSocket" in answers[0].content
+        assert behind.seen == 3  # every one the view's

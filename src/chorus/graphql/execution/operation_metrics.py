@@ -180,8 +180,7 @@ class OperationMetrics(SchemaExtension):
         document = context.graphql_document
         if document is None or getattr(context, "_provided_operation_name", None) is not None:
             return False
-        operations = (d for d in document.definitions if isinstance(d, OperationDefinitionNode))
-        return next(operations, None) is not None and next(operations, None) is not None
+        return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
 
 
 def _refused(error: GraphQLError) -> bool:

@@ -131,24 +131,6 @@ class DocumentCache:
         kept = self._kept.get(_key(query, options))
         return kept.document if kept is not None else None
 
-    def kept_mutation(
-        self, query: str, operation_name: str | None, options: Mapping[str, Any]
-    ) -> bool:
-        """Whether ``query``'s operation ``operation_name`` is a mutation of a kept document.
-
-        A document not kept yet (never validated) answers ``False``: the caller
-        goes the way that validates it first.
-        """
-        return self.kept_kind(query, operation_name, options) is OperationType.MUTATION
-
-    def kept_kind(
-        self, query: str, operation_name: str | None, options: Mapping[str, Any]
-    ) -> OperationType | None:
-        """The type of ``query``'s operation ``operation_name`` if its document is kept,
-        else ``None`` (not kept yet, or no such operation)."""
-        found = self.kept_operation(query, operation_name, options)
-        return found[0] if found is not None else None
-
     def kept_operation(
         self, query: str, operation_name: str | None, options: Mapping[str, Any]
     ) -> tuple[OperationType, str | None] | None:

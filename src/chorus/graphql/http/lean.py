@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
@@ -115,42 +116,21 @@ class _Decoded:
         """The response cache's keys of this body, by (document hash, viewer)."""
 
 
+@dataclass(frozen=True, slots=True)
 class _Kept:
     """A kept query or mutation of a viewer that the lean route executes: what its
     checks found."""
 
-    __slots__ = (
-        "asked",
-        "extensions",
-        "identity",
-        "media",
-        "mutates",
-        "name",
-        "operation",
-        "services",
-    )
-
-    def __init__(
-        self,
-        operation: HttpOperation,
-        extensions: dict[str, Any] | None,
-        identity: Identity,
-        asked: cached_answers.AnswerRequest | None,
-        media: str,
-        name: str | None,
-        services: Any,
-        mutates: bool = False,
-    ) -> None:
-        self.operation = operation
-        self.name = name
-        """The operation's own name (the document's only operation's when none was sent)."""
-        self.mutates = mutates
-        self.extensions = extensions
-        self.identity = identity
-        self.asked = asked
-        """Its keys in the response cache; ``None``: the cache is not looked up."""
-        self.media = media
-        self.services = services
+    operation: HttpOperation
+    extensions: dict[str, Any] | None
+    identity: Identity
+    asked: cached_answers.AnswerRequest | None
+    """Its keys in the response cache; ``None``: the cache is not looked up."""
+    media: str
+    name: str | None
+    """The operation's own name (the document's only operation's when none was sent)."""
+    services: Any
+    mutates: bool = False
 
 
 class View(Protocol):
@@ -215,10 +195,9 @@ class LeanRoute:
         self._counted: dict[str, tuple[Any, Any]] = {}
         self._kept: dict[tuple[str, str | None], tuple[OperationType, str | None]] = {}
         """(document, operation name sent) → the type and own name of a kept document's
-        query or mutation."""
-        self._others_kept: set[tuple[object, str | None]] = set()
-        """(document text sent, operation name) pairs known to be a kept document's
-        subscription: the route hands them on before checking the token."""
+        operation: a document's text names its operations for good (should the document
+        cache forget the document, the view decides afresh). Bounded: all are forgotten
+        at :data:`DECODED_BODIES`."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -309,8 +288,12 @@ class LeanRoute:
             decoded = self._decoded_body(body)
         else:
             decoded = self._decoded_query(scope["query_string"])
-        if decoded is None or (decoded.query, decoded.name) in self._others_kept:
-            return None  # a kept subscription's text: the view refuses it, no token checked twice
+        if decoded is None:
+            return None
+        if isinstance(decoded.query, str):
+            sent = self._kept.get((decoded.query, decoded.name))
+            if sent is not None and sent[0] is OperationType.SUBSCRIPTION:
+                return None  # the view refuses it: no token checked twice
         view = self._view
         identity, _ = await view.identify(authorization.decode("latin-1"))
         if identity is None:
@@ -325,14 +308,14 @@ class LeanRoute:
         kept = self._kept.get(kind)
         if kept is None:
             kept = view.kept_operation(operation)
-            if kept is None or kept[0] is OperationType.SUBSCRIPTION:
-                if kept is not None and document is decoded.query:
-                    _remember(self._others_kept, kind)
-                return None  # not kept yet, or a subscription: the view decides
+            if kept is None:
+                return None  # not kept yet: the view parses and validates it
             if len(self._kept) >= DECODED_BODIES:
                 self._kept.clear()
-            self._kept[kind] = kept  # a document's text names its operations for good
+            self._kept[kind] = kept
         kept_type, name = kept
+        if kept_type is OperationType.SUBSCRIPTION:
+            return None  # the view refuses it (subscriptions need a WebSocket)
         if kept_type is OperationType.MUTATION:
             if scope["method"] != "POST":
                 return None  # the view's 405
@@ -406,7 +389,7 @@ class LeanRoute:
                 request, kept.services, kept.operation, kept.asked, kept.name, run
             )
             describe_operation(span, request, response)
-        if kept.media == negotiation.GRAPHQL_RESPONSE and response.media_type != "text/html":
+        if kept.media == negotiation.GRAPHQL_RESPONSE:
             response = negotiation.as_graphql_response(response)
         return response
 
@@ -470,15 +453,6 @@ class LeanRoute:
         while len(kept) > DECODED_BODIES:
             kept.popitem(last=False)
         return decoded
-
-
-def _remember(kinds: set[Any], kind: tuple[Any, str | None]) -> None:
-    """Add ``kind``: a document's text names its operations' types for good (should the
-    document cache forget the document, the view decides afresh). Bounded: all are
-    forgotten at :data:`DECODED_BODIES`."""
-    if len(kinds) >= DECODED_BODIES:
-        kinds.clear()
-    kinds.add(kind)
 
 
 _CACHE_CONTROL = QUERY_CACHE_CONTROL.encode("latin-1")
