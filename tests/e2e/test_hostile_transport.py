@@ -393,6 +393,30 @@ def test_a_slow_head_is_answered_408_within_the_bound_and_others_are_served(
     assert lines_sent < 30
 
 
+def test_a_slow_head_after_a_response_is_answered_408_within_the_bound(
+    chorus: ChorusServer,
+) -> None:
+    """On a kept-alive connection the next head is timed from its first bytes."""
+    lines_sent = 0
+    with _connect(chorus, timeout_s=1.0) as sock:
+        sock.sendall(_request())
+        status, _, _ = _read_response(sock)
+        assert status == 200
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        reply = b""
+        for lines_sent in range(1, 31):  # one header line a second: past the 2 s bound
+            try:
+                reply = sock.recv(65536)
+                break
+            except TimeoutError:
+                pass
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(b"X-Slow-%d: still here\r\n" % lines_sent)
+    assert reply.startswith(b"HTTP/1.1 408 "), reply
+    assert b'"REQUEST_TIMEOUT"' in reply
+    assert lines_sent < 30
+
+
 def _post_head(length: int) -> bytes:
     return (
         f"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

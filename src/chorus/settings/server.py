@@ -145,7 +145,7 @@ class ServerSettings(BaseModel):
         ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds a connection has to send a whole request head, counted from "
-        "connecting or from the previous response; then 408 and closed.",
+        "connecting or from its first bytes on a kept-alive connection; then 408 and closed.",
     )
     body_timeout_s: float = Field(
         30.0,
