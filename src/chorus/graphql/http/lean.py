@@ -61,6 +61,7 @@ from urllib.parse import parse_qsl
 
 from graphql import OperationType
 from opentelemetry.trace import get_current_span
+from starlette.datastructures import State
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -185,10 +186,12 @@ class LeanRoute:
         state: the Starlette app's state, where the lifespan puts the services.
     """
 
-    def __init__(self, app: ASGIApp, view: View, state: Any) -> None:
+    def __init__(self, app: ASGIApp, view: View, state: State) -> None:
         self.app = app
         self._view = view
-        self._state = state
+        self._gateway = view.role == "gateway"  # a view's role is fixed when it is made
+        # State keeps its attributes in this dict: read directly, no __getattr__ per request.
+        self._services: dict[str, Any] = state._state
         # Apart: a GET's query string and a POST's body may be the same bytes.
         self._bodies: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._queries: OrderedDict[bytes, _Decoded] = OrderedDict()
@@ -205,11 +208,11 @@ class LeanRoute:
             or scope["path"] != _PATH
             or scope.get("root_path")
             or scope["method"] not in ("GET", "POST")
-            or self._view.role == "gateway"
+            or self._gateway
         ):
             await self.app(scope, receive, send)
             return
-        services = getattr(self._state, "services", None)
+        services = self._services.get("services")
         if services is None:
             await self.app(scope, receive, send)
             return
