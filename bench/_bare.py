@@ -21,14 +21,25 @@ async def read_body(receive: Any) -> bytes:
             return body
 
 
-def run(app: Any, port: int, *, lifespan: Literal["on", "off"]) -> None:
+def run(
+    app: Any, port: int, *, lifespan: Literal["on", "off"], chorus_transport: bool = False
+) -> None:
     """``app`` on uvicorn at 127.0.0.1:``port`` with httptools and no access log, as
-    ``chorus serve`` runs; ``lifespan`` is uvicorn's (``"on"`` or ``"off"``)."""
+    ``chorus serve`` runs; ``lifespan`` is uvicorn's (``"on"`` or ``"off"``).
+
+    ``chorus_transport``: on Chorus's own protocol (``chorus.transport``, the default
+    settings' limits, a response's head written with its body) instead of uvicorn's."""
+    http: Any = "httptools"
+    if chorus_transport:
+        from chorus.cli.process import transport_options
+        from chorus.settings import Settings
+
+        http = transport_options(Settings())["http"]
     uvicorn.run(
         app,
         host="127.0.0.1",
         port=port,
-        http="httptools",
+        http=http,
         lifespan=lifespan,
         log_level="warning",
         access_log=False,

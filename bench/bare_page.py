@@ -9,11 +9,13 @@ No GraphQL, no authentication, no limits, no cache key built from a parsed
 document: the least any Python server on uvicorn does to answer from a cache,
 so Chorus's hot row is measured against it as well as against PostGraphile.
 
-    python bench/bare_page.py PORT ANSWERS_JSON
+    python bench/bare_page.py PORT ANSWERS_JSON [--chorus-transport]
 
 ``ANSWERS_JSON`` is a file holding a list of ``[request body, status, headers,
 response body]`` (texts; ``headers`` a list of ``[name, value]``). A body not
-in it is answered 404.
+in it is answered 404. ``--chorus-transport`` serves it on Chorus's HTTP protocol
+(``chorus.transport``: a response's head goes out with its body, one write) rather
+than uvicorn's (two writes), so ``bench/peers.py`` can show what that alone is worth.
 """
 
 from __future__ import annotations
@@ -53,11 +55,15 @@ def app_for(answers: list[list[Any]]) -> Any:
 
 
 @contextlib.contextmanager
-def serving(answers: list[list[Any]], port: int, table: Path) -> Iterator[int]:
+def serving(
+    answers: list[list[Any]], port: int, table: Path, *, chorus_transport: bool = False
+) -> Iterator[int]:
     """This app in its own process at ``port``, answering ``answers`` (written to ``table``,
-    the format of the module docstring); yields its process id once it accepts connections."""
+    the format of the module docstring), on Chorus's transport if ``chorus_transport``;
+    yields its process id once it accepts connections."""
     table.write_text(json.dumps(answers))
-    process = subprocess.Popen([sys.executable, __file__, str(port), str(table)])
+    command = [sys.executable, __file__, str(port), str(table)]
+    process = subprocess.Popen(command + (["--chorus-transport"] if chorus_transport else []))
     try:
         wait_for_port(port, lambda: process.poll() is not None, "the bare peer")
         yield process.pid
@@ -70,7 +76,8 @@ def main() -> None:
     port, answers = sys.argv[1:3]
     with open(answers) as f:
         table = json.load(f)
-    run(app_for(table), int(port), lifespan="off")
+    chorus_transport = sys.argv[3:] == ["--chorus-transport"]
+    run(app_for(table), int(port), lifespan="off", chorus_transport=chorus_transport)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ must be equal.
 The load tool is ``wrk`` (``apt-get install wrk``), one thread, 16 connections
 by default, the same for every row. Rows (``--rows``): ``pg`` PostGraphile v4;
 ``pg5`` PostGraphile v5; ``hot`` Chorus hot (response cache warm); ``bare``
-the bare peer; ``cold`` Chorus cold (``CHORUS_RESPONSE_CACHE=false``);
+the bare peer; ``bare-transport``, on request, the bare peer on Chorus's own
+HTTP protocol (``chorus.transport``: a response's head goes out with its body
+in one write, where uvicorn's writes twice), which shows how much of ``hot``'s
+ratio to ``bare`` that alone makes; ``cold`` Chorus cold (``CHORUS_RESPONSE_CACHE=false``);
 ``cold-plain`` the same without plans (``CHORUS_COMPILED_EXECUTION=false``:
 graphql-core executes, the plain twin of ``cold``); ``304``
 Chorus revalidation (``If-None-Match`` with each page's ``ETag`` → 304);
@@ -53,7 +56,8 @@ cold ≥ 1.0× v5 and ≥ 1.5× v4, hot ≥ 0.5× the bare peer. A row whose ser
 does not support a mode (no ETag) is printed as such.
 
     python bench/peers.py [--seconds 20] [--rounds 4] [--connections 16]
-        [--rows pg,pg5,hot,bare,cold,cold-plain,304,full,full-cold] [--workers 1]
+        [--rows pg,pg5,hot,bare,bare-transport,cold,cold-plain,304,full,full-cold]
+        [--workers 1]
         [--admin-url postgresql://postgres@127.0.0.1:5432/postgres]
         [--redis-url redis://127.0.0.1:6379/0]
 """
@@ -233,9 +237,12 @@ def peer_target(
 
 
 @contextlib.contextmanager
-def bare_target(hot: Target, gids: list[str], port: int, tmp: Path) -> Iterator[Target]:
+def bare_target(
+    hot: Target, gids: list[str], port: int, tmp: Path, *, chorus_transport: bool = False
+) -> Iterator[Target]:
     """The bare peer (``bench/bare_page.py``) answering ``hot``'s requests with the bytes
-    Chorus answered them with; the row sends it exactly what ``hot`` sends Chorus."""
+    Chorus answered them with; the row sends it exactly what ``hot`` sends Chorus.
+    ``chorus_transport``: the peer on Chorus's HTTP protocol, not uvicorn's."""
     from chorus.auth import mint_token
 
     headers = {
@@ -249,12 +256,17 @@ def bare_target(hot: Target, gids: list[str], port: int, tmp: Path) -> Iterator[
         for _ in range(2):  # the second is a response-cache hit
             r = httpx.post(hot.url, content=request, headers=headers, timeout=30)
         answers.append([request, r.status_code, list(r.headers.items()), r.text])
-    with bare_page.serving(answers, port, tmp / "bare-answers.json") as pid:
+    table = tmp / f"bare-answers-{port}.json"
+    with bare_page.serving(answers, port, table, chorus_transport=chorus_transport) as pid:
         url = f"http://127.0.0.1:{port}/graphql"
         for request, _, _, body in answers:
             mine = httpx.post(url, content=request, headers=headers, timeout=30)
             assert mine.text == body, "the bare peer's answer is not Chorus's"
-        yield Target("bare peer (cached bytes)", url, hot.script, key="bare", pids=[pid])
+        if chorus_transport:
+            name, key = "bare peer, Chorus transport", "bare-transport"
+        else:
+            name, key = "bare peer (cached bytes)", "bare"
+        yield Target(name, url, hot.script, key=key, pids=[pid])
 
 
 def main() -> None:
@@ -299,7 +311,7 @@ def main() -> None:
         )
         asyncio.run(add_peer_schema(dsn))
         embedded_rows = (
-            int(bool({"hot", "304", "bare"} & set(wanted)))
+            int(bool({"hot", "304", "bare", "bare-transport"} & set(wanted)))
             + ("cold" in wanted)
             + ("cold-plain" in wanted)
         )
@@ -346,7 +358,7 @@ def main() -> None:
                 targets.append(
                     peer_target("pg5", "PostGraphile v5", v5_url, v5_pid, gids, PEER5_QUERY)
                 )
-            if {"hot", "304", "bare"} & set(wanted):
+            if {"hot", "304", "bare", "bare-transport"} & set(wanted):
                 default = chorus()
                 hot = chorus_target("Chorus hot (cache warm)", default, gids, expected, key="hot")
                 if "hot" in wanted:
@@ -354,6 +366,10 @@ def main() -> None:
                 if "bare" in wanted:
                     port = servers.free_port()
                     targets.append(stack.enter_context(bare_target(hot, gids, port, tmp)))
+                if "bare-transport" in wanted:
+                    port = servers.free_port()
+                    peer = bare_target(hot, gids, port, tmp, chorus_transport=True)
+                    targets.append(stack.enter_context(peer))
                 if "304" in wanted:
                     title = "Chorus revalidation (304)"
                     targets.append(
@@ -447,6 +463,9 @@ def print_table(rows: dict[str, Row]) -> None:
 TARGETS = (("cold", "pg5", 1.0), ("cold", "pg", 1.5), ("hot", "bare", 0.5))
 """Issue 32's read targets: (row, the row it is measured against, the least ratio of req/s)."""
 
+ALSO = (("hot", "bare-transport"),)
+"""Ratios printed beside the targets, with no target of their own."""
+
 
 def print_targets(rows: dict[str, Row]) -> None:
     """Each target of :data:`TARGETS` whose two rows ran: the ratio, and pass or fail."""
@@ -460,6 +479,10 @@ def print_targets(rows: dict[str, Row]) -> None:
         ratio = a.rps / b.rps
         verdict = "pass" if ratio >= goal else "FAIL"
         print(f"  {label:<12} {ratio:5.2f}  ≥ {goal:.1f}  {verdict}  ({a.name} / {b.name})")
+    for row, peer in ALSO:
+        a, b = rows.get(row), rows.get(peer)
+        if a is not None and b is not None and a.rps is not None and b.rps:
+            print(f"  {row} / {peer} {a.rps / b.rps:5.2f}  (no target: {a.name} / {b.name})")
 
 
 def clones(admin_url: str, name: str, count: int) -> list[str]:
