@@ -98,8 +98,12 @@ def operation_name_key(operation_name: str | None) -> str:
 
 
 def etag_of(body: bytes) -> str:
-    """A strong ``ETag`` for a response body: its BLAKE2b digest (128 bits), quoted."""
-    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+    """A strong ``ETag`` for a response body: the first 128 bits of its SHA-256, in hex, quoted.
+
+    SHA-256, not BLAKE2b: OpenSSL's runs on the CPU's SHA instructions, twice as
+    fast on a 19 KB page (13.5 µs against 25.7 µs here), and every answer the
+    response cache does not hold pays it once."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
 @dataclass(frozen=True, slots=True)
