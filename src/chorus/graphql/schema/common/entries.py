@@ -7,12 +7,10 @@ entries: a cursor of one pages the other.
 
 from __future__ import annotations
 
-from strawberry.types.nodes import SelectedField, Selection
-
 from chorus.db.pages import EntriesPage
 from chorus.domain.model import Entry
 from chorus.graphql.execution import loop_turns
-from chorus.graphql.schema.common import ids
+from chorus.graphql.schema.common import ids, selections
 from chorus.graphql.schema.common.connections import PlaylistEntryConnection, edges_and_page_info
 from chorus.graphql.schema.common.types import UNFETCHED, ChorusInfo, Media, PlaylistEntry
 from chorus.resolvers import queries
@@ -29,21 +27,8 @@ LIKED_PATH = (*MEDIA_PATH, "viewerHasLiked")
 
 def _selects(info: ChorusInfo, path: tuple[str, ...]) -> bool:
     """Whether this ``entries`` field selects ``path`` (from ``entries``; fragments included)."""
-    pending: list[Selection] = list(info.selected_fields)
-    depth_of: dict[int, int] = {id(s): 0 for s in pending}
-    while pending:
-        selection = pending.pop()
-        depth = depth_of[id(selection)]
-        if isinstance(selection, SelectedField):
-            if selection.name != path[depth]:
-                continue
-            if depth == len(path) - 1:
-                return True
-            depth += 1
-        for child in selection.selections:
-            depth_of[id(child)] = depth
-            pending.append(child)
-    return False
+    raw = info._raw_info
+    return raw.field_name == path[0] and bool(selections.fields_at(raw, path[1:]))
 
 
 async def entry_connection(

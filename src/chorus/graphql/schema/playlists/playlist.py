@@ -10,13 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 
 import strawberry
-from strawberry.types.nodes import SelectedField, Selection
+from strawberry.types.nodes import convert_arguments
 
 from chorus.domain.follows import Target, TargetKind
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.domain.version_history import CHECKPOINT_EVERY
-from chorus.graphql.schema.common import arguments, ids
+from chorus.graphql.schema.common import arguments, ids, selections
 from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection
 from chorus.graphql.schema.common.entries import entry_connection
 from chorus.graphql.schema.common.types import (
@@ -43,18 +43,11 @@ def first_page_asked(info: ChorusInfo) -> int | None:
     ``first``, or none. Anything else (a cursor, ``last``, two pages, a bad
     size) is left to :meth:`Playlist.entries`, which reads or refuses it.
     """
-    asked: list[SelectedField] = []
-    pending: list[Selection] = [s for f in info.selected_fields for s in f.selections]
-    while pending:
-        selection = pending.pop()
-        if isinstance(selection, SelectedField):
-            if selection.name == "entries":
-                asked.append(selection)
-        else:
-            pending.extend(selection.selections)  # a fragment's fields are the playlist's
-    if len(asked) != 1 or set(asked[0].arguments) - {"first"}:
+    raw = info._raw_info
+    asked = selections.fields_at(raw, ("entries",))  # a fragment's fields are the playlist's
+    if len(asked) != 1 or {a.name.value for a in asked[0].arguments or ()} - {"first"}:
         return None
-    first = asked[0].arguments.get("first")
+    first = convert_arguments(raw, asked[0].arguments).get("first")
     if isinstance(first, str):  # strawberry gives a literal as its source text
         first = int(first) if first.isdigit() and len(first) < 10 else -1
     if first is not None and not isinstance(first, int):
