@@ -9,7 +9,9 @@ subclasses uvicorn's :class:`~uvicorn.protocols.http.httptools_impl.HttpToolsPro
 and only watches the head go by:
 
 * at most :attr:`HeadLimits.max_header_bytes` of request line and headers
-  are fed to the parser; one more byte answers **431**;
+  are fed to the parser; one more byte answers **431** (a head that began in
+  the read that ended the request before it is sized from what the parser
+  kept, once complete; the requests before it are answered first);
 * more than :attr:`HeadLimits.max_headers` header fields answer **431**;
 * the whole head must arrive within :attr:`HeadLimits.head_timeout_s` of
   connecting, or of its first bytes on a kept-alive connection; then **408**
@@ -21,6 +23,16 @@ and only watches the head go by:
   ``http.disconnect``; what it sends is dropped), else a plain close. Time
   the server itself stops reading (its flow control, a pipelined request
   waiting its turn) does not count; a long response is not cut;
+* a client that reads nothing for :attr:`HeadLimits.send_timeout_s` while
+  an answer waits to be sent (the send buffer over its high-water mark) is
+  dropped: one that sent requests and never read the answers held its
+  connection, and with enough of them every slot, for good;
+* an ``Upgrade`` other than a WebSocket's (``h2c``, …) is ignored, as
+  RFC 9110 §7.8 allows: llhttp ends such a request at its head and takes
+  what follows for the other protocol, so its ``Content-Length`` body is
+  framed here and the connection goes on in HTTP/1.1 (a chunked body
+  answers **400**). Before, the body went unread and was parsed as the
+  next request: one request a proxy passed on was answered as two;
 * a request on a connection beyond :attr:`HeadLimits.max_connections` open
   ones (HTTP and WebSocket) answers **503** — except ``GET /healthz``: the
   process is alive however many sockets an attacker holds open, and a
@@ -34,7 +46,7 @@ and only watches the head go by:
   in a header, ``Content-Length`` beside ``Transfer-Encoding``, negative or
   of 20 digits) answers **400** ``BAD_REQUEST`` (uvicorn's is plain text).
 
-Refusals are GraphQL-shaped JSON (``extensions.code``), carry a fresh
+Refusals are GraphQL-shaped JSON (``extensions.code``; no body for ``HEAD``), carry a fresh
 ``X-Request-Id``, log one warning line and close the connection (after
 :data:`LINGER_S` of draining at most). Idle keep-alive connections are
 closed by uvicorn itself (``timeout_keep_alive``); WebSocket handshakes go
@@ -84,6 +96,7 @@ class HeadLimits:
     head_timeout_s: float
     max_connections: int
     body_timeout_s: float = 30.0
+    send_timeout_s: float = 30.0
 
 
 MAX_PIPELINED = 16
@@ -119,6 +132,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = False
         self._running: RequestResponseCycle | None = None
         self._deferred: tuple[HTTPStatus, str, str] | None = None
+        self._fresh_piece = True
+        """What is being parsed starts where a head starts (its bytes are all counted)."""
+        self._head_counted = True
+        """Every byte of the head being read went through the count (not so for a head
+        that began in the same read as the end of the request before it)."""
+        self._upgrade_body = 0
+        """The declared body of a request whose ``Upgrade`` is ignored (framed here)."""
+        self._body_left = 0
+        """Bytes of that body still to come."""
+        self._send_timer: asyncio.TimerHandle | None = None
         """The refusal of bytes after whole pipelined requests: sent once they are answered."""
 
     # The head: its bytes, its header count, its deadline.
@@ -132,14 +155,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return  # lingering: drop it
         self._unset_keepalive_if_required()
         while data:
+            if self._body_left:  # the body of a request whose Upgrade was ignored
+                data = self._take_body(data)
+                continue
             if self._reading_head:
+                self._fresh_piece = not self._head_bytes  # a message begun here is counted whole
                 room = self.limits.max_header_bytes - self._head_bytes
                 if room <= 0:
-                    self._refuse(
-                        HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
-                        f"the request head is over {self.limits.max_header_bytes} bytes",
-                        "HEADERS_TOO_LARGE",
-                    )
+                    self._refuse_in_turn(self._head_too_large())
                     return
                 piece, data = data[:room], data[room:]
                 self._head_bytes += len(piece)
@@ -158,6 +181,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_count = 0
+        self._head_counted, self._fresh_piece = self._fresh_piece, False
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_count += 1
@@ -173,6 +197,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()
         self._reading_head = False
+        if not self._head_counted and self._head_size() > self.limits.max_header_bytes:
+            self._refusal = self._head_too_large()
+            raise _Refused
+        if self.parser.should_upgrade() and not self._should_upgrade():
+            self._upgrade_body = self._declared_body()
         if len(self.connections) > self.limits.max_connections and not self._liveness_probe():
             self._refusal = (
                 HTTPStatus.SERVICE_UNAVAILABLE,
@@ -218,8 +247,71 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_due = False
         self._cancel_body_timer()
         super().on_message_complete()
-        # The next bytes are the next request's head (timed once this response is out).
+        # The next bytes are the next request's head (counted from the next read:
+        # :meth:`on_headers_complete` sizes one begun in this one).
         self._reading_head, self._head_bytes = True, 0
+
+    def _head_size(self) -> int:
+        """The head's size from what the parser kept: the target, each header's name and
+        value, and 4 bytes of separators each (a close lower bound of its bytes)."""
+        return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+
+    def _head_too_large(self) -> tuple[HTTPStatus, str, str]:
+        return (
+            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+            f"the request head is over {self.limits.max_header_bytes} bytes",
+            "HEADERS_TOO_LARGE",
+        )
+
+    # An Upgrade this server does not speak (h2c, …): ignored, as RFC 9110 §7.8 allows.
+
+    def _declared_body(self) -> int:
+        """The ``Content-Length`` of a request whose ``Upgrade`` is ignored (0: none).
+
+        llhttp ends such a request at its head and takes what follows for the other
+        protocol, so its body is framed here; a chunked one is refused (400).
+        """
+        length = 0
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                self._refusal = (
+                    HTTPStatus.BAD_REQUEST,
+                    "a request asking to upgrade the connection cannot send a chunked body "
+                    "here: send it without Upgrade, or with a Content-Length",
+                    "BAD_REQUEST",
+                )
+                raise _Refused
+            if name == b"content-length":
+                length = int(value)  # digits: llhttp refused anything else
+        return length
+
+    def _ignore_upgrade(self, rest: bytes) -> bool:
+        """Go on in HTTP/1.1 after llhttp stopped at an ignored upgrade's head: the
+        declared body (``rest`` starts it) goes to the request, what follows is parsed."""
+        length, self._upgrade_body = self._upgrade_body, 0
+        if length:
+            cycle = self.cycle
+            cycle.more_body = True  # llhttp ended the message; its app has not run yet
+            self._reading_head = False
+            self._body_left = length
+            rest = self._take_body(rest)
+            if self._body_left:
+                self._body_due = True
+                if self._body_timer is None:
+                    self._await_body()
+                return True
+        return self._feed(rest) if rest else True
+
+    def _take_body(self, data: bytes) -> bytes:
+        """Up to :attr:`_body_left` bytes of ``data`` to the request as body; the rest."""
+        left = self._body_left
+        part, rest = (data, b"") if len(data) <= left else (data[:left], data[left:])
+        self._body_left = left - len(part)
+        if part:
+            HttpToolsProtocol.on_body(self, part)  # uvicorn's: kept, flow control, woken
+        if not self._body_left:
+            self.on_message_complete()
+        return rest
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
@@ -232,7 +324,35 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         self._cancel_body_timer()
+        self._cancel_send_timer()
         super().connection_lost(exc)
+
+    # The client reading what it is sent.
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(
+                self.limits.send_timeout_s, self._send_timed_out
+            )
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_send_timer()
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_timed_out(self) -> None:
+        self._send_timer = None
+        log.warning(
+            "a client read nothing of its answers for %g s: connection dropped (client %s)",
+            self.limits.send_timeout_s,
+            f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+        )
+        self.transport.abort()  # close() would wait to send what it never reads
 
     def _await_head(self) -> None:
         self._cancel_head_timer()
@@ -291,45 +411,47 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.parser.feed_data(data)
             if self._body_due and self._body_timer is None:
                 self._await_body()
-        except httptools.HttpParserUpgrade:
+        except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-                if self._body_due and self._body_timer is None:
-                    self._await_body()  # answered as plain HTTP: its body is timed as any
-            return False
-        except httptools.HttpParserError as error:
-            cycle = self.cycle
-            refusal = self._refusal or (
-                HTTPStatus.BAD_REQUEST,
-                f"the request is not valid HTTP/1.1 ({error})",
-                "BAD_REQUEST",
-            )
-            running = self._running
-            if (
-                running is not None
-                and not running.response_complete
-                and (cycle is None or not cycle.more_body)
-            ):
-                # Whole requests came before the bad bytes (pipelined): each is
-                # answered in turn, then the refusal. Sent now it went out of
-                # turn, the answers after it hit a closed stream (a traceback
-                # each), and a committed mutation's answer was lost.
-                self._deferred = refusal
-                self._refused = True  # what still arrives is dropped
                 return False
-            if cycle is not None and not cycle.response_complete and not cycle.response_started:
-                # A bad chunk of a body the app is waiting for: it reads
-                # http.disconnect, and the client gets its 400, not a bare close.
-                cycle.disconnected = True
-                cycle.message_event.set()
-            if self._refusal is not None:
-                self._refuse(*self._refusal)
-            else:
-                self.send_400_response(f"the request is not valid HTTP/1.1 ({error})")
+            # Before, the body went unread and its bytes were parsed as the next
+            # request: one request a proxy passed on was answered as two.
+            return self._ignore_upgrade(data[upgrade.args[0] :])
+        except httptools.HttpParserError as error:
+            self._refuse_in_turn(
+                self._refusal
+                or (
+                    HTTPStatus.BAD_REQUEST,
+                    f"the request is not valid HTTP/1.1 ({error})",
+                    "BAD_REQUEST",
+                )
+            )
             return False
         return True
+
+    def _refuse_in_turn(self, refusal: tuple[HTTPStatus, str, str]) -> None:
+        """:meth:`_refuse` now, or after the whole requests before it are answered."""
+        cycle = self.cycle
+        running = self._running
+        if (
+            running is not None
+            and not running.response_complete
+            and (cycle is None or not cycle.more_body)
+        ):
+            # Whole requests came before the bad bytes (pipelined): each is
+            # answered in turn, then the refusal. Sent now it went out of
+            # turn, the answers after it hit a closed stream (a traceback
+            # each), and a committed mutation's answer was lost.
+            self._deferred = refusal
+            self._refused = True  # what still arrives is dropped
+            return
+        if cycle is not None and not cycle.response_complete and not cycle.response_started:
+            # A bad chunk of a body the app is waiting for: it reads
+            # http.disconnect, and the client gets its 400, not a bare close.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._refuse(*refusal)
 
     def send_400_response(self, msg: str) -> None:
         """A request the parser refused (garbage request line, a control character in a
@@ -359,6 +481,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             extra={"request_id": request_id},
         )
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code}}]})
+        # A HEAD request's answer has no body (its Content-Length says what GET would send).
+        sent = b"" if self.url and self.parser.get_method() == b"HEAD" else body.encode()
         head = [STATUS_LINE[status.value]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
@@ -367,7 +491,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             b"content-length: %d\r\n" % len(body),
             REQUEST_ID_HEADER.lower().encode() + b": " + request_id.encode() + b"\r\n",
             b"connection: close\r\n\r\n",
-            body.encode(),
+            sent,
         ]
         self.transport.write(b"".join(head))
         self._refused = True
@@ -388,42 +512,51 @@ class HeadWithBody:
     measured with py-spy). This holds the head and writes it together with
     the first body bytes, unless the response is chunked (streamed: a client
     waits for the head before any event comes) or answers ``HEAD`` (no body
-    bytes follow to carry it). What goes on the wire, and in
+    bytes follow to carry it). What is written once the client is gone (the
+    transport closing) is dropped, as asyncio's own transports drop it. What
+    goes on the wire, and in
     what order, is unchanged: a ``100 Continue`` goes out at once, and a
     close (the app failed between head and body) writes the held head first.
     """
 
-    __slots__ = ("_cycle", "_head", "_transport")
+    __slots__ = ("_cycle", "_head", "_started", "_transport")
 
     def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
         self._transport = transport
         self._cycle = cycle
         self._head: bytes | None = None
+        self._started = False
+        """The response's head has been written or held."""
 
     def write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport.is_closing():
+            # The client is gone (a reset read closes the transport before uvicorn
+            # hears of it): uvloop raised here, a traceback per aborted download.
+            return
         head = self._head
-        if head is not None:  # the first body bytes: with the head, and the rest straight on
+        if head is not None:  # the first body bytes, with the head
             self._head = None
-            self._cycle.transport = self._transport
-            self._transport.write(head + data)
+            transport.write(head + data)
             return
         cycle = self._cycle
         if (
-            cycle.response_started
+            not self._started
+            and cycle.response_started
             and not cycle.chunked_encoding
             and cycle.scope["method"] != "HEAD"
         ):
             # The head. (A 100 Continue is written before the response starts;
             # a HEAD response writes no body to carry its head.)
+            self._started = True
             self._head = data
             return
-        if cycle.response_started:  # streamed, or HEAD: the rest goes straight on
-            cycle.transport = self._transport
-        self._transport.write(data)
+        self._started = self._started or cycle.response_started
+        transport.write(data)
 
     def close(self) -> None:
         head, self._head = self._head, None
-        if head is not None:
+        if head is not None and not self._transport.is_closing():
             self._transport.write(head)
         self._transport.close()
 

@@ -464,6 +464,135 @@ def test_a_body_behind_an_unsupported_upgrade_holds_nothing(chorus: ChorusServer
     _healthy(chorus)
 
 
+def _upgrade_post(body: bytes, upgrade: bytes = b"h2c") -> bytes:
+    token = mint_token(TEST_SECRET, "alice").encode()
+    return (
+        b"POST /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer " + token + b"\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+        b"Upgrade: " + upgrade + b"\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    )
+
+
+TYPENAME = json.dumps({"query": "{ __typename }"}).encode()
+
+
+@pytest.mark.parametrize("later", [False, True], ids=["with-head", "after-head"])
+def test_an_unsupported_upgrade_is_ignored_and_its_body_read(
+    chorus: ChorusServer, later: bool
+) -> None:
+    """``Upgrade: h2c`` (``curl --http2``): answered as HTTP/1.1 with its body, and the
+    connection goes on; the body, whenever it comes, is never read as a request."""
+    with _connect(chorus) as sock:
+        if later:
+            sock.sendall(_upgrade_post(TYPENAME))
+            time.sleep(0.3)
+            sock.sendall(TYPENAME + _request())
+        else:
+            sock.sendall(_upgrade_post(TYPENAME) + TYPENAME + _request())
+        answers, _ = _read_pipelined_then_stop(sock, 2)
+    assert answers[0][0] == 200
+    assert json.loads(answers[0][1])["data"] == {"__typename": "Query"}
+    assert answers[1][0] == 200
+    assert json.loads(answers[1][1])["status"] == "ok"
+
+
+def test_a_body_that_looks_like_a_request_is_one_request(chorus: ChorusServer) -> None:
+    """A proxy passes one request on: it gets one answer, whatever its body holds."""
+    smuggled = _request("/readyz")
+    with _connect(chorus) as sock:
+        sock.sendall(_upgrade_post(smuggled))
+        time.sleep(0.3)
+        sock.sendall(smuggled)
+        sock.sendall(_request())
+        answers, _ = _read_pipelined_then_stop(sock, 2)
+    assert answers[0][0] == 400  # the body is not JSON
+    assert json.loads(answers[1][1])["status"] == "ok"  # /healthz's answer, not /readyz's
+
+
+def test_an_unsupported_upgrade_with_a_chunked_body_is_refused(chorus: ChorusServer) -> None:
+    head = _upgrade_post(b"").replace(b"Content-Length: 0", b"Transfer-Encoding: chunked")
+    with _connect(chorus) as sock:
+        sock.sendall(head + b"1\r\n{\r\n0\r\n\r\n")
+        _refused_with(sock, 400, "BAD_REQUEST")
+
+
+def _read_pipelined_then_stop(
+    sock: socket.socket, count: int
+) -> tuple[list[tuple[int, bytes]], bytes]:
+    """:func:`_read_pipelined` on a connection the server keeps open: ``count`` answers,
+    then whatever else came within a short wait (``b""``: nothing)."""
+    stream = sock.makefile("rb")
+    answers = []
+    for _ in range(count):
+        status_line = stream.readline()
+        if not status_line:
+            raise ConnectionError(f"closed before response {len(answers) + 1}")
+        length = 0
+        while (line := stream.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        answers.append((int(status_line.split()[1]), stream.read(length)))
+    sock.settimeout(0.5)
+    extra = b""
+    with contextlib.suppress(TimeoutError):
+        extra = stream.read1(65536)
+    assert extra == b"", f"more than {count} answers: {extra!r}"
+    return answers, extra
+
+
+def test_an_oversized_head_after_a_request_is_refused_after_its_answer(
+    chorus: ChorusServer,
+) -> None:
+    """In one send: a request, then a head past the limit (the second began in the read
+    that ended the first). The first is answered, then 431."""
+    big = _request(extra=b"X-Big: " + b"a" * 40_000 + b"\r\n")
+    with _connect(chorus) as sock:
+        _send_quietly(sock, _request() + big)
+        answers, _ = _read_pipelined(sock, 2)
+    assert [status for status, _ in answers] == [200, 431]
+
+
+def test_a_head_request_refused_gets_no_body(chorus: ChorusServer) -> None:
+    head = b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n"
+    with _connect(chorus) as sock:
+        _send_quietly(sock, head)
+        data = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                data += chunk
+    assert data.startswith(b"HTTP/1.1 431 "), data
+    assert data.endswith(b"\r\n\r\n"), data  # the head, and nothing after it
+
+
+def test_a_client_that_reads_nothing_is_dropped_after_the_send_bound(tmp_path: Path) -> None:
+    """Answers it never reads fill the server's send buffer: the connection is dropped
+    after CHORUS_SEND_TIMEOUT_S, and its slot is free again."""
+    server = _server(tmp_path, CHORUS_SEND_TIMEOUT_S="1", CHORUS_MAX_CONNECTIONS="2")
+    server.start()
+    try:
+        sent = 0
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(10)
+            sock.connect(("127.0.0.1", server.port))
+            asset = _request("/graphiql/graphiql.min.js")
+            for _ in range(4):
+                sock.sendall(asset)
+            time.sleep(4)  # reading nothing, past the 1 s bound
+            received = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):
+                    received += len(chunk)
+            sent = received
+        whole = len(httpx.get(f"{server.base_url}/graphiql/graphiql.min.js", timeout=10).content)
+        assert 0 < sent < 4 * whole, "the connection was not dropped"
+        assert any("read nothing of its answers" in line for line in _log_lines(server))
+    finally:
+        server.stop()
+
+
 def test_a_body_in_pieces_within_the_bound_is_answered(chorus: ChorusServer) -> None:
     body = json.dumps({"query": "{ __typename }"}).encode()
     with _connect(chorus) as sock:

@@ -151,3 +151,14 @@ async def test_a_close_between_head_and_body_writes_the_head_first() -> None:
     assert len(transport.writes) == 1
     assert transport.writes[0].startswith(b"HTTP/1.1 200")
     assert transport.writes[0].endswith(b"\r\n\r\n")
+
+
+async def test_what_is_written_once_the_client_is_gone_is_dropped() -> None:
+    """uvloop raises on a write to a closing transport: a traceback per aborted download."""
+    transport = Recording()
+    cycle = _cycle(transport)
+    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    await cycle.send({"type": "http.response.start", "status": 200, "headers": []})  # chunked
+    transport.closed = True  # the client reset: closed before uvicorn hears of it
+    await cycle.send({"type": "http.response.body", "body": b"more", "more_body": True})
+    assert len(transport.writes) == 1  # the head only

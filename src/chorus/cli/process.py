@@ -273,6 +273,7 @@ def transport_options(settings: Settings) -> dict[str, Any]:
         head_timeout_s=settings.head_timeout_s,
         max_connections=settings.max_connections,
         body_timeout_s=settings.body_timeout_s,
+        send_timeout_s=settings.send_timeout_s,
     )
     return {"http": protocol_class(limits), "timeout_keep_alive": settings.keep_alive_timeout_s}
 

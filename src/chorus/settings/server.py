@@ -154,6 +154,13 @@ class ServerSettings(BaseModel):
         description="Seconds a request has to send its whole body once its head is in; "
         "then 408 and closed.",
     )
+    send_timeout_s: float = Field(
+        30.0,
+        ge=MIN_TIMEOUT_S,
+        le=MAX_TIMEOUT_S,
+        description="Seconds a client may read nothing while an answer waits to be sent to "
+        "it (the server's send buffer full); then the connection is dropped.",
+    )
     keep_alive_timeout_s: float = Field(
         5.0,
         ge=MIN_TIMEOUT_S,
