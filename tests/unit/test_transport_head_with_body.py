@@ -8,7 +8,9 @@ write; the bytes are compared with what uvicorn writes to the same transport unw
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 from typing import Any, cast
 
 import pytest
@@ -162,3 +164,20 @@ async def test_what_is_written_once_the_client_is_gone_is_dropped() -> None:
     transport.closed = True  # the client reset: closed before uvicorn hears of it
     await cycle.send({"type": "http.response.body", "body": b"more", "more_body": True})
     assert len(transport.writes) == 1  # the head only
+
+
+async def test_an_answered_cycle_is_freed_without_the_garbage_collector() -> None:
+    """A cycle and its transport holding each other waited for the cyclic GC: its passes
+    over thousands of them paused the event loop 20-40 ms (wrk's p99 rose sixfold)."""
+    transport = Recording()
+    cycle = _cycle(transport)
+    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    await cycle.send(START)
+    await cycle.send({"type": "http.response.body", "body": b"hello"})
+    gone = weakref.ref(cycle)
+    gc.disable()
+    try:
+        del cycle
+        assert gone() is None, "the cycle outlived its last reference"
+    finally:
+        gc.enable()
