@@ -24,9 +24,14 @@ and only watches the head go by:
   the server itself stops reading (its flow control, a pipelined request
   waiting its turn) does not count; a long response is not cut;
 * a client that reads nothing for :attr:`HeadLimits.send_timeout_s` while
-  an answer waits to be sent (the send buffer over its high-water mark) is
-  dropped: one that sent requests and never read the answers held its
-  connection, and with enough of them every slot, for good;
+  an answer waits to be sent (what this side holds, and on Linux the
+  socket's send queue, did not shrink) is dropped: one that sent requests
+  and never read the answers held its connection, and with enough of them
+  every slot, for good; a slow reader that reads is timed afresh;
+* a client that half-closes (``shutdown(SHUT_WR)``) still gets the answers
+  to the whole requests it sent, then the connection closes;
+* a WebSocket upgrade pipelined behind a request not yet answered answers
+  **400** in turn (its answer went out after the 101, inside the socket);
 * an ``Upgrade`` other than a WebSocket's (``h2c``, …) is ignored, as
   RFC 9110 §7.8 allows: llhttp ends such a request at its head and takes
   what follows for the other protocol, so its ``Content-Length`` body is
@@ -60,7 +65,9 @@ load balancer in front (docs/limits.md, Transport limits).
 
 from __future__ import annotations
 
+import array
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -77,6 +84,14 @@ from uvicorn.protocols.http.httptools_impl import (
 from chorus.logs import REQUEST_ID_HEADER, new_request_id
 
 log = logging.getLogger("chorus.transport")
+
+try:  # Linux: the bytes in a socket's send queue (SIOCOUTQ)
+    import fcntl
+    import termios
+
+    _OUTQ: int | None = termios.TIOCOUTQ
+except (ImportError, AttributeError):  # pragma: no cover - not Linux
+    _OUTQ = None
 
 LINGER_S = 2.0
 """Seconds a refused connection still reads (and drops) what the client sends.
@@ -142,6 +157,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_left = 0
         """Bytes of that body still to come."""
         self._send_timer: asyncio.TimerHandle | None = None
+        self._sent_backlog = 0
+        """Bytes waiting to be sent when the send timer was armed."""
+        self._eof = False
+        """The client half-closed: it sends nothing more but still reads."""
+        self._head_seen = 0
+        """The current head's request target and header bytes as the parser gave them."""
         """The refusal of bytes after whole pipelined requests: sent once they are answered."""
 
     # The head: its bytes, its header count, its deadline.
@@ -182,8 +203,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._header_count = 0
         self._head_counted, self._fresh_piece = self._fresh_piece, False
+        self._head_seen = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._head_seen += len(url)
+        super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_seen += len(name) + len(value) + 4
         self._header_count += 1
         if self._header_count > self.limits.max_headers:
             self._refusal = (
@@ -252,9 +279,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._reading_head, self._head_bytes = True, 0
 
     def _head_size(self) -> int:
-        """The head's size from what the parser kept: the target, each header's name and
-        value, and 4 bytes of separators each (a close lower bound of its bytes)."""
-        return len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+        """The head's size from what the parser gave: the target, each header's name and
+        value as sent, 4 bytes of separators each and 16 for the method and version (a
+        lower bound: whitespace before a value is not given; at most one read of it passes)."""
+        return self._head_seen + 16
 
     def _head_too_large(self) -> tuple[HTTPStatus, str, str]:
         return (
@@ -316,10 +344,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
+        if self.transport.get_write_buffer_size():
+            # Some of the answer waits for the client to read it (its socket buffer
+            # is full): below the high-water mark no pause_writing times that.
+            self._await_reader()
         if pipelined or self.transport.is_closing():
             return
         if self._deferred is not None:
             self._refuse(*self._deferred)
+        elif self._eof:
+            self.transport.close()  # half-closed by the client, and all it sent is answered
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # asyncio.Protocol's
+        """The client half-closed (``shutdown(SHUT_WR)``): whole requests it sent are still
+        answered, then the connection closes (uvicorn let the transport close at once,
+        and a committed mutation's answer was lost)."""
+        self._eof = True
+        cycle = self.cycle
+        if cycle is None or cycle.more_body:
+            return None  # nothing whole to answer (or a body that can no longer come): close
+        if cycle.response_complete and not self.pipeline:
+            return None  # all answered (a head begun after them never ends)
+        return True  # kept open to write; on_response_complete closes it
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -331,14 +377,29 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def pause_writing(self) -> None:
         super().pause_writing()
+        self._await_reader()
+
+    def _await_reader(self) -> None:
+        """Time the client's reading: what waits to be sent must shrink within the bound."""
         if self._send_timer is None:
+            self._sent_backlog = self._backlog()
             self._send_timer = self.loop.call_later(
                 self.limits.send_timeout_s, self._send_timed_out
             )
 
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._cancel_send_timer()
+    def _backlog(self) -> int:
+        """Bytes not yet read by the client as far as this side can tell: the transport's
+        buffer and, on Linux, the socket's send queue (sent but not acknowledged, or not
+        sent: a slow reader frees it a window at a time, long before the kernel takes
+        more of the transport's buffer)."""
+        waiting = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and _OUTQ is not None:
+            queued = array.array("i", [0])
+            with contextlib.suppress(OSError, ValueError):
+                fcntl.ioctl(sock.fileno(), _OUTQ, queued)
+                waiting += queued[0]
+        return waiting
 
     def _cancel_send_timer(self) -> None:
         if self._send_timer is not None:
@@ -347,6 +408,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _send_timed_out(self) -> None:
         self._send_timer = None
+        if not self.transport.get_write_buffer_size():
+            return  # all handed to the kernel: the connection's slot is free to close
+        backlog = self._backlog()
+        if backlog < self._sent_backlog:
+            self._await_reader()  # the client reads, however slowly: timed again from now
+            return
         log.warning(
             "a client read nothing of its answers for %g s: connection dropped (client %s)",
             self.limits.send_timeout_s,
@@ -413,6 +480,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 self._await_body()
         except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
+                running = self._running
+                if self.pipeline or (running is not None and not running.response_complete):
+                    # Behind a request not yet answered, its answer went out after the
+                    # 101 (inside the WebSocket), and the keep-alive timer armed after
+                    # it closed the socket 5 s later. Clients wait for 101 alone.
+                    self._refuse_in_turn(
+                        (
+                            HTTPStatus.BAD_REQUEST,
+                            "a WebSocket upgrade must not be pipelined behind another "
+                            "request: send it once the answers before it arrived",
+                            "BAD_REQUEST",
+                        )
+                    )
+                    return False
                 self.handle_websocket_upgrade()
                 return False
             # Before, the body went unread and its bytes were parsed as the next
@@ -482,7 +563,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code}}]})
         # A HEAD request's answer has no body (its Content-Length says what GET would send).
-        sent = b"" if self.url and self.parser.get_method() == b"HEAD" else body.encode()
+        sent = b"" if self.parser.get_method() == b"HEAD" else body.encode()
         head = [STATUS_LINE[status.value]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]

@@ -566,6 +566,77 @@ def test_a_head_request_refused_gets_no_body(chorus: ChorusServer) -> None:
     assert data.endswith(b"\r\n\r\n"), data  # the head, and nothing after it
 
 
+def test_a_padded_head_after_a_request_is_refused_after_its_answer(chorus: ChorusServer) -> None:
+    """Whitespace after a value is not kept by the parser, but counts."""
+    padded = _request(extra=b"X-Pad: v" + b" " * 40_000 + b"\r\n")
+    with _connect(chorus) as sock:
+        _send_quietly(sock, _request() + padded)
+        answers, _ = _read_pipelined(sock, 2)
+    assert [status for status, _ in answers] == [200, 431]
+
+
+def test_a_refused_head_request_gets_no_body_even_before_its_target(
+    chorus: ChorusServer,
+) -> None:
+    with _connect(chorus) as sock:
+        _send_quietly(sock, b"HEAD /he\x7fz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                data += chunk
+    assert data.startswith(b"HTTP/1.1 400 "), data
+    assert data.endswith(b"\r\n\r\n"), data
+
+
+def test_a_half_closed_client_gets_its_answers(chorus: ChorusServer) -> None:
+    """``shutdown(SHUT_WR)`` after whole requests: each is answered, then the close."""
+    with _connect(chorus) as sock:
+        sock.sendall(_request() + _request("/readyz"))
+        sock.shutdown(socket.SHUT_WR)
+        answers, rest = _read_pipelined(sock, 2)
+    assert [status for status, _ in answers] == [200, 200]
+    assert rest == b""
+
+
+def test_a_websocket_upgrade_pipelined_behind_a_request_is_refused_in_turn(
+    chorus: ChorusServer,
+) -> None:
+    upgrade = (
+        b"GET /graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+    )
+    with _connect(chorus) as sock:
+        sock.sendall(_request() + upgrade)
+        answers, _ = _read_pipelined(sock, 2)
+    assert [status for status, _ in answers] == [200, 400]
+    assert b"pipelined" in answers[1][1]
+
+
+def test_a_slow_reader_that_reads_is_not_dropped(tmp_path: Path) -> None:
+    server = _server(tmp_path, CHORUS_SEND_TIMEOUT_S="1")
+    server.start()
+    try:
+        whole = len(httpx.get(f"{server.base_url}/graphiql/graphiql.min.js", timeout=10).content)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(10)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(_request("/graphiql/graphiql.min.js"))
+            received = 0
+            deadline = time.monotonic() + 4  # four send bounds, reading all along
+            while time.monotonic() < deadline:
+                received += len(sock.recv(2048))
+                time.sleep(0.05)
+            sock.settimeout(30)
+            while received < whole and (chunk := sock.recv(65536)):
+                received += len(chunk)
+        assert received > whole  # the whole answer, head included
+        assert not any("read nothing of its answers" in line for line in _log_lines(server))
+    finally:
+        server.stop()
+
+
 def test_a_client_that_reads_nothing_is_dropped_after_the_send_bound(tmp_path: Path) -> None:
     """Answers it never reads fill the server's send buffer: the connection is dropped
     after CHORUS_SEND_TIMEOUT_S, and its slot is free again."""

@@ -159,7 +159,7 @@ class ServerSettings(BaseModel):
         ge=MIN_TIMEOUT_S,
         le=MAX_TIMEOUT_S,
         description="Seconds a client may read nothing while an answer waits to be sent to "
-        "it (the server's send buffer full); then the connection is dropped.",
+        "it; then the connection is dropped (a slow reader that reads is not).",
     )
     keep_alive_timeout_s: float = Field(
         5.0,
