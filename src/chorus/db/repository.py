@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Integer, Row, Select, bindparam, func, null, select, tuple_, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Integer,
+    Row,
+    Select,
+    bindparam,
+    func,
+    null,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db.direct import fetch_direct
@@ -181,7 +192,7 @@ _FIRST_LIVE_ROWS = (
     .order_by(playlist_entry.c.position_key, playlist_entry.c.entry_id)
     .limit(bindparam("limit", type_=Integer))
 )
-_header_and_first = union_all(_HEADER_ROW, _FIRST_LIVE_ROWS)
+_header_and_first: CompoundSelect[Any] = union_all(_HEADER_ROW, _FIRST_LIVE_ROWS)
 _HEADER_AND_FIRST = _header_and_first.order_by(
     # The header's row first (its position key is NULL), then the page's order.
     _header_and_first.selected_columns.position_key.nulls_first(),
