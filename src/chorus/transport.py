@@ -250,7 +250,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             log.warning(
                 "more than %d pipelined requests unread on one connection: closed (client %s)",
                 MAX_PIPELINED,
-                f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+                self._client_text(),
             )
             self._refused = True  # what still arrives is dropped
             self.transport.close()
@@ -417,7 +417,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         log.warning(
             "a client read nothing of its answers for %g s: connection dropped (client %s)",
             self.limits.send_timeout_s,
-            f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+            self._client_text(),
         )
         self.transport.abort()  # close() would wait to send what it never reads
 
@@ -534,11 +534,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             cycle.message_event.set()
         self._refuse(*refusal)
 
-    def send_400_response(self, msg: str) -> None:
-        """A request the parser refused (garbage request line, a control character in a
-        header, ``Content-Length`` with ``Transfer-Encoding`` or out of range): 400
-        ``BAD_REQUEST`` like every other refusal, not uvicorn's plain text."""
-        self._refuse(HTTPStatus.BAD_REQUEST, msg, "BAD_REQUEST")
+    def _client_text(self) -> str:
+        """The peer's ``address:port`` for a log line (``-`` when unknown)."""
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "-"
 
     def _refuse(self, status: HTTPStatus, message: str, code: str) -> None:
         """Answer ``status`` with a GraphQL-shaped error and close the connection."""
@@ -558,7 +556,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             status.value,
             status.phrase,
             message,
-            f"{self.client[0]}:{self.client[1]}" if self.client else "-",
+            self._client_text(),
             extra={"request_id": request_id},
         )
         body = json.dumps({"errors": [{"message": message, "extensions": {"code": code}}]})

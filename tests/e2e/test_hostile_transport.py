@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -127,6 +128,12 @@ def _read_pipelined(sock: socket.socket, count: int) -> tuple[list[tuple[int, by
     until the server closes: pipelined answers may arrive in one segment, and
     :func:`_read_response` would drop what its ``recv`` read past the first."""
     stream = sock.makefile("rb")
+    answers = _read_answers(stream, count)
+    return answers, stream.read()
+
+
+def _read_answers(stream: BinaryIO, count: int) -> list[tuple[int, bytes]]:
+    """``count`` responses, ``(status, body)``, read in turn from ``stream``."""
     answers = []
     for _ in range(count):
         status_line = stream.readline()
@@ -138,7 +145,7 @@ def _read_pipelined(sock: socket.socket, count: int) -> tuple[list[tuple[int, by
             if name.strip().lower() == "content-length":
                 length = int(value)
         answers.append((int(status_line.split()[1]), stream.read(length)))
-    return answers, stream.read()
+    return answers
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -523,17 +530,7 @@ def _read_pipelined_then_stop(
     """:func:`_read_pipelined` on a connection the server keeps open: ``count`` answers,
     then whatever else came within a short wait (``b""``: nothing)."""
     stream = sock.makefile("rb")
-    answers = []
-    for _ in range(count):
-        status_line = stream.readline()
-        if not status_line:
-            raise ConnectionError(f"closed before response {len(answers) + 1}")
-        length = 0
-        while (line := stream.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-        answers.append((int(status_line.split()[1]), stream.read(length)))
+    answers = _read_answers(stream, count)
     sock.settimeout(0.5)
     extra = b""
     with contextlib.suppress(TimeoutError):

@@ -67,12 +67,18 @@ def _cycle(transport: Recording, *, method: str = "GET", expect_continue: bool =
     return cycle
 
 
+def _held(transport: Recording, **kw: Any) -> Any:
+    """A cycle writing to ``transport`` through :class:`HeadWithBody`, as Chorus serves."""
+    cycle = _cycle(transport, **kw)
+    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    return cycle
+
+
 async def _both(messages: list[dict[str, Any]], **kw: Any) -> tuple[list[bytes], list[bytes]]:
     """What uvicorn writes for ``messages`` plainly, and through :class:`HeadWithBody`."""
     plain, held = Recording(), Recording()
     first = _cycle(plain, **kw)
-    second = _cycle(held, **kw)
-    second.transport = HeadWithBody(cast(Any, held), second)
+    second = _held(held, **kw)
     for message in messages:
         await first.send(message)
         await second.send(message)
@@ -129,8 +135,7 @@ async def test_a_head_request_is_answered_with_its_head() -> None:
 
 async def test_a_100_continue_goes_out_before_the_response() -> None:
     transport = Recording()
-    cycle = _cycle(transport, method="POST", expect_continue=True)
-    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    cycle = _held(transport, method="POST", expect_continue=True)
     cycle.message_event.set()  # the body is "there": receive() asks for it with a 100 first
     cycle.body = b"x"
     await cycle.receive()
@@ -144,8 +149,7 @@ async def test_a_100_continue_goes_out_before_the_response() -> None:
 
 async def test_a_close_between_head_and_body_writes_the_head_first() -> None:
     transport = Recording()
-    cycle = _cycle(transport)
-    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    cycle = _held(transport)
     await cycle.send(START)
     assert transport.writes == []
     cycle.transport.close()  # as uvicorn does when the app returns without a body
@@ -158,8 +162,7 @@ async def test_a_close_between_head_and_body_writes_the_head_first() -> None:
 async def test_what_is_written_once_the_client_is_gone_is_dropped() -> None:
     """uvloop raises on a write to a closing transport: a traceback per aborted download."""
     transport = Recording()
-    cycle = _cycle(transport)
-    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    cycle = _held(transport)
     await cycle.send({"type": "http.response.start", "status": 200, "headers": []})  # chunked
     transport.closed = True  # the client reset: closed before uvicorn hears of it
     await cycle.send({"type": "http.response.body", "body": b"more", "more_body": True})
@@ -170,8 +173,7 @@ async def test_an_answered_cycle_is_freed_without_the_garbage_collector() -> Non
     """A cycle and its transport holding each other waited for the cyclic GC: its passes
     over thousands of them paused the event loop 20-40 ms (wrk's p99 rose sixfold)."""
     transport = Recording()
-    cycle = _cycle(transport)
-    cycle.transport = HeadWithBody(cast(Any, transport), cycle)
+    cycle = _held(transport)
     await cycle.send(START)
     await cycle.send({"type": "http.response.body", "body": b"hello"})
     gone = weakref.ref(cycle)
