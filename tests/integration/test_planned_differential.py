@@ -14,8 +14,9 @@ and their paths, extensions):
   entries → edges → node → media): aliases, named and inline fragments,
   ``__typename``, ``@skip``/``@include`` by literal and by variable,
   nullable and non-null fields, lists, page sizes that are refused;
-* the cold page's documents with errors injected into both apps at once
-  (an entry that raises, a ``None`` position key, a media of the wrong type);
+* the cold page's documents with errors injected into the rows both apps
+  read, at once (an entry that raises, a ``None`` position key, one of the
+  wrong type, a media record of the wrong shape, a duration past 32 bits);
 * reads that name their version, sent to both apps at once while edits
   commit to the same playlist: each pair that names one version is
   byte-identical (subscription deliveries with edits racing them:
@@ -28,6 +29,7 @@ comparing graphql-core with itself).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -41,10 +43,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chorus.domain.commands import AddEntries, RemoveEntries, UpdatePlaylist
+from chorus.domain.model import Entry
 from chorus.graphql.schema.common.arguments import input_playlist_id
-from chorus.graphql.schema.common.types import PlaylistEntry
 from chorus.metrics import PLANNED
+from chorus.resolvers import queries
 from chorus.resolvers.context import Services
+from chorus.resolvers.read_source import ReadSource
 from tests.integration.graphql_corpus import CORPUS, OPERATION_NAMES, bind
 from tests.integration.test_fast_paths_differential import _post, _seed
 from tests.integration.test_raced_reads import running, settings_for
@@ -256,36 +260,72 @@ async def test_drawn_selections_answer_as_graphql_core(database_url: str, tmp_pa
         assert any(answered)
 
 
+class _Raising:
+    """An entry row whose position key raises when read."""
+
+    def __init__(self, entry: Entry) -> None:
+        self.entry = entry
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "position_key":
+            raise RuntimeError("injected")
+        return getattr(self.entry, name)
+
+
 async def test_errors_met_by_a_plan_are_answered_by_graphql_core(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A resolver that raises, ``None`` in a non-null field, a value another type's:
-    injected into both apps at once; graphql-core's answer, byte for byte."""
-    real = PlaylistEntry.from_record.__func__  # type: ignore[attr-defined]
+    """A row that raises, ``None`` in a non-null field, a value another type's, a media
+    record of the wrong shape: injected into the rows both apps read, at once (the
+    objects' path and the rows' field plan, ``entry_rows``, alike); graphql-core's
+    answer, byte for byte."""
+    real_page = ReadSource.entries_page
+    real_media = queries.media_of
     broken: dict[str, str] = {}
 
-    def injected(cls: type[PlaylistEntry], playlist_id: str, e: Any, media: Any = None) -> Any:
-        entry = real(cls, playlist_id, e, media)
+    def injected_entry(e: Entry) -> Any:
         kind = broken.get(e.media_id)
         if kind == "null":
-            entry.position_key = None
-        elif kind == "raise":
-            raise RuntimeError("injected")
-        elif kind == "wrong type":
-            entry.prefetched = "not a media"
-        return entry
+            return dataclasses.replace(e, position_key=None)  # type: ignore[arg-type]
+        if kind == "raise":
+            return _Raising(e)
+        if kind == "wrong type":
+            return dataclasses.replace(e, position_key=7)  # type: ignore[arg-type]
+        return e
 
-    monkeypatch.setattr(PlaylistEntry, "from_record", classmethod(injected))
+    async def injected_page(self: ReadSource, *args: Any, **kwargs: Any) -> Any:
+        page = await real_page(self, *args, **kwargs)
+        return dataclasses.replace(page, items=[injected_entry(e) for e in page.items])
+
+    async def injected_media(ctx: Any, entries: Any) -> Any:
+        found = await real_media(ctx, entries)
+        for media_id, kind in broken.items():
+            if media_id in found and kind == "media":
+                found[media_id] = "not a media"
+            elif media_id in found and kind == "long":
+                found[media_id] = dataclasses.replace(found[media_id], duration_ms=2**40)
+        return found
+
+    monkeypatch.setattr(ReadSource, "entries_page", injected_page)
+    monkeypatch.setattr(queries, "media_of", injected_media)
     async with _twins(database_url, tmp_path) as (planned, plain, services):
         seeded = await _seed(services, planned)
-        abandoned = _served("abandoned")
-        for kind in ("null", "raise", "wrong type"):
+        for kind in ("null", "raise", "wrong type", "media", "long"):
             broken.clear()
             broken["chinook:track:4"] = kind
+            before = _served("abandoned")
             for user, document, variables in CORPUS[:9]:
                 body = {"query": document, "variables": bind(variables, seeded)}
                 await _same(planned, plain, user, body)
-        assert _served("abandoned") - abandoned >= 6
+            body = {"query": COLD_PAGE, "variables": {"id": seeded["pid"]}}
+            await _same(planned, plain, "alice", body)
+            # Each kind was met by a plan (the cold page selects all it breaks).
+            assert _served("abandoned") > before, kind
+
+
+COLD_PAGE = """query Page($id: ID!) { playlist(id: $id) { version entries(first: 50) {
+  edges { cursor node { id positionKey media { title artists album durationMs } } } } } }"""
+"""``bench/peers.py``'s page."""
 
 
 RACED = [

@@ -135,6 +135,23 @@ def passed_as_coerced(
     return tuple(names)
 
 
+def field_plan_of(field_def: GraphQLField) -> Any:
+    """The field plan factory the resolver of ``field_def`` names (:func:`chorus.graphql.
+    execution.plans.field_plan`), when a plan may call it in the resolver's place: as for
+    :func:`direct_resolver`, no field extensions, no exception handlers, arguments as
+    graphql-core coerced them; else ``None``."""
+    definition = (field_def.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    resolver = getattr(definition, "base_resolver", None)
+    factory = getattr(getattr(resolver, "wrapped_func", None), FIELD_PLAN, None)
+    if factory is None or direct_resolver(field_def) is None:
+        return None
+    return factory
+
+
+FIELD_PLAN = "chorus_field_plan"
+"""The attribute of a resolver function naming its field plan factory."""
+
+
 def strawberry_is_type_of(check: Callable[..., Any]) -> bool:
     """Whether an object type's ``is_type_of`` is strawberry's (an ``isinstance``; the
     resolve info it is given is unused, so a plan passes ``None``)."""
@@ -157,7 +174,9 @@ def uses_variables(node: Any) -> bool:
 
 
 __all__ = [
+    "FIELD_PLAN",
     "direct_resolver",
+    "field_plan_of",
     "passed_as_coerced",
     "plain_attribute",
     "strawberry_is_type_of",

@@ -26,6 +26,14 @@ value of exactly its type (a ``str`` for ``String``/``ID``, a ``bool``, an
 return it. Lists, objects and every other leaf stay closures: they are few,
 and each step stays debuggable.
 
+**A field may bring its own plan** (:func:`field_plan`): a page of entries was
+~500 objects built by its resolver (entries, edges, media), then completed
+field by field, ~20% of the cold page's CPU. Such a field's factory is given
+the field's selection (:data:`Selected`) when the plan is built, and returns
+a function that builds the completed value from the rows the resolver reads
+(``Playlist.entries``: :mod:`chorus.graphql.schema.common.entry_rows`); a
+selection it does not cover is planned as before.
+
 **What a plan does not cover** (:class:`Unplannable` at build time; graphql-core
 runs it): subscriptions (but for one event of a known type:
 :mod:`chorus.graphql.execution.event_plans`), introspection (``__schema``,
@@ -49,7 +57,7 @@ import asyncio
 import keyword
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from graphql import (
     GraphQLBoolean,
@@ -79,7 +87,9 @@ from graphql.execution.values import VariableValues, get_argument_values
 from graphql.pyutils import Path
 
 from chorus.graphql.execution.field_reads import (
+    FIELD_PLAN,
     direct_resolver,
+    field_plan_of,
     plain_attribute,
     strawberry_is_type_of,
     uses_variables,
@@ -103,6 +113,38 @@ resolve info is built."""
 
 Complete = Callable[[Any, "Run", At | None], Any]
 """``(value, run, path) → the completed value``; ``path`` only where a resolver below needs it."""
+
+Selected = tuple[str, tuple[tuple[str, str, "Selected | None"], ...]]
+"""An object's selection as a field plan is given it: ``(type name, ((response key, field
+name, that field's own selection, ``None`` for a leaf), ...))`` in response order,
+fragments merged and ``@skip``/``@include`` folded (graphql-core's ``collect_subfields``)."""
+
+FieldPlan = Callable[[Selected, GraphQLSchema], Callable[[Any, Any, dict[str, Any]], Any] | None]
+"""A field plan factory: ``(the field's selection, schema) → answer``, or ``None`` for a
+selection it does not cover (the field is then planned as any other). ``answer(source,
+context, arguments)`` returns (or gives an awaitable of) the field's completed value, as
+graphql-core would complete the resolver's; it raises on anything else (:class:`Abandon`,
+or any error: graphql-core then executes the request). ``arguments``: graphql-core's
+coerced values by GraphQL name."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def field_plan(factory: FieldPlan) -> Callable[[F], F]:
+    """Mark a strawberry resolver as one a plan may answer by ``factory`` (:data:`FieldPlan`).
+
+    For a field whose value a plan would otherwise build as objects, then complete
+    field by field (a page of 50 entries: ~500 objects), ``factory`` builds its
+    completed value straight from what the resolver reads. graphql-core still calls
+    the resolver itself; so does a plan for a selection ``factory`` refuses.
+    """
+
+    def mark(function: F) -> F:
+        setattr(function, FIELD_PLAN, factory)
+        return function
+
+    return mark
 
 
 @dataclass(slots=True)
@@ -209,6 +251,10 @@ class Builder:
         field_def: GraphQLField,
         details: FieldDetailsList,
     ) -> _Step:
+        planned = self._field_plan(field_def, details)
+        if planned is not None:
+            nullable = not isinstance(field_def.type, GraphQLNonNull)
+            return _Step(key, None, planned, _planned_value(nullable), needs_path=False)
         complete, below = self._completion(field_def.type, details)
         attribute = plain_attribute(field_def)
         if attribute is not None:
@@ -216,6 +262,79 @@ class Builder:
                 return _Step(key, None, _attribute_call(attribute), complete, needs_path=True)
             return _Step(key, attribute, None, complete, needs_path=False)
         return _Step(key, None, self._call(parent_type, field_def, details), complete, True)
+
+    def _field_plan(
+        self, field_def: GraphQLField, details: FieldDetailsList
+    ) -> Callable[[Any, Run, At | None], Any] | None:
+        """The field's own plan (:func:`field_plan`), when it has one for this selection."""
+        factory = field_plan_of(field_def)
+        if factory is None:
+            return None
+        selected = self._selected(field_def.type, details)
+        if selected is None:
+            return None
+        answer = factory(selected, self.schema)
+        if answer is None:
+            return None
+        node = details[0].node
+        fixed: dict[str, Any] | None = None
+        if not (field_def.args or node.arguments):
+            fixed = {}
+        elif not uses_variables(node):
+            try:
+                fixed = get_argument_values(field_def, node, self.no_variables)
+            except Exception:  # graphql-core reports it, located
+                return None
+
+        def call(source: Any, run: Run, path: At | None) -> Any:
+            executor = run.executor
+            arguments = (
+                fixed
+                if fixed is not None
+                else get_argument_values(field_def, node, executor.variable_values)
+            )
+            return answer(source, executor.context_value, arguments)
+
+        return call
+
+    def _selected(self, type_: GraphQLOutputType, details: FieldDetailsList) -> Selected | None:
+        """The selection of ``details`` on ``type_`` (wrappers unwrapped), or ``None``
+        where a field plan cannot be given one: an abstract type, a field with
+        arguments below the top, ``@defer``, fragment variables."""
+        while isinstance(type_, GraphQLNonNull | GraphQLList):
+            type_ = type_.of_type
+        if not isinstance(type_, GraphQLObjectType):
+            return None
+        grouped, defers, forbidden = collect_subfields(
+            self.schema, self.fragments, self.variable_values, self.operation, type_, details
+        )
+        if defers or forbidden:
+            return None
+        fields: list[tuple[str, str, Selected | None]] = []
+        for key, below in grouped.items():
+            if any(
+                d.defer_usage is not None or d.fragment_variable_values or d.node.arguments
+                for d in below
+            ):
+                return None
+            name = below[0].node.name.value
+            if name == "__typename":
+                fields.append((key, name, None))
+                continue
+            field_def = type_.fields.get(name)
+            if field_def is None:
+                return None
+            inner = field_def.type
+            while isinstance(inner, GraphQLNonNull | GraphQLList):
+                inner = inner.of_type
+            if is_leaf_type(inner):
+                fields.append((key, name, None))
+                continue
+            sub = self._selected(inner, below)
+            if sub is None:
+                return None
+            fields.append((key, name, sub))
+        return type_.name, tuple(fields)
 
     def _call(
         self, parent_type: GraphQLObjectType, field_def: GraphQLField, details: FieldDetailsList
@@ -424,6 +543,17 @@ _AS_IS_TEST: dict[type, str] = {
 """A leaf's first test of :func:`_leaf`, as source, by the type it passes as it is."""
 
 
+def _planned_value(nullable: bool) -> Complete:
+    """A field plan's value is completed already: ``None`` only where the type allows it."""
+
+    def complete(value: Any, run: Run, path: At | None) -> Any:
+        if value is None and not nullable:
+            raise Abandon
+        return value
+
+    return complete
+
+
 def _list(item: Complete, nullable: bool, item_paths: bool) -> Complete:
     def complete(value: Any, run: Run, path: At | None) -> Any:
         if value is None:
@@ -505,4 +635,16 @@ def close_pending(state: Run) -> None:
     state.pending = []
 
 
-__all__ = ["Abandon", "At", "Builder", "Run", "Unplannable", "close_pending", "run", "waves"]
+__all__ = [
+    "Abandon",
+    "At",
+    "Builder",
+    "FieldPlan",
+    "Run",
+    "Selected",
+    "Unplannable",
+    "close_pending",
+    "field_plan",
+    "run",
+    "waves",
+]

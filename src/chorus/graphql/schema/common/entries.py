@@ -2,7 +2,10 @@
 
 ``Playlist.entries`` and ``PlaylistAtVersion.entries`` render their pages
 here, so both give the same edges, cursors and ``PageInfo`` for the same
-entries: a cursor of one pages the other.
+entries: a cursor of one pages the other. A plan running ``Playlist.entries``
+writes the same connection straight from the page's rows
+(:mod:`chorus.graphql.schema.common.entry_rows`): what this module reads and
+makes, it must read and make too.
 """
 
 from __future__ import annotations

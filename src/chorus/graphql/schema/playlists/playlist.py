@@ -8,17 +8,21 @@ makes one read (:mod:`chorus.resolvers.queries`) and renders the page
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import strawberry
 from strawberry.types.nodes import convert_arguments
 
+from chorus.db.pages import EntriesPage
 from chorus.domain.follows import Target, TargetKind
 from chorus.domain.limits import DEFAULT_LIMITS
 from chorus.domain.model import Playlist as PlaylistRecord
 from chorus.domain.version_history import CHECKPOINT_EVERY
+from chorus.graphql.execution.plans import field_plan
 from chorus.graphql.schema.common import arguments, ids, selections
 from chorus.graphql.schema.common.connections import Connection, PlaylistEntryConnection
 from chorus.graphql.schema.common.entries import entry_connection
+from chorus.graphql.schema.common.entry_rows import connection_plan
 from chorus.graphql.schema.common.types import (
     ChorusInfo,
     Node,
@@ -32,7 +36,34 @@ from chorus.graphql.schema.history.changes import PlaylistChangeBatch
 from chorus.graphql.schema.members.members import PlaylistMember, members_connection
 from chorus.graphql.schema.presence.presence import PlaylistPresence
 from chorus.resolvers import playlist_lists, presence, queries
+from chorus.resolvers.context import RequestContext
 from chorus.resolvers.request_errors import BadUserInput
+
+
+async def _head_page(
+    record: PlaylistRecord, context: RequestContext, asked: dict[str, Any]
+) -> EntriesPage:
+    """The page of the head's entries ``Playlist.entries`` reads (its resolver and its
+    field plan, :mod:`chorus.graphql.schema.common.entry_rows`); ``asked``: its
+    arguments by GraphQL name, absent or ``None`` when not given.
+
+    Raises:
+        BadUserInput: see :func:`chorus.graphql.schema.common.arguments.entries_request`.
+    """
+    request = arguments.entries_request(
+        context.services.limits,
+        asked.get("first"),
+        asked.get("after"),
+        asked.get("last"),
+        asked.get("before"),
+    )
+    return await context.reads.entries_page(
+        record,
+        size=request.size,
+        from_end=request.from_end,
+        after=request.after,
+        before=request.before,
+    )
 
 
 def first_page_asked(info: ChorusInfo) -> int | None:
@@ -108,6 +139,7 @@ class Playlist(Node):
         "keyset (positionKey, id). A cursor stays valid while the list changes: "
         "the cursor of an entry removed since pages from where it stood."
     )
+    @field_plan(connection_plan(lambda source, context, a: _head_page(source.record, context, a)))
     async def entries(
         self,
         info: ChorusInfo,
@@ -116,14 +148,8 @@ class Playlist(Node):
         last: int | None = None,
         before: str | None = None,
     ) -> PlaylistEntryConnection:
-        asked = arguments.entries_request(info.context.services.limits, first, after, last, before)
-        page = await info.context.reads.entries_page(
-            self.record,
-            size=asked.size,
-            from_end=asked.from_end,
-            after=asked.after,
-            before=asked.before,
-        )
+        asked = {"first": first, "after": after, "last": last, "before": before}
+        page = await _head_page(self.record, info.context, asked)
         return await entry_connection(info, self.record.id, page)
 
     @strawberry.field(
