@@ -201,7 +201,7 @@ MAX_SPAN_NAME = 100
 """The longest operation name put on a span (characters; clients choose names)."""
 
 
-def describe_operation(span: Span, request: Request, response: Response) -> None:
+def describe_operation(span: Span | None, request: Request, response: Response) -> None:
     """Note an HTTP operation for its access line and name its span ``<type> <name>``.
 
     The name is the executed operation's (sent, or the document's only one),
