@@ -7,8 +7,8 @@ Created with each request's :class:`~chorus.resolvers.read_source.ReadSource`
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Hashable
-from typing import TypeVar, cast
+from collections.abc import Awaitable, Hashable, Iterable, Mapping
+from typing import Any, TypeVar, cast
 
 from strawberry.dataloader import DataLoader
 
@@ -29,18 +29,30 @@ class PageLoader(DataLoader[K, V]):
 
     ``load_many`` makes a future per key, a batch task per key and a
     ``gather`` over them: for a 50-entry page's media about a third of the
-    media read's CPU (docs/caching.md, "The cold path").
+    media read's CPU (docs/caching.md, "The cold path"). What a page loaded is
+    kept as values (:attr:`_paged`), and a key's future made only when that key
+    is loaded, primed or cleared by itself: the 50 futures of priming a page
+    were ~2% of a cold read's CPU (py-spy), and usually nothing loads the key again.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._paged: dict[K, V] = {}
+        """Values :meth:`load_page` loaded whose key has no future in the cache yet."""
 
     async def load_page(self, keys: list[K]) -> list[V]:
         """``load_many(keys)``'s values: the keys not loaded yet in one call of the batch
-        function (primed for later loads), the rest from the cache. A key whose load
+        function (kept for later loads), the rest from the cache. A key whose load
         is still in flight (or failed) makes it ``load_many``."""
         if not self.cache:
             return await self.load_many(keys)
+        paged = self._paged
         known: dict[K, V] = {}
         missing: list[K] = []
         for key in dict.fromkeys(keys):
+            if key in paged:
+                known[key] = paged[key]
+                continue
             future = self.cache_map.get(key)
             if future is None or future.cancelled():
                 missing.append(key)
@@ -53,9 +65,41 @@ class PageLoader(DataLoader[K, V]):
             if any(isinstance(v, BaseException) for v in values):
                 return await self.load_many(keys)  # DataLoader's way: an error per key
             loaded = cast(dict[K, V], dict(zip(missing, values, strict=True)))
-            self.prime_many(loaded)
+            for key, value in loaded.items():
+                # A key loaded meanwhile keeps its future's value, as prime_many would.
+                if self.cache_map.get(key) is None:
+                    paged[key] = value
             known.update(loaded)
         return [known[key] for key in keys]
+
+    def _settle(self, keys: Iterable[K]) -> None:
+        """The paged value of each of ``keys`` as its future in the cache, as priming made it."""
+        paged = self._paged
+        if paged:
+            ready = {key: paged.pop(key) for key in keys if key in paged}
+            if ready:
+                super().prime_many(ready)
+
+    def load(self, key: K) -> Awaitable[V]:
+        self._settle((key,))
+        return super().load(key)
+
+    def prime_many(self, data: Mapping[K, V], force: bool = False) -> None:
+        self._settle(data)
+        super().prime_many(data, force)
+
+    def clear(self, key: K) -> None:
+        self._settle((key,))  # a paged key has a future to clear, as priming made it
+        super().clear(key)
+
+    def clear_many(self, keys: Iterable[K]) -> None:
+        keys = list(keys)
+        self._settle(keys)
+        super().clear_many(keys)
+
+    def clear_all(self) -> None:
+        self._paged.clear()
+        super().clear_all()
 
 
 class Loaders:
