@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import strawberry
@@ -241,6 +241,14 @@ class ArgumentsQuery:
         return a
 
     @strawberry.field
+    def snake(
+        self,
+        min_version: int | None = None,
+        named: Annotated[str, strawberry.argument(name="given")] = "x",
+    ) -> str:
+        return f"{min_version} {named}"
+
+    @strawberry.field
     def global_id(self, a: GlobalID) -> int:
         return 0
 
@@ -268,5 +276,11 @@ def test_only_arguments_strawberry_hands_on_unchanged_are_passed_directly() -> N
     called = direct_resolver(fields["scalars"])
     assert called is not None
     assert called[0](ArgumentsQuery(), None, {"a": 3, "b": None}) == 3
+    # A Python name the schema camel-cases, and one given its own GraphQL name.
+    snake = direct_resolver(fields["snake"])
+    assert snake is not None
+    assert snake[0](ArgumentsQuery(), None, {"minVersion": 4, "given": "y"}) == "4 y"
+    # Query.playlist(id, minVersion): the cold page's root field.
+    assert direct_resolver(SCHEMA.query_type.fields["playlist"]) is not None  # type: ignore[union-attr]
     for name in ("globalId", "colour", "listed", "maybe", "ranged"):
         assert direct_resolver(fields[name]) is None, name

@@ -113,11 +113,17 @@ def passed_as_coerced(
     arguments = getattr(definition, "arguments", None)
     if arguments is None or len(arguments) != len(field_def.args):
         return None
+    # Paired by strawberry's back reference: an argument's GraphQL name is its
+    # ``graphql_name`` only when given; else the schema's name converter made it
+    # (``min_version`` is ``minVersion``), which a lookup by name missed.
+    by_argument = {
+        id((a.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)): (name, a)
+        for name, a in field_def.args.items()
+    }
     names = []
     for argument in arguments:
-        graphql_name = argument.graphql_name or argument.python_name
-        graphql_argument = field_def.args.get(graphql_name)
-        if graphql_argument is None:
+        graphql_name, graphql_argument = by_argument.get(id(argument), (None, None))
+        if graphql_name is None or graphql_argument is None:
             return None
         graphql_type = graphql_argument.type
         if isinstance(graphql_type, GraphQLNonNull):
