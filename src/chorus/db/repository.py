@@ -29,7 +29,15 @@ from chorus.db.direct import fetch_direct
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import Change, ChangeWire, decode_change
 from chorus.domain.committed import CommittedVersion
-from chorus.domain.model import Entry, Member, Playlist, PlaylistKind, Role, Visibility
+from chorus.domain.model import (
+    Entry,
+    Member,
+    Playlist,
+    PlaylistKind,
+    Role,
+    Visibility,
+    entries_of,
+)
 from chorus.domain.ports import SortKey
 from chorus.domain.revert import undo
 
@@ -143,7 +151,7 @@ async def entries_page(
         params["before_key"], params["before_id"] = before
     query = _page_query(after is not None, before is not None, from_end)
     # The columns are Entry's fields, in order.
-    entries = [Entry(*r) for r in (await conn.execute(query, params)).all()]
+    entries = entries_of((await conn.execute(query, params)).all())
     return entries[::-1] if from_end else entries
 
 
@@ -171,7 +179,7 @@ async def header_and_first_entries(
     split = len(playlist.c)
     header = playlist_from_row(dict(zip(playlist.c.keys(), rows[0][:split], strict=True)))
     # The header's row has no entry: its entry columns are null.
-    entries = [Entry(*r[split:]) for r in rows if r[split] is not None]
+    entries = entries_of(rows, split)
     return header, entries
 
 

@@ -9,9 +9,11 @@ the header, the actor's membership and only the entries they touch (see
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class Role(StrEnum):
@@ -109,6 +111,52 @@ class Entry:
     def sort_key(self) -> tuple[str, str]:
         """The keyset ``(position_key, entry_id)`` that orders entries and cursors."""
         return (self.position_key, self.entry_id)
+
+
+_NEW = object.__new__
+# Each field's slot, set directly: Entry is frozen, and its __init__ sets each field
+# through object.__setattr__, 0.9 µs an entry in the serving process (~5% of a cold
+# page's CPU, py-spy); the slots' own setters take half of that.
+(
+    _SET_ENTRY_ID,
+    _SET_POSITION_KEY,
+    _SET_MEDIA_ID,
+    _SET_ADDED_BY,
+    _SET_ADDED_AT,
+    _SET_REMOVED_AT,
+) = (getattr(Entry, name).__set__ for name in Entry.__dataclass_fields__)
+assert tuple(Entry.__dataclass_fields__) == (
+    "entry_id",
+    "position_key",
+    "media_id",
+    "added_by",
+    "added_at",
+    "removed_at",
+), "entries_of sets these fields, in this order"
+
+
+def entries_of(rows: Iterable[Sequence[Any]], start: int = 0) -> list[Entry]:
+    """The :class:`Entry` of each row, from its columns ``start`` to ``start + 5`` in
+    the fields' order; a row whose ``entry_id`` column is ``None`` has none.
+
+    The same entries as ``Entry(*row[start:start + 6])``, made without ``__init__``
+    (a page is 50 to 100 of them).
+    """
+    found: list[Entry] = []
+    append = found.append
+    for row in rows:
+        entry_id = row[start]
+        if entry_id is None:
+            continue
+        entry = _NEW(Entry)
+        _SET_ENTRY_ID(entry, entry_id)
+        _SET_POSITION_KEY(entry, row[start + 1])
+        _SET_MEDIA_ID(entry, row[start + 2])
+        _SET_ADDED_BY(entry, row[start + 3])
+        _SET_ADDED_AT(entry, row[start + 4])
+        _SET_REMOVED_AT(entry, row[start + 5])
+        append(entry)
+    return found
 
 
 def role_can_read(role: Role | None, playlist: Playlist) -> bool:

@@ -46,8 +46,8 @@ _STR, _BOOL = "type(v) is str", "type(v) is bool"
 
 # A leaf's value, as source: (expression, test of a value passed as is, nullable).
 # The names in scope: page (EntriesPage), pid (the playlist id), e (an Entry), c and g
-# (its cursor and global id), m (a catalog media record), and date (the DateTime
-# scalar's serializer).
+# (its cursor and global id), m (a catalog media record), edge_cursor (an entry's
+# cursor) and date (the DateTime scalar's serializer).
 _LEAVES: dict[str, dict[str, tuple[str, str, bool]]] = {
     "PlaylistEntryConnection": {
         "totalCount": ("page.total", _INT, False),
@@ -154,8 +154,7 @@ def _object(out: _Source, depth: int, selected: Selected, target: str) -> bool:
 def _read_each(out: _Source, depth: int) -> None:
     """The cursor and global id of ``e``, which the objects' path makes for every entry
     of the page whatever is selected: a row that fails there fails here too."""
-    out.add(depth, "c = cursor(e.position_key, e.entry_id)")
-    out.add(depth, "g = gid(pid, e.entry_id)")
+    out.add(depth, "c, g = cursor_and_id(pid, e.position_key, e.entry_id)")
 
 
 def _selects_media(selected: Selected) -> bool:
@@ -187,8 +186,7 @@ def _build(selected: Selected, schema: GraphQLSchema) -> Callable[..., dict[str,
     scope: dict[str, Any] = {
         "Abandon": Abandon,
         "Undefined": Undefined,
-        "gid": ids.entry_global_id,
-        "cursor": ids.entry_cursor,
+        "cursor_and_id": ids.entry_cursor_and_global_id,
         "edge_cursor": lambda e: ids.entry_cursor(e.position_key, e.entry_id),
         "date": _nullable(date.coerce_output_value),
     }

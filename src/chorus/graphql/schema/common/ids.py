@@ -161,6 +161,16 @@ def entry_cursor(position_key: str, entry_id_: str) -> str:
     return _encode(f"{_ENTRY}:{position_key}:{entry_id_}")
 
 
+@functools.lru_cache(maxsize=KEPT_ENTRY_IDS)
+def entry_cursor_and_global_id(
+    playlist_id_: str, position_key: str, entry_id_: str
+) -> tuple[str, str]:
+    """``(entry_cursor(position_key, entry_id), entry_global_id(playlist_id, entry_id))``,
+    kept as one: a page written from its rows needs both of each entry (one lookup
+    of three fresh strings where two lookups hashed the entry id twice)."""
+    return entry_cursor(position_key, entry_id_), entry_global_id(playlist_id_, entry_id_)
+
+
 def decode_entry_cursor(cursor: str) -> tuple[str, str]:
     """The keyset ``(position_key, entry_id)`` of an entry cursor.
 
