@@ -37,7 +37,7 @@ lean route (:mod:`chorus.graphql.http.lean`: a response-cache hit sent from raw 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -203,8 +203,23 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
     )
 
 
+class _Methods(set[str]):
+    """A route's methods, iterated in order: Starlette joins them into a 405's ``Allow``,
+    and a set's order is its strings' hashes', so two processes behind one proxy
+    answered the same request with ``Allow: GET, POST`` and ``Allow: POST, GET``."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set.__iter__(self)))
+
+
+def _ordered(route: Route) -> Route:
+    if route.methods is not None:
+        route.methods = _Methods(route.methods)
+    return route
+
+
 def _routes(graphql_app: ASGIApp) -> list[BaseRoute]:
-    graphql = Route("/graphql", graphql_app, methods=["GET", "POST"])
+    graphql = _ordered(Route("/graphql", graphql_app, methods=["GET", "POST"]))
     # Starlette adds HEAD to a GET route; the GraphQL view answers no HEAD,
     # so the 405's Allow would name a method that is itself refused.
     assert graphql.methods is not None
@@ -212,9 +227,9 @@ def _routes(graphql_app: ASGIApp) -> list[BaseRoute]:
     return [
         graphql,
         WebSocketRoute("/graphql", graphql_app),
-        Route("/healthz", healthz),
-        Route("/readyz", health.readyz),
-        Route("/metrics", health.metrics),
+        _ordered(Route("/healthz", healthz)),
+        _ordered(Route("/readyz", health.readyz)),
+        _ordered(Route("/metrics", health.metrics)),
         Mount(ide.ASSETS_URL, StaticFiles(directory=ide.ASSETS_PATH), name="graphiql"),
         Mount(
             ide.WEB_URL,
