@@ -48,6 +48,7 @@ INTERNALS: list[tuple[str, str, str]] = [
     ("strawberry.types.nodes", "SelectedField", "graphql/ (selection walks)"),
     ("strawberry.types.execution", "PreExecutionError", "graphql/websocket/handler.py"),
     ("strawberry.types.unset", "UnsetType", "graphql/"),
+    ("strawberry.dataloader", "DefaultCache", "resolvers/loaders.py: PageLoader"),
     # graphql-core
     ("graphql.execution.collect_fields", "FieldDetailsList", "graphql/execution/executor.py"),
     ("graphql.execution.collect_fields", "GroupedFieldSet", "graphql/execution/executor.py"),
@@ -137,6 +138,14 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
         assert name in resolver_source, f"from_resolver's {name}: field_reads.py"
     # plans.py reads a plain field as an attribute only behind this resolver.
     assert field.resolve.__name__ == "_get_basic_result", "plans.py: strawberry's basic field"
+    # loaders.py reads whether a loader's DefaultCache holds any future.
+    from strawberry.dataloader import DataLoader
+
+    async def _load(keys: list[int]) -> list[int]:
+        return keys
+
+    futures = DataLoader(_load).cache_map
+    assert type(getattr(futures, "cache_map", None)) is dict, "loaders.py: DefaultCache.cache_map"
     # operation_metrics.py reads the operation name a request sent (None: none).
     execution = inspect.getsource(importlib.import_module("strawberry.types.execution"))
     assert "self._provided_operation_name =" in execution, "operation_metrics.py"

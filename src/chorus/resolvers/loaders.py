@@ -49,28 +49,45 @@ class PageLoader(DataLoader[K, V]):
         paged = self._paged
         known: dict[K, V] = {}
         missing: list[K] = []
-        for key in dict.fromkeys(keys):
-            if key in paged:
-                known[key] = paged[key]
-                continue
-            future = self.cache_map.get(key)
-            if future is None or future.cancelled():
-                missing.append(key)
-            elif future.done() and future.exception() is None:
-                known[key] = future.result()
-            else:
-                return await self.load_many(keys)
+        if self._no_futures():
+            # Usually nothing loaded one key of this kind by itself: no future to ask
+            # for each key (a Python call each, two a key: ~2% of a cold read, cProfile).
+            for key in dict.fromkeys(keys):
+                if key in paged:
+                    known[key] = paged[key]
+                else:
+                    missing.append(key)
+        else:
+            for key in dict.fromkeys(keys):
+                if key in paged:
+                    known[key] = paged[key]
+                    continue
+                future = self.cache_map.get(key)
+                if future is None or future.cancelled():
+                    missing.append(key)
+                elif future.done() and future.exception() is None:
+                    known[key] = future.result()
+                else:
+                    return await self.load_many(keys)
         if missing:
             values = await self.load_fn(missing)
             if any(isinstance(v, BaseException) for v in values):
                 return await self.load_many(keys)  # DataLoader's way: an error per key
             loaded = cast(dict[K, V], dict(zip(missing, values, strict=True)))
-            for key, value in loaded.items():
-                # A key loaded meanwhile keeps its future's value, as prime_many would.
-                if self.cache_map.get(key) is None:
-                    paged[key] = value
+            if self._no_futures():
+                paged.update(loaded)
+            else:
+                for key, value in loaded.items():
+                    # A key loaded meanwhile keeps its future's value, as prime_many would.
+                    if self.cache_map.get(key) is None:
+                        paged[key] = value
             known.update(loaded)
         return [known[key] for key in keys]
+
+    def _no_futures(self) -> bool:
+        """Whether the cache holds no future (strawberry's ``DefaultCache``, empty)."""
+        futures = getattr(self.cache_map, "cache_map", None)
+        return type(futures) is dict and not futures
 
     def _settle(self, keys: Iterable[K]) -> None:
         """The paged value of each of ``keys`` as its future in the cache, as priming made it."""
