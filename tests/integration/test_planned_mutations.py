@@ -49,6 +49,13 @@ mutation Two($first: AddEntriesInput!, $second: AddEntriesInput!) {{
   two: addEntries(input: $second) {{ version userErrors {{ code }} __typename }}
 }}
 """
+WITH_PAGE = """
+mutation Paged($input: AddEntriesInput!) { addEntries(input: $input) { version
+  playlist { version entries(first: 3) { totalCount pageInfo { endCursor hasNextPage }
+    edges { cursor node { id positionKey media { title artists durationMs } } } } } } }
+"""
+"""A payload paging the playlist's entries: written from their rows by the plan
+(:mod:`chorus.graphql.schema.common.entry_rows`), by the objects in graphql-core."""
 NULL_IN_INPUT = """
 mutation Create($vis: Visibility) {
   createPlaylist(input: {operationId: "nv", title: "T", visibility: $vis}) { version }
@@ -147,6 +154,8 @@ async def test_mutation_plans_answer_as_graphql_core(
         stale = {**add, "operationId": pair.op(), "strict": True}
         await pair.send(run["addEntries"], input=stale)  # stale baseVersion, strict: refused
         await pair.send(BENCH_ADD, input={**add, "operationId": pair.op()})  # rebased
+        paged = await pair.send(WITH_PAGE, input={**add, "operationId": pair.op()})
+        assert paged["data"]["addEntries"]["playlist"]["entries"]["totalCount"] > 3, paged
         await pair.send(BENCH_ADD, input={**add, "operationId": pair.op(), "playlistId": "nope"})
         unknown = "UGxheWxpc3Q6bm9uZQ=="
         await pair.send(
