@@ -277,14 +277,7 @@ class Builder:
         if answer is None:
             return None
         node = details[0].node
-        fixed: dict[str, Any] | None = None
-        if not (field_def.args or node.arguments):
-            fixed = {}
-        elif not uses_variables(node):
-            try:
-                fixed = get_argument_values(field_def, node, self.no_variables)
-            except Exception:  # graphql-core reports it, located
-                return None
+        fixed = self._fixed_arguments(field_def, node)
 
         def call(source: Any, run: Run, path: At | None) -> Any:
             executor = run.executor
@@ -336,6 +329,22 @@ class Builder:
             fields.append((key, name, sub))
         return type_.name, tuple(fields)
 
+    def _fixed_arguments(self, field_def: GraphQLField, node: Any) -> dict[str, Any] | None:
+        """The field's arguments when no variable is among them (coerced once, when the
+        plan is built); ``None``: coerced per request.
+
+        Raises:
+            Unplannable: an argument that does not coerce (graphql-core reports it, located).
+        """
+        if not (field_def.args or node.arguments):
+            return {}
+        if uses_variables(node):
+            return None
+        try:
+            return get_argument_values(field_def, node, self.no_variables)
+        except Exception as error:
+            raise Unplannable("an argument that does not coerce") from error
+
     def _call(
         self, parent_type: GraphQLObjectType, field_def: GraphQLField, details: FieldDetailsList
     ) -> Callable[[Any, Run, At | None], Any]:
@@ -343,14 +352,7 @@ class Builder:
         resolve = field_def.resolve
         nodes = [d.node for d in details]
         node = nodes[0]
-        fixed: dict[str, Any] | None = None
-        if not (field_def.args or node.arguments):
-            fixed = {}
-        elif not uses_variables(node):
-            try:
-                fixed = get_argument_values(field_def, node, self.no_variables)
-            except Exception as error:  # graphql-core reports it, located
-                raise Unplannable("an argument that does not coerce") from error
+        fixed = self._fixed_arguments(field_def, node)
         direct = direct_resolver(field_def)
         if direct is not None:
             function, make_info, wants_info = direct

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
@@ -388,19 +389,14 @@ class LeanRoute:
                 request, kept.services, kept.identity, kept.operation, kept.extensions
             )
 
-        if tracing_enabled():
-            with tracer.start_as_current_span("graphql") as span:
-                response = await view.answer_missed(
-                    request, kept.services, kept.operation, kept.asked, kept.name, run
-                )
-                describe_operation(span, request, response)
-        else:
-            # No tracer provider: the span would be the API's no-op, and its context
-            # managers ~1.5% of a cold read (py-spy).
+        # No tracer provider: no span (the API's no-op span and its context managers
+        # were ~1.5% of a cold read, py-spy).
+        traced = tracer.start_as_current_span("graphql") if tracing_enabled() else nullcontext()
+        with traced as span:
             response = await view.answer_missed(
                 request, kept.services, kept.operation, kept.asked, kept.name, run
             )
-            describe_operation(None, request, response)
+            describe_operation(span, request, response)
         if kept.media == negotiation.GRAPHQL_RESPONSE:
             response = negotiation.as_graphql_response(response)
         return response

@@ -26,7 +26,6 @@ byte, over drawn selections.
 
 from __future__ import annotations
 
-import keyword
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,6 +35,7 @@ from chorus.db.pages import EntriesPage
 from chorus.graphql.execution import loop_turns
 from chorus.graphql.execution.plans import Abandon, FieldPlan, Selected
 from chorus.graphql.schema.common import ids
+from chorus.graphql.schema.common.entries import entry_cursor
 from chorus.resolvers import queries
 
 PageOf = Callable[[Any, Any, dict[str, Any]], Awaitable[EntriesPage]]
@@ -74,6 +74,10 @@ _LEAVES: dict[str, dict[str, tuple[str, str, bool]]] = {
         "endCursor": ("edge_cursor(page.items[-1]) if page.items else None", _STR, True),
     },
 }
+
+
+_NESTED = {("PlaylistEntryConnection", "pageInfo"), ("PlaylistEntryEdge", "node")}
+"""Non-null objects built in line from the same row (the page's, the edge's entry)."""
 
 
 class _Source:
@@ -125,16 +129,11 @@ def _object(out: _Source, depth: int, selected: Selected, target: str) -> bool:
                 return False
             out.add(depth + 1, f"{items}.append({edge})")
             out.add(depth, f"{slot} = {items}")
-        elif sub is not None and (type_name, name) == ("PlaylistEntryConnection", "pageInfo"):
-            info = out.name()
-            if not _object(out, depth, sub, info):
+        elif sub is not None and (type_name, name) in _NESTED:
+            nested = out.name()
+            if not _object(out, depth, sub, nested):
                 return False
-            out.add(depth, f"{slot} = {info}")
-        elif sub is not None and (type_name, name) == ("PlaylistEntryEdge", "node"):
-            node = out.name()
-            if not _object(out, depth, sub, node):
-                return False
-            out.add(depth, f"{slot} = {node}")
+            out.add(depth, f"{slot} = {nested}")
         elif sub is not None and (type_name, name) == ("PlaylistEntry", "media"):
             # entries.entry_connection: a media the catalog does not know (or a
             # falsy record) is null.
@@ -176,10 +175,6 @@ def _build(selected: Selected, schema: GraphQLSchema) -> Callable[..., dict[str,
     if not _object(out, 1, selected, "result"):
         return None
     out.add(1, "return result")
-    if any(not (k.isidentifier() and not keyword.iskeyword(k)) for k in _keys(selected)):
-        # Response keys are GraphQL names (letters, digits, _) and enter the source
-        # only through repr; checked all the same.
-        return None
     date = schema.get_type("DateTime")
     if not isinstance(date, GraphQLScalarType):
         return None
@@ -187,18 +182,13 @@ def _build(selected: Selected, schema: GraphQLSchema) -> Callable[..., dict[str,
         "Abandon": Abandon,
         "Undefined": Undefined,
         "cursor_and_id": ids.entry_cursor_and_global_id,
-        "edge_cursor": lambda e: ids.entry_cursor(e.position_key, e.entry_id),
+        "edge_cursor": entry_cursor,
         "date": _nullable(date.coerce_output_value),
     }
     code = compile("\n".join(out.lines), "<entry rows>", "exec")
-    exec(code, scope)  # source from the table above and checked response keys only
+    exec(code, scope)  # source from the table above; response keys enter only through repr
     build: Callable[..., dict[str, Any]] = scope["build"]
     return build
-
-
-def _keys(selected: Selected) -> list[str]:
-    _, fields = selected
-    return [k for key, _, sub in fields for k in (key, *(_keys(sub) if sub else ()))]
 
 
 def _nullable(serialize: Callable[[Any], Any]) -> Callable[[Any], Any]:
