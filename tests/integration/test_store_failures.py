@@ -179,21 +179,25 @@ async def test_cancelled_command_blocks_no_one(
     ed = await new_playlist(store)
     await ed.add("m0")
     before = await tally(database, ed.playlist_id)
-    real_get_playlist = repository.get_playlist
     inside = asyncio.Event()
 
-    async def slow_get_playlist(conn: AsyncConnection, playlist_id: str, **kw: Any) -> Any:
-        # After the header's lock, mid-transaction, on both dialects' commit paths.
-        header = await real_get_playlist(conn, playlist_id, **kw)
-        inside.set()
-        await slow_statement(conn)
-        return header
+    def slowed(real: Any) -> Any:
+        async def slow(conn: AsyncConnection, playlist_id: str, **kw: Any) -> Any:
+            # After the header's lock, mid-transaction, on both dialects' commit paths.
+            header = await real(conn, playlist_id, **kw)
+            inside.set()
+            await slow_statement(conn)
+            return header
+
+        return slow
 
     command = ed.command(AddEntries, media_ids=("m1",))
     gc.disable()
     try:
         with monkeypatch.context() as patch:
-            patch.setattr(repository, "get_playlist", slow_get_playlist)
+            # SQLite's commit locks with get_playlist, PostgreSQL's with lock_playlist.
+            patch.setattr(repository, "get_playlist", slowed(repository.get_playlist))
+            patch.setattr(repository, "lock_playlist", slowed(repository.lock_playlist))
             task = asyncio.create_task(store.execute(command, ALICE))
             await inside.wait()
             await asyncio.sleep(0.1)  # the slow statement is running now

@@ -34,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import batches, idempotency, repository, writer
+from chorus.db.direct import fetch_in_transaction
 from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cancelled
 from chorus.db.group_state import GroupState, GroupView
 from chorus.db.idempotency import Committed
@@ -117,12 +118,13 @@ class GroupCommit:
         keys = [k for c in group for k in (c.keys if isinstance(c, QueuedBatch) else [c.key])]
         actors = list(dict.fromkeys(c.actor_id for c in group))
         async with self._db.write() as conn:
-            header = await repository.get_playlist(conn, playlist_id, for_update=True)
             if conn.dialect.name == "postgresql":
+                header = await repository.lock_playlist(conn, playlist_id)
                 state = await _read_after_lock(
                     conn, playlist_id, header, keys, actors, self._context
                 )
             else:
+                header = await repository.get_playlist(conn, playlist_id, for_update=True)
                 stored = await idempotency.stored_many(conn, keys)
                 state = GroupState(playlist_id, conn, header, stored, self._context)
             for c in group:
@@ -158,10 +160,13 @@ async def _read_after_lock(
     playlist's last live entry (what an append decides on) — three statements
     before, each ~0.3 ms of the process's CPU through SQLAlchemy. After the
     lock, not with it: a lock that waited would leave the reads at the
-    snapshot from before the wait.
+    snapshot from before the wait. Run on asyncpg itself
+    (:func:`~chorus.db.direct.fetch_in_transaction`): its values are SQLAlchemy's
+    (no column has a result processor that changes what asyncpg returns).
     """
     unique = list(dict.fromkeys(keys))
-    rows = await conn.execute(
+    rows = await fetch_in_transaction(
+        conn,
         _AFTER_LOCK,
         {
             "playlist_id": playlist_id,

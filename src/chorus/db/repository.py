@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db.direct import fetch_direct
+from chorus.db.direct import fetch_direct, fetch_in_transaction
 from chorus.db.tables import playlist, playlist_entry, playlist_member, playlist_mutation
 from chorus.domain.changes import Change, ChangeWire, decode_change
 from chorus.domain.committed import CommittedVersion
@@ -97,6 +97,14 @@ async def get_playlist(
     query = _HEADER_FOR_UPDATE if locks else _HEADER
     row = (await conn.execute(query, {"playlist_id": playlist_id})).first()
     return playlist_from_row(row) if row else None
+
+
+async def lock_playlist(conn: AsyncConnection, playlist_id: str) -> Playlist | None:
+    """:func:`get_playlist` with ``for_update`` in a PostgreSQL write transaction, run on
+    asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`; the header's columns
+    have no result processor that changes what asyncpg returns)."""
+    rows = await fetch_in_transaction(conn, _HEADER_FOR_UPDATE, {"playlist_id": playlist_id})
+    return playlist_from_row(rows[0]) if rows else None
 
 
 _HEADER = select(playlist).where(playlist.c.id == bindparam("playlist_id"))

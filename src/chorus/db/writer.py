@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import checkpoints
+from chorus.db.direct import fetch_in_transaction
 from chorus.db.stored_results import outcome_to_json
 from chorus.db.tables import (
     outbox,
@@ -258,7 +259,7 @@ async def write_end(
         await write_header(conn, header)
         await write_records(conn, records)
         return
-    await conn.execute(_END_POSTGRES, _end_params(header, records, added))
+    await fetch_in_transaction(conn, _END_POSTGRES, _end_params(header, records, added))
     await _keep_checkpoint(conn, records)
 
 
@@ -318,7 +319,9 @@ A commit's end was four round trips through SQLAlchemy, each ~0.4 ms of the
 process's CPU (bench/writes.py, py-spy); this is one, of a fixed shape whatever
 the group's size (arrays, not a ``VALUES`` list per size), so it is prepared
 once per connection. Four tables: no part reads what another writes. The
-outbox rows are inserted in the records' order (their ids keep the versions')."""
+outbox rows are inserted in the records' order (their ids keep the versions').
+Run on asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`): its
+parameters have no bind processor of SQLAlchemy's (the JSON is dumped here)."""
 
 
 async def write_batch_members(
