@@ -78,15 +78,15 @@ def test_what_only_graphql_core_can_run_is_unplannable(document: str) -> None:
         _builder(document).root()
 
 
-def test_a_resolver_is_called_directly_when_strawberry_passes_its_arguments_as_they_are() -> None:
+def test_a_resolver_is_called_directly_when_a_plan_converts_its_arguments() -> None:
     entry = SCHEMA.get_type("PlaylistEntry")
     playlist = SCHEMA.get_type("Playlist")
     mutation = SCHEMA.get_type("Mutation")
     assert direct_resolver(entry.fields["media"]) is not None  # type: ignore[union-attr]
     # Int and String arguments: strawberry hands them on as graphql-core coerced them.
     assert direct_resolver(playlist.fields["entries"]) is not None  # type: ignore[union-attr]
-    # An input object is built by strawberry's wrapper: through it.
-    assert direct_resolver(mutation.fields["createPlaylist"]) is None  # type: ignore[union-attr]
+    # An input object: built by a conversion made once (test_argument_conversions.py).
+    assert direct_resolver(mutation.fields["createPlaylist"]) is not None  # type: ignore[union-attr]
     assert plain_attribute(entry.fields["positionKey"]) == "position_key"  # type: ignore[union-attr]
 
 
@@ -234,6 +234,10 @@ class Range:
     low: int
 
 
+SEEN: list[object] = []
+"""What the resolvers below were given."""
+
+
 @strawberry.type
 class ArgumentsQuery:
     @strawberry.field
@@ -254,10 +258,12 @@ class ArgumentsQuery:
 
     @strawberry.field
     def colour(self, a: Colour) -> int:
+        SEEN.append(a)
         return 0
 
     @strawberry.field
     def listed(self, a: list[int]) -> int:
+        SEEN.append(a)
         return 0
 
     @strawberry.field
@@ -266,11 +272,13 @@ class ArgumentsQuery:
 
     @strawberry.field
     def ranged(self, a: Range) -> int:
+        SEEN.append(a)
         return 0
 
 
-def test_only_arguments_strawberry_hands_on_unchanged_are_passed_directly() -> None:
-    """Each argument type strawberry's ``convert_argument`` rebuilds keeps its wrapper."""
+def test_arguments_a_plan_cannot_convert_keep_strawberrys_wrapper() -> None:
+    """``GlobalID`` and ``Maybe`` keep strawberry's wrapper; enums, lists and inputs are
+    converted as strawberry converts them."""
     schema = strawberry.Schema(query=ArgumentsQuery)._schema
     fields = schema.query_type.fields  # type: ignore[union-attr]
     called = direct_resolver(fields["scalars"])
@@ -282,5 +290,15 @@ def test_only_arguments_strawberry_hands_on_unchanged_are_passed_directly() -> N
     assert snake[0](ArgumentsQuery(), None, {"minVersion": 4, "given": "y"}) == "4 y"
     # Query.playlist(id, minVersion): the cold page's root field.
     assert direct_resolver(SCHEMA.query_type.fields["playlist"]) is not None  # type: ignore[union-attr]
-    for name in ("globalId", "colour", "listed", "maybe", "ranged"):
+    for name in ("globalId", "maybe"):
         assert direct_resolver(fields[name]) is None, name
+    given_list = [1, 2]
+    ranged, listed, colour = (direct_resolver(fields[n]) for n in ("ranged", "listed", "colour"))
+    SEEN.clear()
+    for called, value in ((ranged, {"low": 2}), (listed, given_list), (colour, Colour.RED)):
+        assert called is not None
+        called[0](ArgumentsQuery(), None, {"a": value})
+    assert SEEN[0] == Range(low=2)
+    assert SEEN[1] == given_list
+    assert SEEN[1] is not given_list  # copied, as strawberry does
+    assert SEEN[2] is Colour.RED
