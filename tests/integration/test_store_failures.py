@@ -15,7 +15,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import engine as engine_module
-from chorus.db import repository, writer
+from chorus.db import group_commit, repository, writer
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox, playlist_entry, playlist_mutation
@@ -182,12 +182,12 @@ async def test_cancelled_command_blocks_no_one(
     inside = asyncio.Event()
 
     def slowed(real: Any) -> Any:
-        async def slow(conn: AsyncConnection, playlist_id: str, **kw: Any) -> Any:
+        async def slow(conn: AsyncConnection, *args: Any, **kw: Any) -> Any:
             # After the header's lock, mid-transaction, on both dialects' commit paths.
-            header = await real(conn, playlist_id, **kw)
+            locked = await real(conn, *args, **kw)
             inside.set()
             await slow_statement(conn)
-            return header
+            return locked
 
         return slow
 
@@ -195,9 +195,9 @@ async def test_cancelled_command_blocks_no_one(
     gc.disable()
     try:
         with monkeypatch.context() as patch:
-            # SQLite's commit locks with get_playlist, PostgreSQL's with lock_playlist.
+            # SQLite's commit locks with get_playlist, PostgreSQL's with its first read.
             patch.setattr(repository, "get_playlist", slowed(repository.get_playlist))
-            patch.setattr(repository, "lock_playlist", slowed(repository.lock_playlist))
+            patch.setattr(group_commit, "_lock_and_read", slowed(group_commit._lock_and_read))
             task = asyncio.create_task(store.execute(command, ALICE))
             await inside.wait()
             await asyncio.sleep(0.1)  # the slow statement is running now

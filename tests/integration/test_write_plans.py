@@ -49,21 +49,55 @@ async def generic_plan(url: str, statement: TextClause, values: dict[str, object
         await conn.close()
 
 
-@pytest.mark.parametrize("operations", [1, 3])
-async def test_the_reads_after_the_lock_use_the_indexes(postgres: str, operations: int) -> None:
+@pytest.mark.parametrize("one", [True, False])
+@pytest.mark.parametrize("name", ["_AFTER_LOCK", "_LOCK_AND_READ"])
+async def test_the_lock_and_the_reads_use_the_indexes(postgres: str, name: str, one: bool) -> None:
+    operations = 1 if one else 3
     plan = await generic_plan(
         postgres,
-        group_commit._AFTER_LOCK,
+        getattr(group_commit, name)[one],
         {
             "playlist_id": "p",
             "actors": ["alice"] * operations,
             "operations": [f"op{n}" for n in range(operations)],
             "users": ["alice"],
+            "actor": "alice",
+            "operation": "op0",
+            "user": "alice",
             "batch_member": "h",
             "batch_result": "{}",
         },
     )
     scanned = re.findall(r"Seq Scan on (\w+)", plan)
     assert not scanned, plan
-    for table in TABLES:
+    tables = (*TABLES, "playlist") if name == "_LOCK_AND_READ" else TABLES
+    for table in tables:
         assert re.search(rf"Index (Only )?Scan(?: Backward)? using \w+ on {table}\b", plan), plan
+
+
+@pytest.mark.parametrize("name", ["_AFTER_LOCK", "_LOCK_AND_READ"])
+async def test_a_command_alone_keeps_one_plan(postgres: str, name: str) -> None:
+    """After its first five executions PostgreSQL keeps the generic plan of a group of one
+    command's read: it is not planned again at every commit (the plan ``EXPLAIN EXECUTE``
+    shows compares with the parameters, ``$n``, not with this call's values)."""
+    statement = getattr(group_commit, name)[True]
+    compiled = statement.compile(dialect=postgresql.asyncpg.dialect())
+    values = {
+        "playlist_id": "p",
+        "actor": "alice",
+        "operation": "op0",
+        "user": "alice",
+        "batch_member": "h",
+        "batch_result": "{}",
+    }
+    arguments = ", ".join(literal(values[n]) for n in compiled.positiontup or ())
+    conn = await asyncpg.connect(postgres.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await conn.execute(f"PREPARE kept AS {compiled}")
+        for _ in range(6):
+            await conn.execute(f"EXECUTE kept({arguments})")
+        plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN EXECUTE kept({arguments})"))
+    finally:
+        await conn.close()
+    assert "'alice'" not in plan, plan
+    assert "= $" in plan, plan

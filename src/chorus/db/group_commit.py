@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from opentelemetry.context import Context as TraceContext
-from sqlalchemy import Integer, String, Text, column, text
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,7 +40,7 @@ from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cance
 from chorus.db.group_state import GroupState, GroupView
 from chorus.db.idempotency import Committed
 from chorus.db.owner_queue_items import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
-from chorus.db.tables import UTCDateTime
+from chorus.db.tables import playlist
 from chorus.domain.decisions import Context, Outcome
 from chorus.domain.errors import DomainError
 from chorus.domain.model import Entry, Playlist, Role
@@ -119,10 +120,7 @@ class GroupCommit:
         actors = list(dict.fromkeys(c.actor_id for c in group))
         async with self._db.write() as conn:
             if conn.dialect.name == "postgresql":
-                header = await repository.lock_playlist(conn, playlist_id)
-                state = await _read_after_lock(
-                    conn, playlist_id, header, keys, actors, self._context
-                )
+                state = await _lock_and_read(conn, playlist_id, keys, actors, self._context)
             else:
                 header = await repository.get_playlist(conn, playlist_id, for_update=True)
                 stored = await idempotency.stored_many(conn, keys)
@@ -146,41 +144,77 @@ class GroupCommit:
         return answers
 
 
-async def _read_after_lock(
+async def _lock_and_read(
     conn: AsyncConnection,
     playlist_id: str,
-    header: Playlist | None,
     keys: Sequence[tuple[str, str]],
     actors: Sequence[str],
     context: Callable[[str], Context],
 ) -> GroupState:
-    """A group's state on PostgreSQL, from **one** read after the lock (:data:`_AFTER_LOCK`).
+    """A group's state on PostgreSQL: the header locked, and what the group reads, in
+    **one** statement when nothing stands in the way (:data:`_LOCK_AND_READ`).
 
-    The idempotency records of its operation ids, its actors' roles and the
-    playlist's last live entry (what an append decides on) — three statements
-    before, each ~0.3 ms of the process's CPU through SQLAlchemy. After the
-    lock, not with it: a lock that waited would leave the reads at the
-    snapshot from before the wait. Run on asyncpg itself
-    (:func:`~chorus.db.direct.fetch_in_transaction`): its values are SQLAlchemy's
-    (no column has a result processor that changes what asyncpg returns).
+    What the group reads is the idempotency records of its operation ids, its
+    actors' roles and the playlist's last live entry (what an append decides on);
+    three statements once, each ~0.3 ms of the process's CPU through SQLAlchemy.
+    One statement reads at one snapshot, taken before it locks; so it locks with
+    ``SKIP LOCKED`` and also reads the header's version at that snapshot:
+
+    * the row was locked by another transaction (the lock skipped it): the header
+      is locked again, waiting (:func:`~chorus.db.repository.lock_playlist`), and the
+      rest read after it (:data:`_AFTER_LOCK`), at a snapshot after that wait;
+    * the locked row's version is not the snapshot's (a commit landed between the
+      snapshot and the lock): the rest is read again, after the lock;
+    * else nothing committed on the playlist since the snapshot (every commit that
+      writes its log, entries or members bumps its version under this lock), so
+      what the statement read is what a read after the lock would read.
+
+    Run on asyncpg itself (:func:`~chorus.db.direct.fetch_in_transaction`): its values
+    are SQLAlchemy's (no column has a result processor that changes what asyncpg
+    returns).
     """
     unique = list(dict.fromkeys(keys))
-    rows = await fetch_in_transaction(
-        conn,
-        _AFTER_LOCK,
-        {
-            "playlist_id": playlist_id,
-            "actors": [a for a, _ in unique],
-            "operations": [o for _, o in unique],
-            "users": list(actors),
-            "batch_member": idempotency.BATCH_MEMBER_HASH,
-            "batch_result": json.dumps(idempotency.BATCH_MEMBER[1]),
-        },
-    )
+    params: dict[str, Any] = {
+        "playlist_id": playlist_id,
+        "actors": [a for a, _ in unique],
+        "operations": [o for _, o in unique],
+        "users": list(actors),
+        "batch_member": idempotency.BATCH_MEMBER_HASH,
+        "batch_result": json.dumps(idempotency.BATCH_MEMBER[1]),
+    }
+    one = len(unique) == 1 and len(actors) == 1
+    if one:
+        params.update(actor=unique[0][0], operation=unique[0][1], user=actors[0])
+    rows = await fetch_in_transaction(conn, _LOCK_AND_READ[one], params)
+    locked: Any = next((r for r in rows if r[0] == _LOCKED), None)  # asyncpg's Record
+    seen = next((r[1] for r in rows if r[0] == _SEEN), None)
+    header = None
+    if locked is not None:
+        header = repository.playlist_from_row(
+            {name: locked[f"h_{name}"] for name in _HEADER_COLUMNS}
+        )
+    if locked is None and seen is not None:
+        header = await repository.lock_playlist(conn, playlist_id)
+        rows = await fetch_in_transaction(conn, _AFTER_LOCK[one], params)
+    elif header is not None and str(header.version) != seen:
+        rows = await fetch_in_transaction(conn, _AFTER_LOCK[one], params)
+    return _state(conn, playlist_id, header, rows, actors, context)
+
+
+def _state(
+    conn: AsyncConnection,
+    playlist_id: str,
+    header: Playlist | None,
+    rows: Sequence[Sequence[Any]],
+    actors: Sequence[str],
+    context: Callable[[str], Context],
+) -> GroupState:
+    """The group's state from the rows of :data:`_AFTER_LOCK` (or :data:`_LOCK_AND_READ`,
+    whose header and version rows it passes over)."""
     stored: dict[tuple[str, str], idempotency.Stored] = {}
     roles: dict[str, Role | None] = dict.fromkeys(actors)
     tail: list[Entry] = []
-    for kind, a, b, c, d, e, f, t in rows:
+    for kind, a, b, c, d, e, f, t, *_ in rows:
         if kind == 1 and c == idempotency.BATCH_MEMBER_HASH:
             # A log row of the same id wins, as in idempotency.stored: both exist only when
             # a batch and another edit took it at once (docs/api.md), and that edit's retry
@@ -190,7 +224,7 @@ async def _read_after_lock(
             stored[a, b] = idempotency.record_of_row(c, json.loads(d), json.loads(e))
         elif kind == 2:
             roles[a] = Role(b)
-        else:
+        elif kind == 3:
             tail.append(Entry(a, f, b, c, t))
     state = GroupState(playlist_id, conn, header, stored, context, roles=roles)
     # What GroupView.live_before(None, 1) reads: an append's neighbour.
@@ -198,46 +232,90 @@ async def _read_after_lock(
     return state
 
 
-_AFTER_LOCK = text(
-    "SELECT 1 AS kind, m.actor_id AS a, m.operation_id AS b, m.request_hash AS c, "
-    "CAST(m.result AS text) AS d, CAST(m.payload AS text) AS e, NULL AS f, "
-    "CAST(NULL AS timestamptz) AS t "
-    "FROM unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[])) AS k(a, o) "
-    "CROSS JOIN LATERAL (SELECT * FROM playlist_mutation "
-    "WHERE actor_id = k.a AND operation_id = k.o LIMIT 1) AS m "
-    "UNION ALL SELECT 1, b.actor_id, b.operation_id, :batch_member, :batch_result, '{}', "
-    "NULL, NULL "
-    "FROM unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[])) AS k(a, o) "
-    "CROSS JOIN LATERAL (SELECT * FROM playlist_batch_operation "
-    "WHERE actor_id = k.a AND operation_id = k.o LIMIT 1) AS b "
-    "UNION ALL SELECT 2, user_id, role, NULL, NULL, NULL, NULL, NULL FROM playlist_member "
-    "WHERE playlist_id = :playlist_id AND user_id = ANY(CAST(:users AS varchar[])) "
-    "UNION ALL (SELECT 3, entry_id, media_id, added_by, NULL, NULL, position_key, added_at "
-    "FROM playlist_entry WHERE playlist_id = :playlist_id AND removed_at IS NULL "
-    "ORDER BY position_key DESC, entry_id DESC LIMIT 1)"
-).columns(
-    column("kind", Integer),
-    column("a", String),
-    column("b", String),
-    column("c", String),
-    column("d", Text),
-    column("e", Text),
-    column("f", String),
-    column("t", UTCDateTime),
-)
+def _reads(one: bool, nulls: str = "") -> str:
+    """The reads of a group, one ``UNION ALL`` branch each: its operation ids' records
+    (kind 1), its actors' roles (2), the last live entry (3). ``one``: for one operation id
+    of one actor (``:actor``, ``:operation``, ``:user``), else for arrays (``:actors``,
+    ``:operations``, ``:users``). ``nulls``: the header's columns of
+    :data:`_LOCK_AND_READ`, null in these rows."""
+    if one:
+        logged = "playlist_mutation m WHERE m.actor_id = :actor AND m.operation_id = :operation"
+        held = (
+            "playlist_batch_operation b WHERE b.actor_id = :actor AND b.operation_id = :operation"
+        )
+        users = "user_id = :user"
+    else:
+        keys = "unnest(CAST(:actors AS varchar[]), CAST(:operations AS varchar[])) AS k(a, o) "
+        logged = (
+            f"{keys} CROSS JOIN LATERAL (SELECT * FROM playlist_mutation "
+            "WHERE actor_id = k.a AND operation_id = k.o LIMIT 1) AS m"
+        )
+        held = (
+            f"{keys} CROSS JOIN LATERAL (SELECT * FROM playlist_batch_operation "
+            "WHERE actor_id = k.a AND operation_id = k.o LIMIT 1) AS b"
+        )
+        users = "user_id = ANY(CAST(:users AS varchar[]))"
+    return (
+        "SELECT 1 AS kind, m.actor_id AS a, m.operation_id AS b, m.request_hash AS c, "
+        "CAST(m.result AS text) AS d, CAST(m.payload AS text) AS e, NULL AS f, "
+        f"CAST(NULL AS timestamptz) AS t{nulls} FROM {logged} "
+        "UNION ALL SELECT 1, b.actor_id, b.operation_id, :batch_member, :batch_result, '{}', "
+        f"NULL, NULL{nulls} FROM {held} "
+        f"UNION ALL SELECT 2, user_id, role, NULL, NULL, NULL, NULL, NULL{nulls} "
+        f"FROM playlist_member WHERE playlist_id = :playlist_id AND {users} "
+        "UNION ALL (SELECT 3, entry_id, media_id, added_by, NULL, NULL, position_key, "
+        f"added_at{nulls} FROM playlist_entry WHERE playlist_id = :playlist_id "
+        "AND removed_at IS NULL ORDER BY position_key DESC, entry_id DESC LIMIT 1)"
+    )
+
+
+_HEADER_COLUMNS = [c.name for c in playlist.c]
+_LOCKED, _SEEN = 0, 4
+"""The kinds of :data:`_LOCK_AND_READ`'s own rows: the locked header, the snapshot's version."""
+
+_AFTER_LOCK = {one: text(_reads(one)) for one in (True, False)}
 """The records of the group's operation ids (kind 1: a log row's, or
 :data:`~chorus.db.idempotency.BATCH_MEMBER` for an atomic batch's later operation), its
 actors' roles (2) and the last live entry (3), in the order of
-:func:`chorus.db.repository.entries_page`.
+:func:`chorus.db.repository.entries_page`; by whether the group holds one operation id of
+one actor (the statement for one, else the one for arrays).
 
-Each operation id is looked up on its own, by the unique index (a ``LATERAL`` subquery
-with ``LIMIT 1``, which the planner can neither flatten nor hash). The statement is
-prepared once per connection and PostgreSQL keeps its generic plan, made for an array
-of unknown length (10 keys, it guesses). Written as ``(actor_id, operation_id) IN
-(SELECT * FROM unnest(...))``, that plan was a hash semi join over a sequential scan
-whenever it was made while the log was small (a fresh database, or statistics never
-gathered: autovacuum off). The plan stayed cached while the log grew, so every commit
-read the whole log: 0.4 ms at 1,300 rows (auto_explain, ``bench/writes.py``)."""
+Each statement is prepared once per connection, and PostgreSQL keeps a *generic* plan
+only when it costs no more than the plans it makes for each call's values. Two
+consequences, both measured under ``bench/writes.py`` (``pg_stat_statements``,
+``auto_explain``):
+
+* With arrays, the generic plan guesses 10 keys; the plans for one key cost less, so
+  PostgreSQL planned the statement again at every commit (0.2-0.3 ms of its CPU). The
+  usual group, a command alone, has one key: its statement compares plain parameters,
+  whose generic plan costs what the others do, and is kept.
+* Each operation id is looked up on its own, by the unique index (with arrays, a
+  ``LATERAL`` subquery with ``LIMIT 1``, which the planner can neither flatten nor hash).
+  Written as ``(actor_id, operation_id) IN (SELECT * FROM unnest(...))``, the plan was a
+  hash semi join over a sequential scan whenever it was made while the log was small (a
+  fresh database, or statistics never gathered: autovacuum off), and it stayed cached
+  while the log grew: every commit read the whole log (0.4 ms at 1,300 rows).
+"""
+
+_NULL_HEADER = "".join(", NULL" for _ in _HEADER_COLUMNS)
+_LOCK_AND_READ = {
+    one: text(
+        "WITH locked AS MATERIALIZED "
+        "(SELECT * FROM playlist WHERE id = :playlist_id FOR UPDATE SKIP LOCKED) "
+        f"SELECT {_LOCKED} AS kind, NULL AS a, NULL AS b, NULL AS c, NULL AS d, NULL AS e, "
+        "NULL AS f, CAST(NULL AS timestamptz) AS t, "
+        + ", ".join(f"locked.{name} AS h_{name}" for name in _HEADER_COLUMNS)
+        + " FROM locked UNION ALL "
+        f"SELECT {_SEEN}, CAST(version AS text), NULL, NULL, NULL, NULL, NULL, NULL"
+        f"{_NULL_HEADER} FROM playlist WHERE id = :playlist_id UNION ALL "
+        + _reads(one, _NULL_HEADER)
+    )
+    for one in (True, False)
+}
+"""The header locked (kind 0, its columns ``h_<name>``; no row when another transaction
+holds the lock), its version at the statement's snapshot (kind 4, in ``a``; no row when
+there is no such playlist) and :data:`_AFTER_LOCK`'s rows, in one statement
+(:func:`_lock_and_read`)."""
 
 
 def _versions(answers: Sequence[Answer | BaseException]) -> int:
