@@ -774,13 +774,19 @@ def test_other_bad_inputs(api: Api, target: Playlist) -> None:
             api, "revertPlaylist", playlistId=target.id, baseVersion=version, toVersion=to_version
         )
         refused(body, "revertPlaylist", "INVALID_INPUT")
+    # Nothing to update: the whole input is at fault. An explicit null for a detail that
+    # cannot be cleared: that field. Either way the answer names the playlist, as every
+    # user error on a playlist the caller may see does (docs/api.md, Mutations).
     body = mutate_raw(api, "updatePlaylist", playlistId=target.id, baseVersion=version)
-    refused(body, "updatePlaylist", "INVALID_INPUT")
+    assert refused(body, "updatePlaylist", "INVALID_INPUT")["field"] == ["input"]
+    assert body["data"]["updatePlaylist"]["playlist"]["id"] == target.id
     for null_field in ("title", "visibility", "collaborative"):
         body = mutate_raw(
             api, "updatePlaylist", playlistId=target.id, baseVersion=version, **{null_field: None}
         )
-        refused(body, "updatePlaylist", "INVALID_INPUT")
+        error = refused(body, "updatePlaylist", "INVALID_INPUT")
+        assert error["field"] == ["input", null_field], body
+        assert body["data"]["updatePlaylist"]["playlist"]["id"] == target.id, body
     target.unchanged()
 
 

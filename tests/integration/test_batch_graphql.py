@@ -203,3 +203,32 @@ async def test_an_atomic_batch_answers_every_operation_at_one_version(
     assert payload["version"] == 2
     order = [e["node"]["mediaId"] for e in payload["playlist"]["entries"]["edges"]]
     assert order[0] == "m7"
+
+
+@pytest.mark.parametrize(
+    ("update", "field"),
+    [
+        ({"title": None}, ["input", "operations", "1", "updatePlaylist", "title"]),
+        ({"visibility": None}, ["input", "operations", "1", "updatePlaylist", "visibility"]),
+        ({}, ["input", "operations", "1", "updatePlaylist"]),
+    ],
+)
+async def test_a_null_detail_refuses_its_operation_only(
+    database: Database, store: PlaylistStore, update: dict[str, Any], field: list[str]
+) -> None:
+    """An explicit null for a detail that cannot be cleared, or nothing to update, is that
+    operation's INVALID_INPUT (as a blank title is); the batch's other operations commit."""
+    pid, _ = await _playlist(store)
+    operations = [
+        {"addEntries": {"operationId": "o1", "mediaIds": ["m9"]}},
+        {"updatePlaylist": {"operationId": "o2", **update}},
+        {"addEntries": {"operationId": "o3", "mediaIds": ["m8"]}},
+    ]
+    payload = _payload(
+        await _apply(database, store, playlistId=pid, baseVersion=1, operations=operations)
+    )
+    first, second, third = payload["results"]
+    assert [e["code"] for e in second["userErrors"]] == ["INVALID_INPUT"]
+    assert second["userErrors"][0]["field"] == field
+    assert (first["version"], second["version"], third["version"]) == (2, None, 3)
+    assert payload["playlist"]["version"] == 3

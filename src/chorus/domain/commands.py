@@ -90,15 +90,20 @@ UNSET = Unset.UNSET
 
 @dataclass(frozen=True, slots=True)
 class UpdatePlaylist:
-    """Change details; fields left :data:`UNSET` stay as they are."""
+    """Change details; fields left :data:`UNSET` stay as they are.
+
+    ``None`` clears the description; for ``title``, ``visibility`` and ``collaborative``,
+    which cannot be cleared, it is the client's explicit ``null``, refused by the handler
+    (``INVALID_INPUT`` on that field) after the access checks, like any other bad value.
+    """
 
     playlist_id: str
     operation_id: str
     base_version: int
-    title: str | Unset = UNSET
+    title: str | Unset | None = UNSET
     description: str | Unset | None = UNSET
-    visibility: Visibility | Unset = UNSET
-    collaborative: bool | Unset = UNSET
+    visibility: Visibility | Unset | None = UNSET
+    collaborative: bool | Unset | None = UNSET
     strict: bool = False
 
 

@@ -303,10 +303,22 @@ async def _remove_entries(
     return changes, [], skipped
 
 
+def _cannot_be_null(name: str) -> InvalidInput:
+    """The refusal of an explicit ``null`` for a detail that cannot be cleared."""
+    return InvalidInput(f"{name} cannot be null", field=(name,))
+
+
 def _update_playlist(cmd: UpdatePlaylist, p: Playlist, ctx: Context) -> Handled:
+    if cmd.title is None:
+        raise _cannot_be_null("title")
+    if cmd.visibility is None:
+        raise _cannot_be_null("visibility")
+    if cmd.collaborative is None:
+        raise _cannot_be_null("collaborative")
     fields = (cmd.title, cmd.description, cmd.visibility, cmd.collaborative)
     if all(f is UNSET for f in fields):
-        raise InvalidInput("nothing to update")
+        # The whole input is at fault: its field is the input itself.
+        raise InvalidInput("nothing to update", field=())
     previous = Details(p.title, p.description, p.visibility, p.collaborative)
     details = Details(
         title=previous.title if cmd.title is UNSET else clean_title(cmd.title, ctx.limits),

@@ -31,14 +31,14 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import strawberry
 
 from chorus.catalog.protocol import MAX_SEARCH_OFFSET, MAX_SEARCH_QUERY_LENGTH
 from chorus.db.history_reads import NotKept
 from chorus.domain.commands import Placement
-from chorus.domain.errors import AnchorNotFound, InvalidInput, NotFound
+from chorus.domain.errors import AnchorNotFound, NotFound
 from chorus.domain.follows import FeedKey, FeedLimits, Target, TargetKind
 from chorus.domain.limits import Limits
 from chorus.domain.model import Playlist
@@ -350,16 +350,3 @@ def placement(after: str | None, before: str | None, playlist_id: str) -> Placem
             ) from None
 
     return Placement(after=anchor(after, "after"), before=anchor(before, "before"))
-
-
-def not_null(input: Any, *names: str, at: tuple[str, ...] = ()) -> None:
-    """Refuse an explicit ``null`` for optional input fields that cannot be cleared.
-
-    ``at``: where ``input`` stands in the mutation's input (a batch's operation).
-
-    Raises:
-        InvalidInput: the first of ``names`` that is ``None`` (field ``<at>.<name>``).
-    """
-    for name in names:
-        if getattr(input, name) is None:
-            raise InvalidInput(f"{name} cannot be null", field=(*at, name))

@@ -32,7 +32,8 @@ class UserError:
     @classmethod
     def from_error(cls, error: DomainError) -> UserError:
         retry = error.retry_after_ms if isinstance(error, RateLimited) else None
-        field = ["input", *error.field] if error.field else None
+        # () is the input itself (["input"]); None: no field is at fault.
+        field = ["input", *error.field] if error.field is not None else None
         return cls(
             code=error.code,
             message=error.message,

@@ -231,8 +231,7 @@ class _Builder:
                 at = ("operations", str(index), "removeEntries")
                 command = cmd.RemoveEntries(pid, opid, base, self.entry_ids(value.entry_ids, at))
             case UpdatePlaylistOperation():
-                at = ("operations", str(index), "updatePlaylist")
-                command = update_command(value, pid, base, at)
+                command = update_command(value, pid, base)
         return domain.Operation(command, temporaries=frozenset(self.temporaries))
 
     def _declare(self, client_ids: tuple[str, ...], at: tuple[str, ...]) -> None:

@@ -14,7 +14,6 @@ import strawberry
 
 from chorus.domain import commands as cmd
 from chorus.domain.model import Visibility as VisibilityEnum
-from chorus.graphql.schema.common import arguments
 from chorus.graphql.schema.common.inputs import PlaylistEditInput
 from chorus.graphql.schema.common.types import Visibility
 
@@ -82,20 +81,17 @@ class DeletePlaylistInput(PlaylistEditInput):
 
 
 def update_command(
-    i: Any, playlist_id: str, base_version: int, at: tuple[str, ...] = (), strict: bool = False
+    i: Any, playlist_id: str, base_version: int, strict: bool = False
 ) -> cmd.UpdatePlaylist:
     """The command of an ``updatePlaylist`` (its input, or the same edit in a batch).
+
+    An explicit ``null`` is passed on as ``None``: the handler refuses it for the fields
+    that cannot be cleared, after the access checks (so the answer names the playlist).
 
     Args:
         i: an :class:`UpdatePlaylistInput` or a batch's ``UpdatePlaylistOperation``:
             ``operationId``, ``title``, ``description``, ``visibility``, ``collaborative``.
-        at: where ``i`` stands in the input, for an error's field.
-
-    Raises:
-        InvalidInput: ``title``, ``visibility`` or ``collaborative`` given as null
-            (field ``<at>.<name>``).
     """
-    arguments.not_null(i, "title", "visibility", "collaborative", at=at)
     return cmd.UpdatePlaylist(
         playlist_id,
         str(i.operation_id),
