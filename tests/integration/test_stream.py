@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from chorus.db import repository
 from chorus.db.compaction import compact
-from chorus.db.engine import Database
+from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import outbox
 from chorus.domain.changes import (
@@ -53,6 +53,7 @@ from chorus.graphql.schema.build import build_schema
 from chorus.graphql.schema.common import ids
 from chorus.resilience.tasks import cancel_and_wait
 from chorus.resolvers.context import RequestContext, Services
+from chorus.subscriptions import stream as stream_module
 from chorus.subscriptions.bus import BusPublisher, InProcessBus
 from chorus.subscriptions.hub import Hub
 from chorus.subscriptions.stream import Resync, StreamItem, playlist_stream
@@ -353,6 +354,48 @@ async def test_a_live_event_that_skips_ahead_is_repaired_from_sql(database: Data
         await parts.bus.publish(await parts.outbox_event(pid, 7))
         await parts.bus.publish(await parts.outbox_event(pid, 7))
         assert versions(await sub.take(1)) == [7]
+        await sub.quiet()
+        await sub.close()
+
+
+async def test_a_database_that_blips_pauses_the_stream_and_ends_nothing(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read the database cannot answer while streaming (a gap to repair, access to check
+    again, an idle check) is tried again until it answers: the stream goes on from the
+    last version it sent, each version once, in order (docs/live-updates.md)."""
+    failures = {"read_since": 2, "can_read": 2, "head": 2}
+
+    def blipping(name: str, real: Any) -> Any:
+        async def call(*args: Any, **kw: Any) -> Any:
+            if failures[name]:
+                failures[name] -= 1
+                raise DatabaseUnavailable("connection was closed in the middle of operation")
+            return await real(*args, **kw)
+
+        return call
+
+    monkeypatch.setattr(stream_module, "RETRY_FIRST_S", 0.01)
+    async with rig(database, relay=False) as parts:
+        pid = await parts.create()
+        await parts.add(pid, 3)
+        sub = Subscriber(parts.stream(ALICE, pid, 1, idle_check_s=0.3))
+        assert versions(await sub.take(2)) == [2, 3]
+        monkeypatch.setattr(
+            stream_module, "read_since", blipping("read_since", stream_module.read_since)
+        )
+        access = parts.hub.access(database)
+        monkeypatch.setattr(access, "can_read", blipping("can_read", access.can_read))
+        monkeypatch.setattr(access, "head", blipping("head", access.head))
+        await parts.add(pid, 2)  # never published: found by the idle check, read by catch-up
+        assert versions(await sub.take(2)) == [4, 5]
+        await parts.run(UpdatePlaylist, pid, visibility=Visibility.PUBLIC)  # access changes
+        await parts.bus.publish(await parts.outbox_event(pid, 6))
+        assert versions(await sub.take(1)) == [6]
+        await parts.add(pid)
+        await parts.bus.publish(await parts.outbox_event(pid, 7))
+        assert versions(await sub.take(1)) == [7]  # after 6's access check answered
+        assert failures == {"read_since": 0, "can_read": 0, "head": 0}
         await sub.quiet()
         await sub.close()
 

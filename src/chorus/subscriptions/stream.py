@@ -18,16 +18,26 @@ version. A version that changes
 access (members, visibility, deletion) goes to everyone who could see the
 playlist before it; then access is checked again, and a viewer who lost it
 gets :class:`~chorus.domain.errors.Forbidden` and nothing more (docs/api.md).
+
+Once the subscription is accepted (the first access check answered), a read
+the database cannot answer does not end the stream: the stream keeps its
+place (the last version sent) and tries the same read again, backing off
+from 0.1 s to 5 s, for as long as it takes (:meth:`_Stream.read`). A stream
+ends only for what the client must act on (access lost, a bad argument); a
+database that blips is the server's to ride out, and nothing commits while
+it is away, so the subscriber misses nothing by waiting (docs/live-updates.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Hashable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
-from chorus.db.engine import Database
+from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
@@ -37,6 +47,12 @@ from chorus.subscriptions.hub import Hub, Membership, changes_access
 from chorus.subscriptions.presence import Presence
 
 PAGE_SIZE = 100
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 5.0
+"""A read the database could not answer is tried again after 0.1 s, then twice as long
+each time, at most 5 s apart (:meth:`_Stream.read`)."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +116,29 @@ class _Stream:
         self.last = version.version
         return version
 
+    async def read(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``'s answer, tried again while the database is unavailable.
+
+        The stream's place (``last``) stays where it is meanwhile, so the next read
+        after the database is back goes on from there: nothing lost, nothing twice.
+        Cancelled with the stream (the client left).
+        """
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                return await call()
+            except DatabaseUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+
     async def keep_access(self, version: CommittedVersion) -> None:
         """After a version that changes access: end the stream if the viewer lost it."""
         if any(isinstance(c, PlaylistDeleted) for c in version.changes):
             raise Forbidden("the playlist was deleted")
-        if changes_access(version) and not await self.hub.access(self.db).can_read(
-            self.playlist_id, version.version, self.viewer
+        if changes_access(version) and not await self.read(
+            lambda: self.hub.access(self.db).can_read(
+                self.playlist_id, version.version, self.viewer
+            )
         ):
             # One read of the playlist's readers per version for every stream
             # of this process, not one per subscriber (subscriptions/reader_checks.py).
@@ -123,13 +156,15 @@ class _Stream:
             # a stream at the head never holds one, whether or not it is read.
             final: StreamItem | None = None
             async with self.hub.catch_ups.slot(self.viewer):
-                page = await read_since(self.db, self.playlist_id, self.last, limit=PAGE_SIZE)
+                page = await self.read(
+                    partial(read_since, self.db, self.playlist_id, self.last, limit=PAGE_SIZE)
+                )
                 if page is None:
                     raise Forbidden("you no longer have access to this playlist")
                 behind = page.current_version - self.last
                 if page.resync or (far and behind > self.max_lag):
                     reason = "retention" if page.resync or far is None else far
-                    if await self.visible() < 0:
+                    if await self.read(self.visible) < 0:
                         raise Forbidden("you no longer have access to this playlist")
                     self.last = page.current_version
                     final = Resync(self.playlist_id, page.current_version, reason)
@@ -172,7 +207,7 @@ class _Stream:
                             await member.wakeup.wait()
                 finally:
                     member.parked = False
-                if member.queue.empty() and not member.overflowed and await self.missed():
+                if member.queue.empty() and not member.overflowed and await self.read(self.missed):
                     # Quiet for a while and behind the head: an event was lost on the way.
                     async for item in self.catch_up():
                         yield item
