@@ -190,9 +190,8 @@ async def _lock_and_read(
     seen = next((r[1] for r in rows if r[0] == _SEEN), None)
     header = None
     if locked is not None:
-        header = repository.playlist_from_row(
-            {name: locked[f"h_{name}"] for name in _HEADER_COLUMNS}
-        )
+        columns = zip(_HEADER_COLUMNS, locked[_HEADER_AT:], strict=True)
+        header = repository.playlist_from_row(dict(columns))
     if locked is None and seen is not None:
         header = await repository.lock_playlist(conn, playlist_id)
         rows = await fetch_in_transaction(conn, _AFTER_LOCK[one], params)
@@ -270,6 +269,9 @@ def _reads(one: bool, nulls: str = "") -> str:
 
 
 _HEADER_COLUMNS = [c.name for c in playlist.c]
+_HEADER_AT = 8
+"""Where the header's columns start in a row of :data:`_LOCK_AND_READ` (after ``kind`` and
+the seven columns of :func:`_reads`)."""
 _LOCKED, _SEEN = 0, 4
 """The kinds of :data:`_LOCK_AND_READ`'s own rows: the locked header, the snapshot's version."""
 
