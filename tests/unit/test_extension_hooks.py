@@ -22,7 +22,9 @@ from chorus.graphql.schema.build import build_schema
 STAGES = ("operation", "parsing", "validation", "executing")
 
 
-def extensions(log: list[str], *, suppress: bool = False, fail_in: str = "") -> list[Any]:
+def extensions(
+    log: list[str], *, suppress: bool = False, fail_in: str = "", fail_out: str = ""
+) -> list[Any]:
     class Generator(SchemaExtension):
         def on_operation(self) -> Iterator[None]:
             log.append("gen operation in")
@@ -39,14 +41,41 @@ def extensions(log: list[str], *, suppress: bool = False, fail_in: str = "") -> 
             log.append("gen execute in")
             if fail_in == "gen execute":
                 raise RuntimeError("gen execute")
-            yield
+            try:
+                yield
+            except LookupError as error:
+                # Sees a later hook's failure on leaving; may swallow it.
+                log.append(f"gen execute saw {type(error).__name__}: {error}")
+                if not suppress:
+                    raise
             log.append("gen execute out")
+
+        def on_validate(self) -> Iterator[None]:
+            log.append("gen validate in")
+            yield
+            log.append("gen validate out")
+            if fail_out == "gen validate":
+                raise LookupError("gen validate out")
 
     class AsyncGenerator(SchemaExtension):
         async def on_validate(self) -> AsyncIterator[None]:  # type: ignore[override]
             log.append("agen validate in")
-            yield
+            try:
+                yield
+            except LookupError as error:
+                log.append(f"agen validate saw {type(error).__name__}: {error}")
+                if not suppress:
+                    raise
             log.append("agen validate out")
+
+        async def on_execute(self) -> AsyncIterator[None]:  # type: ignore[override]
+            log.append("agen execute in")
+            yield
+            log.append("agen execute out")
+            if fail_out == "agen execute":
+                raise KeyError("agen execute out")
+            if fail_out == "agen execute twice":
+                raise TypeError("agen execute out")
 
         async def on_operation(self) -> AsyncIterator[None]:  # type: ignore[override]
             log.append("agen operation in")
@@ -73,18 +102,26 @@ async def drive(runner: SchemaExtensionsRunner, log: list[str], raise_in: str) -
                 if stage == raise_in:
                     raise ValueError(stage)
         except Exception as error:
-            log.append(f"{stage} raised {type(error).__name__}: {error}")
+            context = error.__context__
+            log.append(f"{stage} raised {type(error).__name__}: {error} after {context!r}")
 
 
 @pytest.mark.parametrize("suppress", [False, True])
 @pytest.mark.parametrize("raise_in", ["", "operation", "validation", "executing"])
 @pytest.mark.parametrize("fail_in", ["", "gen execute"])
-async def test_hooks_run_as_strawberry_runs_them(suppress: bool, raise_in: str, fail_in: str):
+@pytest.mark.parametrize("fail_out", ["", "gen validate", "agen execute", "agen execute twice"])
+async def test_hooks_run_as_strawberry_runs_them(
+    suppress: bool, raise_in: str, fail_in: str, fail_out: str
+):
+    """The same hooks, records and errors, whether a hook fails on entering, the stage
+    raises, or a hook fails on leaving (seen, and swallowed or not, by the hooks left
+    after it)."""
     records = []
     for runner_class in (SchemaExtensionsRunner, CachedHooksRunner):
         log: list[str] = []
         for _ in range(2):  # the second time, the cache answers
-            runner = runner_class(None, extensions(log, suppress=suppress, fail_in=fail_in))  # type: ignore[arg-type]
+            found = extensions(log, suppress=suppress, fail_in=fail_in, fail_out=fail_out)
+            runner = runner_class(None, found)  # type: ignore[arg-type]
             await drive(runner, log, raise_in)
         records.append(log)
     strawberry_log, cached_log = records
@@ -124,6 +161,8 @@ async def test_a_request_through_the_schema_sees_every_hook():
     assert result.data == {"hello": "hi"}
     assert log == [
         "gen operation in",
+        "gen validate in",
+        "gen validate out",
         "gen execute in",
         "resolve",
         "gen execute out",
