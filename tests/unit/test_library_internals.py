@@ -49,6 +49,11 @@ INTERNALS: list[tuple[str, str, str]] = [
     ("strawberry.types.execution", "PreExecutionError", "graphql/websocket/handler.py"),
     ("strawberry.types.unset", "UnsetType", "graphql/"),
     ("strawberry.dataloader", "DefaultCache", "resolvers/loaders.py: PageLoader"),
+    (
+        "sqlalchemy.dialects.postgresql.asyncpg",
+        "AsyncAdapt_asyncpg_connection._start_transaction",
+        "db/direct.py: fetch_in_transaction",
+    ),
     # graphql-core
     ("graphql.execution.collect_fields", "FieldDetailsList", "graphql/execution/executor.py"),
     ("graphql.execution.collect_fields", "GroupedFieldSet", "graphql/execution/executor.py"),
@@ -146,6 +151,18 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
 
     futures = DataLoader(_load).cache_map
     assert type(getattr(futures, "cache_map", None)) is dict, "loaders.py: DefaultCache.cache_map"
+
+    # field_reads.py converts an input itself only when strawberry's definition says these.
+    @strawberry.input
+    class Given:
+        x: int = 1
+
+    given = Given.__strawberry_definition__  # type: ignore[attr-defined]
+    for attribute in ("is_input", "is_one_of", "from_input"):
+        assert hasattr(given, attribute), f"field_reads.py: definition.{attribute}"
+    # direct.py begins SQLAlchemy's deferred transaction through its asyncpg adapter.
+    adapter = inspect.getsource(importlib.import_module("sqlalchemy.dialects.postgresql.asyncpg"))
+    assert "self._transaction = transaction" in adapter, "direct.py: adapter._transaction"
     # operation_metrics.py reads the operation name a request sent (None: none).
     execution = inspect.getsource(importlib.import_module("strawberry.types.execution"))
     assert "self._provided_operation_name =" in execution, "operation_metrics.py"

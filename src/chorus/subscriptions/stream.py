@@ -41,6 +41,7 @@ from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
+from chorus.resilience.backoff import Backoff
 from chorus.subscriptions.catchup import read_since
 from chorus.subscriptions.delivery_groups import DirectSink
 from chorus.subscriptions.hub import Hub, Membership, changes_access
@@ -50,7 +51,7 @@ PAGE_SIZE = 100
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 """A read the database could not answer is tried again after 0.1 s, then twice as long
-each time, at most 5 s apart (:meth:`_Stream.read`)."""
+each time, at most 5 s apart (:meth:`_Stream.read`, the project's :class:`Backoff`)."""
 
 T = TypeVar("T")
 
@@ -123,13 +124,12 @@ class _Stream:
         after the database is back goes on from there: nothing lost, nothing twice.
         Cancelled with the stream (the client left).
         """
-        delay = RETRY_FIRST_S
+        backoff = Backoff(RETRY_FIRST_S, RETRY_MAX_S)
         while True:
             try:
                 return await call()
             except DatabaseUnavailable:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                await backoff.sleep()
 
     async def keep_access(self, version: CommittedVersion) -> None:
         """After a version that changes access: end the stream if the viewer lost it."""

@@ -233,8 +233,6 @@ def _input_conversion(graphql_type: GraphQLInputObjectType, type_: Any) -> Conve
             raise _Unconverted(f"{graphql_type.name}.{name}")
         inner = _conversion(field.type, backref.resolve_type(type_definition=definition))
         fields.append((name, backref.python_name, inner))
-    # strawberry's order: the definition's fields (the keyword arguments' order is moot).
-    make = type_
 
     def convert(value: Any) -> Any:
         if value is None or value is UNSET:
@@ -244,7 +242,7 @@ def _input_conversion(graphql_type: GraphQLInputObjectType, type_: Any) -> Conve
             if name in value:
                 given = value[name]
                 kwargs[python_name] = given if inner is None else inner(given)
-        return make(**kwargs)
+        return type_(**kwargs)
 
     return convert
 
