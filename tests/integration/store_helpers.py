@@ -268,3 +268,32 @@ async def terminate_backend(db: Database, pid: int) -> None:
         raise AssertionError(f"backend {pid} is still there")
     finally:
         await other.dispose()
+
+
+async def terminate_every_backend(db: Database) -> int:
+    """Close every backend of ``db``'s database (as a server restart would), from a
+    connection outside ``db``'s pool, and wait until they are gone; how many there were."""
+    other = Database(db.url)
+    try:
+        async with other.write() as conn:
+            closed = await conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+            count = int(closed.scalar_one())
+        for _ in range(100):  # the backends exit a moment after the call returns
+            async with other.write() as conn:
+                left = await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+                if left.scalar_one() == 0:
+                    return count
+            await asyncio.sleep(0.02)
+        raise AssertionError("backends of the database are still there")
+    finally:
+        await other.dispose()

@@ -5,14 +5,18 @@ on the pooled connection's asyncpg connection (PostgreSQL without a pooler).
 Both ways read the same rows into the same values: a playlist with live and
 removed entries, an empty one, a deleted one, a missing one. A connection the
 server closed fails that read as ``DatabaseUnavailable`` and is dropped from
-the pool, so the next read reconnects.
+the pool, so the next read reconnects; a server that closed them all (a
+restart) fails one read or write on asyncpg itself, and the pool replaces the
+rest, as SQLAlchemy does when its own statement loses a connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import text
 
 from chorus.db import engine as engine_module
 from chorus.db import pages
@@ -24,6 +28,7 @@ from tests.integration.store_helpers import (
     new_op,
     new_playlist,
     terminate_backend,
+    terminate_every_backend,
 )
 
 
@@ -90,3 +95,40 @@ async def test_a_connection_the_server_closed_fails_once_then_reconnects(
 
     assert found is not None
     assert len(found[1].items) == 1
+
+
+@pytest.mark.parametrize("way", ["read", "write"])
+async def test_a_server_that_closed_every_connection_fails_one_transaction_then_serves(
+    postgres: str, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    db = Database(postgres, pool_size=3)
+    try:
+        store = PlaylistStore(db)
+        editor = await new_playlist(store)
+        await editor.add("chinook:1")
+
+        async def hold() -> None:
+            async with db.read() as conn:
+                await conn.execute(text("SELECT pg_sleep(0.05)"))
+
+        await asyncio.gather(*(hold() for _ in range(3)))  # three open connections, pooled
+        monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)  # no ping to save them
+        assert await terminate_every_backend(db) == 3
+
+        failing = (
+            pages.playlist_and_first_page(db, editor.playlist_id, 10)  # fetch_direct
+            if way == "read"
+            else editor.add("chinook:2")  # the group commit's first statement, in its transaction
+        )
+        with pytest.raises(DatabaseUnavailable):
+            await failing
+        if way == "write":
+            await editor.add("chinook:3")
+        found = await pages.playlist_and_first_page(db, editor.playlist_id, 10)
+    finally:
+        await db.dispose()
+
+    assert found is not None
+    assert [e.media_id for e in found[1].items] == (
+        ["chinook:1"] if way == "read" else ["chinook:1", "chinook:3"]
+    )

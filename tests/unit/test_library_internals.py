@@ -54,6 +54,7 @@ INTERNALS: list[tuple[str, str, str]] = [
         "AsyncAdapt_asyncpg_connection._start_transaction",
         "db/direct.py: fetch_in_transaction",
     ),
+    ("sqlalchemy.pool.base", "Pool._invalidate", "db/direct.py: _lost"),
     # graphql-core
     ("graphql.execution.collect_fields", "FieldDetailsList", "graphql/execution/executor.py"),
     ("graphql.execution.collect_fields", "GroupedFieldSet", "graphql/execution/executor.py"),
@@ -163,6 +164,9 @@ def test_strawberry_instances_still_carry_the_private_attributes_read() -> None:
     # direct.py begins SQLAlchemy's deferred transaction through its asyncpg adapter.
     adapter = inspect.getsource(importlib.import_module("sqlalchemy.dialects.postgresql.asyncpg"))
     assert "self._transaction = transaction" in adapter, "direct.py: adapter._transaction"
+    # direct.py marks a pool's connections stale without checking the lost one in.
+    invalidate = importlib.import_module("sqlalchemy.pool.base").Pool._invalidate
+    assert "_checkin" in inspect.signature(invalidate).parameters, "direct.py: Pool._invalidate"
     # operation_metrics.py reads the operation name a request sent (None: none).
     execution = inspect.getsource(importlib.import_module("strawberry.types.execution"))
     assert "self._provided_operation_name =" in execution, "operation_metrics.py"

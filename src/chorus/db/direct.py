@@ -63,7 +63,8 @@ async def fetch_direct(
         asyncpg's records, read by position in the statement's column order.
 
     Raises:
-        DatabaseUnavailable: the connection was lost (it is invalidated: the pool drops it).
+        DatabaseUnavailable: the connection was lost (the pool drops it, and every
+            connection it opened before it).
     """
     sql_text, args = _prepared(conn, statement, params)
     driver: Any = (await conn.get_raw_connection()).driver_connection
@@ -92,7 +93,8 @@ async def fetch_in_transaction(
     Raises:
         sqlalchemy.exc.IntegrityError: a constraint refused the statement (as
             SQLAlchemy raises it, so callers catch one kind).
-        DatabaseUnavailable: the connection was lost (it is invalidated: the pool drops it).
+        DatabaseUnavailable: the connection was lost (the pool drops it, and every
+            connection it opened before it).
     """
     sql_text, args = _prepared(conn, statement, params)
     fairy = await conn.get_raw_connection()
@@ -134,10 +136,22 @@ def _prepared(
 
 
 async def _lost(conn: AsyncConnection, driver: Any, error: Exception) -> None:
-    """Raise :class:`DatabaseUnavailable` if ``error`` lost the connection (invalidated
-    first: the pool drops it); return otherwise, for the caller to re-raise ``error``."""
+    """Raise :class:`DatabaseUnavailable` if ``error`` lost the connection; return
+    otherwise, for the caller to re-raise ``error``.
+
+    A lost connection is dropped with every other the pool opened before it, as
+    SQLAlchemy drops them when its own statement loses one: a server that went
+    away closed them all, and one used less than ``PING_AFTER_IDLE_S`` ago would
+    not be pinged before its next transaction, which would fail after the server
+    is back (``tests/full/test_postgres_restart.py``).
+    """
     if not is_lost_connection(error) and not driver.is_closed():
         return
+    fairy = await conn.get_raw_connection()
+    # What Connection._handle_dbapi_exception does on a disconnect: mark the pool's
+    # connections up to this one's start stale (each is replaced at its next
+    # checkout), then invalidate this one (closed on SQLAlchemy's greenlet).
+    conn.sync_engine.pool._invalidate(fairy, error, _checkin=False)
     await conn.invalidate(error)
     message = " ".join(str(error).split()) or type(error).__name__
     raise DatabaseUnavailable(message) from error
