@@ -87,7 +87,11 @@ def _create(server: ChorusServer) -> str:
     return playlist_id
 
 
-def _committed(body: dict[str, Any]) -> dict[str, Any]:
+def _committed(body: dict[str, Any], server: ChorusServer | None = None) -> dict[str, Any]:
+    """``body``'s ``addEntries`` payload, which committed; a failure after the restart
+    shows the end of ``server``'s log (what the pool and the driver said)."""
+    if "errors" in body and server is not None:
+        raise AssertionError(f"{body}\n--- chorus log:\n{server.log.read_text()[-4000:]}")
     assert "errors" not in body, body
     payload: dict[str, Any] = body["data"]["addEntries"]
     assert payload["userErrors"] == [], payload
@@ -136,7 +140,7 @@ def test_requests_fail_cleanly_while_postgres_is_away_and_work_after(
     assert httpx.get(f"{chorus.base_url}/readyz", timeout=5).status_code == 200
     body, _ = _post(chorus, PLAYLIST, id=playlist_id)
     assert body["data"]["playlist"]["version"] == 1, body  # "during" wrote nothing
-    retried = _committed(_add(chorus, playlist_id, "during", track(2))[0])
+    retried = _committed(_add(chorus, playlist_id, "during", track(2))[0], chorus)
     assert (retried["version"], retried["replayed"]) == (2, False)
     again = _committed(_add(chorus, playlist_id, "during", track(2))[0])
     assert (again["version"], again["replayed"]) == (2, True)
@@ -177,7 +181,9 @@ def test_mutations_in_flight_when_postgres_stops_commit_once_on_retry(
     assert failed, "every mutation finished before PostgreSQL stopped"
 
     private_postgres.start()
-    retried = {op: _committed(_add(chorus, playlist_id, op, m)[0]) for op, m in operations.items()}
+    retried = {
+        op: _committed(_add(chorus, playlist_id, op, m)[0], chorus) for op, m in operations.items()
+    }
     for op, body in outcomes.items():
         # A commit answered before the stop (perhaps without its `playlist`,
         # read after the commit) replays as it was.
