@@ -35,8 +35,9 @@ Chorus is needed. One used less than that ago is not: under load every
 connection is, and SQLAlchemy's own pre-ping was three round trips per
 transaction (``BEGIN``, ``;``, ``ROLLBACK``). A server restarted within that
 window fails the transactions on those connections as a restart fails those
-in flight (``DatabaseUnavailable``, and SQLAlchemy drops the whole pool on the
-first), and the next ones reconnect.
+in flight (``DatabaseUnavailable``, and the whole pool is dropped on the
+first: by SQLAlchemy, or by :mod:`chorus.db.direct` for a statement run on
+asyncpg itself), and the next ones reconnect.
 """
 
 from __future__ import annotations
