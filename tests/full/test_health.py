@@ -142,6 +142,28 @@ async def test_readyz_bounds_a_dependency_that_hangs(client_for: Any) -> None:
     assert took < len(hanging) * health.PROBE_TIMEOUT_S
 
 
+async def test_readyz_answers_without_waiting_for_a_late_probe_to_clean_up() -> None:
+    """A probe cancelled at its timeout may take long to finish (closing a connection to a
+    server that stopped answering): the answer is known, and does not wait for it."""
+    cleaned_up = asyncio.Event()
+
+    async def slow_to_let_go() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.5)  # shielded from nothing: a clean-up that awaits
+            cleaned_up.set()
+            raise
+
+    ready, checks = await health.run_checks([health.Check("db", slow_to_let_go)], timeout_s=0.05)
+
+    assert (ready, checks) == (False, {"db": "down: no answer within 0.05s"})
+    assert not cleaned_up.is_set()  # answered while the probe was still letting go
+    await asyncio.wait_for(cleaned_up.wait(), timeout=10)  # and it does finish
+    await asyncio.sleep(0)
+    assert not health._ABANDONED
+
+
 async def test_readyz_database_down_names_it(client_for: Any) -> None:
     db = Database(f"postgresql+asyncpg://postgres@127.0.0.1:{free_port()}/postgres")
     try:
