@@ -4,15 +4,20 @@ While it is away, queries and mutations answer at once with a top-level
 error ``SERVICE_UNAVAILABLE`` (never hang, never ``INTERNAL_SERVER_ERROR``)
 and commit nothing; ``/healthz`` stays 200 while ``/readyz`` names the
 database. Once it is back, the same server process serves again, and the
-retries of what failed commit exactly once.
+retries of what failed commit exactly once. A PostgreSQL that stops answering
+without closing anything (frozen) fails them too, after the statement timeout,
+instead of holding them for as long as it stays frozen.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,7 @@ import httpx
 import pytest
 
 from chorus.auth import mint_token
-from chorus.db.engine import CONNECT_TIMEOUT_S
+from chorus.db.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S
 from tests.e2e.helpers import PLAYLIST, error_codes, mutation_document, track
 from tests.servers import TEST_SECRET, ChorusServer, PostgresCluster
 
@@ -198,3 +203,48 @@ def test_mutations_in_flight_when_postgres_stops_commit_once_on_retry(
     log = final["changes"]["versions"]
     assert [v["version"] for v in log] == list(range(1, len(operations) + 1))
     assert sorted(v["operationId"] for v in log) == sorted(operations)
+
+
+@contextmanager
+def _frozen(cluster: PostgresCluster) -> Iterator[None]:
+    """PostgreSQL answers nothing and closes nothing (``SIGSTOP`` to the postmaster, then to
+    every backend), as a hung host or a network partition looks to its clients."""
+    assert cluster.process is not None
+    postmaster = cluster.process.pid
+    os.kill(postmaster, signal.SIGSTOP)  # first: it forks no backend meanwhile
+    stopped = [postmaster]
+    try:
+        for child in Path(f"/proc/{postmaster}/task/{postmaster}/children").read_text().split():
+            os.kill(int(child), signal.SIGSTOP)
+            stopped.append(int(child))
+        yield
+    finally:
+        for pid in reversed(stopped):
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_requests_fail_instead_of_hanging_while_postgres_is_frozen_and_work_after(
+    chorus: ChorusServer, private_postgres: PostgresCluster
+) -> None:
+    playlist_id = _create(chorus)
+    assert _committed(_add(chorus, playlist_id, "before", track(1))[0])["version"] == 1
+
+    with _frozen(private_postgres), ThreadPoolExecutor(max_workers=2) as pool:
+        # Each answers within the statement timeout (plus a connect timeout, if the
+        # connection it had was dropped): well inside the client's 30 s, which would
+        # raise here instead.
+        assert STATEMENT_TIMEOUT_S + CONNECT_TIMEOUT_S < 30
+        read = pool.submit(_post, chorus, PLAYLIST, id=playlist_id)
+        write = pool.submit(_add, chorus, playlist_id, "frozen", track(2))
+        read_body, _ = read.result()
+        write_body, _ = write.result()
+    _unavailable(read_body, None)
+    assert read_body["data"] == {"playlist": None}
+    _unavailable(write_body, None)
+    assert write_body["data"] is None
+
+    retried = _committed(_add(chorus, playlist_id, "frozen", track(2))[0], chorus)
+    assert (retried["version"], retried["replayed"]) == (2, False)
+    final = _post(chorus, CHANGES, id=playlist_id)[0]["data"]["playlist"]
+    assert final["entryCount"] == 2
+    assert [v["operationId"] for v in final["changes"]["versions"]] == ["before", "frozen"]

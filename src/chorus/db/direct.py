@@ -39,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 
-from chorus.db.engine import DatabaseUnavailable, is_lost_connection
+from chorus.db.engine import DatabaseUnavailable, is_lost_connection, reason
 
 _COMPILED: dict[int, tuple[ClauseElement, str, tuple[str, ...]]] = {}
 """By ``id(statement)``: the statement (kept alive, so the id stays its), its SQL and the
@@ -153,8 +153,7 @@ async def _lost(conn: AsyncConnection, driver: Any, error: Exception) -> None:
     # checkout), then invalidate this one (closed on SQLAlchemy's greenlet).
     conn.sync_engine.pool._invalidate(fairy, error, _checkin=False)
     await conn.invalidate(error)
-    message = " ".join(str(error).split()) or type(error).__name__
-    raise DatabaseUnavailable(message) from error
+    raise DatabaseUnavailable(reason(error)) from error
 
 
 __all__ = ["fetch_direct", "fetch_in_transaction"]

@@ -70,6 +70,19 @@ WRITE_QUEUE_TIMEOUT_S = 60.0
 """How long a SQLite writer waits for its turn before the request fails."""
 CONNECT_TIMEOUT_S = 5.0
 """How long opening a PostgreSQL connection may take (asyncpg's default is 60 s)."""
+STATEMENT_TIMEOUT_S = 10.0
+"""How long a PostgreSQL statement may go unanswered (asyncpg's ``command_timeout``;
+its default is none).
+
+A server that stopped answering without closing its connections (frozen, a
+network partition, a host that hangs) held every request that reached it until
+the client gave up, however long that took. After this long the statement
+fails as a lost connection: ``DatabaseUnavailable`` (``SERVICE_UNAVAILABLE``),
+the connection dropped, and the pool's other connections replaced at their next
+checkout. Chorus's own statements are short and bounded (pages, batches of
+compaction and of switches), so none should come near it; a lock waited for is a
+commit of a few milliseconds. ``PostgreSQL``'s ``statement_timeout`` would not
+help: a frozen server does not run its own timers."""
 
 DATABASE_POOL_SIZE = 20
 """Pooled connections per engine (``CHORUS_DATABASE_POOL_SIZE``); a PostgreSQL pool is fixed.
@@ -112,10 +125,12 @@ def is_unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the database is away rather than the statement was wrong."""
     if isinstance(error, OSError | exc.TimeoutError):  # OSError covers TimeoutError
         return True
-    if isinstance(error, exc.DBAPIError):
-        if error.connection_invalidated:
-            return True
-        return error.orig is not None and is_lost_connection(error.orig)
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if isinstance(error, exc.StatementError):
+        # A DBAPIError's driver error, or the driver's own exception SQLAlchemy wrapped
+        # in a StatementError (asyncpg's TimeoutError after STATEMENT_TIMEOUT_S).
+        return isinstance(error.orig, BaseException) and is_lost_connection(error.orig)
     return False
 
 
@@ -127,6 +142,14 @@ def is_lost_connection(error: BaseException) -> bool:
     return isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
 
 
+def reason(error: BaseException) -> str:
+    """``error``'s text on one line, for a log or ``DatabaseUnavailable``: its class name
+    when it has none (asyncpg's ``TimeoutError``: "no answer within 10s")."""
+    if isinstance(error, TimeoutError) and not str(error):
+        return f"no answer within {STATEMENT_TIMEOUT_S:g}s"
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 @contextmanager
 def _unavailable_as_error() -> Iterator[None]:
     try:
@@ -136,9 +159,8 @@ def _unavailable_as_error() -> Iterator[None]:
     except Exception as error:
         if is_unavailable(error):
             # The driver's own words: a DBAPIError's text would add the SQL.
-            cause = error.orig if isinstance(error, exc.DBAPIError) else error
-            message = " ".join(str(cause).split()) or type(cause).__name__
-            raise DatabaseUnavailable(message) from error
+            cause = error.orig if isinstance(error, exc.StatementError) else None
+            raise DatabaseUnavailable(reason(cause or error)) from error
         raise
 
 
@@ -218,9 +240,26 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
     event.listen(engine.sync_engine, "checkout", on_checkout)
 
 
+def _unanswered_is_lost(engine: AsyncEngine) -> None:
+    """A statement that timed out (:data:`STATEMENT_TIMEOUT_S`) is a lost connection to
+    SQLAlchemy too, so it drops that connection and marks the pool's others stale.
+
+    asyncpg's ``TimeoutError`` is not a DBAPI error, so SQLAlchemy would return the
+    connection to the pool with the statement still in progress on it ("another
+    operation is in progress" for the next transaction there).
+    """
+
+    def on_error(context: Any) -> None:
+        if isinstance(context.original_exception, TimeoutError):
+            context.is_disconnect = True
+
+    event.listen(engine.sync_engine, "handle_error", on_error)
+
+
 def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> AsyncEngine:
     """A pooled asyncpg engine of ``pool_size`` connections at most (no overflow:
-    :data:`DATABASE_POOL_SIZE`), its idle connections pinged on checkout.
+    :data:`DATABASE_POOL_SIZE`), its idle connections pinged on checkout, each
+    statement answered within :data:`STATEMENT_TIMEOUT_S` or failed as a lost connection.
 
     Args:
         pooler: the URL is a pooler in transaction mode (PgBouncer before
@@ -229,7 +268,10 @@ def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> 
             statement gets a unique name, as SQLAlchemy's asyncpg dialect
             documents ("Prepared Statement Name with PGBouncer").
     """
-    connect_args: dict[str, Any] = {"timeout": CONNECT_TIMEOUT_S}
+    connect_args: dict[str, Any] = {
+        "timeout": CONNECT_TIMEOUT_S,
+        "command_timeout": STATEMENT_TIMEOUT_S,
+    }
     if pooler:
         url = make_url(url).update_query_dict({"prepared_statement_cache_size": "0"})
         connect_args["statement_cache_size"] = 0
@@ -242,6 +284,7 @@ def postgres_engine(url: str | URL, *, pool_size: int, pooler: bool = False) -> 
         json_deserializer=json_loads,
     )
     _ping_when_idle(engine)
+    _unanswered_is_lost(engine)
     return engine
 
 

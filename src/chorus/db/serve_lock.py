@@ -117,7 +117,7 @@ async def _hold(dsn: str, conn: asyncpg.Connection, taken_over: Callable[[str], 
                 try:
                     taken = await _take(dsn)
                 except (OSError, TimeoutError, asyncpg.PostgresError) as error:
-                    log.warning("cannot take the one-serve lock again: %s", error)
+                    log.warning("cannot take the one-serve lock again: %r", error)
                     continue
                 if isinstance(taken, Held):
                     log.error(

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from chorus.db.engine import CONNECT_TIMEOUT_S, Database
+from chorus.db.engine import CONNECT_TIMEOUT_S, Database, reason
 from chorus.resilience.backoff import Backoff
 
 log = logging.getLogger("chorus.db.watch")
@@ -107,7 +107,7 @@ async def _reconnecting(
             raise
         except Exception as error:
             delay = backoff.next()
-            log.warning("%s: %s; retrying in %.1fs", what, error, delay)
+            log.warning("%s: %s; retrying in %.1fs", what, reason(error), delay)
             await asyncio.sleep(delay)
 
 
