@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import httpx
 import pytest
 import uvicorn
 from pydantic import ValidationError
 
-from chorus.cli.process import load_balancer_options
+from chorus.cli.process import load_balancer_options, transport_options
 from chorus.drain import Drain, DrainingServer
 from chorus.middleware import CloseWhileDraining, ForwardedClient, forwarded_address
 from chorus.settings import Settings
@@ -26,6 +27,17 @@ def test_by_default_no_proxy_is_trusted_and_sockets_are_pinged_every_20_s() -> N
     assert options["ws_ping_timeout"] == 20.0
     assert options["timeout_graceful_shutdown"] == 10.0
     assert _settings().drain_s == 5.0
+
+
+def test_an_idle_connection_is_kept_longer_than_clients_keep_it() -> None:
+    """The client closes an idle connection first: a server that closes it just as the
+    client reuses it fails that request (httpx ``ReadError``, "Connection reset by peer",
+    reproduced at 4.999 s idle against uvicorn's 5 s, the old default). httpx keeps one
+    5 s, undici 4 s, aiohttp 15 s (its ``keepalive_timeout``)."""
+    kept = _settings().keep_alive_timeout_s
+    assert kept > httpx.Limits().keepalive_expiry
+    assert kept > 15.0
+    assert transport_options(_settings())["timeout_keep_alive"] == kept
 
 
 def test_trusted_proxies_are_networks_with_their_ipv4_mapped_form_read_by_chorus() -> None:
