@@ -253,47 +253,32 @@ async def backend_pid(db: Database) -> int:
 async def terminate_backend(db: Database, pid: int) -> None:
     """Close backend ``pid`` from another connection (outside ``db``'s pool), and wait
     until it is gone."""
-    other = Database(db.url)
-    try:
-        async with other.write() as conn:
-            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        for _ in range(100):  # the backend exits a moment after the call returns
-            async with other.write() as conn:
-                found = await conn.execute(
-                    text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-                )
-                if found.scalar_one() == 0:
-                    return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"backend {pid} is still there")
-    finally:
-        await other.dispose()
+    await _terminate(db, "pid = :pid", {"pid": pid})
 
 
 async def terminate_every_backend(db: Database) -> int:
     """Close every backend of ``db``'s database (as a server restart would), from a
     connection outside ``db``'s pool, and wait until they are gone; how many there were."""
+    return await _terminate(db, "datname = current_database() AND pid <> pg_backend_pid()", {})
+
+
+async def _terminate(db: Database, which: str, params: dict[str, Any]) -> int:
+    """Terminate the backends of ``pg_stat_activity`` that ``which`` (a condition)
+    selects, from a database of its own, and wait until they are gone; how many."""
     other = Database(db.url)
     try:
         async with other.write() as conn:
-            closed = await conn.execute(
-                text(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-            )
+            terminate = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+            closed = await conn.execute(text(terminate + which), params)
             count = int(closed.scalar_one())
         for _ in range(100):  # the backends exit a moment after the call returns
             async with other.write() as conn:
                 left = await conn.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                    )
+                    text(f"SELECT count(*) FROM pg_stat_activity WHERE {which}"), params
                 )
                 if left.scalar_one() == 0:
                     return count
             await asyncio.sleep(0.02)
-        raise AssertionError("backends of the database are still there")
+        raise AssertionError(f"backends where {which} ({params}) are still there")
     finally:
         await other.dispose()

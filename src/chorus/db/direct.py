@@ -67,11 +67,12 @@ async def fetch_direct(
             connection it opened before it).
     """
     sql_text, args = _prepared(conn, statement, params)
-    driver: Any = (await conn.get_raw_connection()).driver_connection
+    fairy = await conn.get_raw_connection()
+    driver: Any = fairy.driver_connection
     try:
         rows: Sequence[Sequence[Any]] = await driver.fetch(sql_text, *args)
     except Exception as error:
-        await _lost(conn, driver, error)
+        await _lost(conn, fairy, error)
         raise
     return rows
 
@@ -109,7 +110,7 @@ async def fetch_in_transaction(
     except asyncpg.IntegrityConstraintViolationError as error:
         raise IntegrityError(sql_text, args, error) from error
     except Exception as error:
-        await _lost(conn, driver, error)
+        await _lost(conn, fairy, error)
         raise
     return rows
 
@@ -135,7 +136,7 @@ def _prepared(
     return sql_text, args
 
 
-async def _lost(conn: AsyncConnection, driver: Any, error: Exception) -> None:
+async def _lost(conn: AsyncConnection, fairy: Any, error: Exception) -> None:
     """Raise :class:`DatabaseUnavailable` if ``error`` lost the connection; return
     otherwise, for the caller to re-raise ``error``.
 
@@ -145,9 +146,8 @@ async def _lost(conn: AsyncConnection, driver: Any, error: Exception) -> None:
     not be pinged before its next transaction, which would fail after the server
     is back (``tests/full/test_postgres_restart.py``).
     """
-    if not is_lost_connection(error) and not driver.is_closed():
+    if not is_lost_connection(error) and not fairy.driver_connection.is_closed():
         return
-    fairy = await conn.get_raw_connection()
     # What Connection._handle_dbapi_exception does on a disconnect: mark the pool's
     # connections up to this one's start stale (each is replaced at its next
     # checkout), then invalidate this one (closed on SQLAlchemy's greenlet).

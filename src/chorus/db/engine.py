@@ -81,8 +81,8 @@ fails as a lost connection: ``DatabaseUnavailable`` (``SERVICE_UNAVAILABLE``),
 the connection dropped, and the pool's other connections replaced at their next
 checkout. Chorus's own statements are short and bounded (pages, batches of
 compaction and of switches), so none should come near it; a lock waited for is a
-commit of a few milliseconds. ``PostgreSQL``'s ``statement_timeout`` would not
-help: a frozen server does not run its own timers."""
+commit of a few milliseconds. PostgreSQL's ``statement_timeout`` would not help:
+a frozen server does not run its own timers."""
 
 DATABASE_POOL_SIZE = 20
 """Pooled connections per engine (``CHORUS_DATABASE_POOL_SIZE``); a PostgreSQL pool is fixed.
@@ -143,10 +143,8 @@ def is_lost_connection(error: BaseException) -> bool:
 
 
 def reason(error: BaseException) -> str:
-    """``error``'s text on one line, for a log or ``DatabaseUnavailable``: its class name
-    when it has none (asyncpg's ``TimeoutError``: "no answer within 10s")."""
-    if isinstance(error, TimeoutError) and not str(error):
-        return f"no answer within {STATEMENT_TIMEOUT_S:g}s"
+    """``error``'s text on one line, for a log or ``DatabaseUnavailable``; its class name
+    when it has none (a ``TimeoutError``, of a statement or of a connect)."""
     return " ".join(str(error).split()) or type(error).__name__
 
 
