@@ -8,11 +8,14 @@ strawberry's :class:`SchemaExtensionsRunner` and through
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import strawberry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from strawberry.extensions import SchemaExtension
 from strawberry.extensions.runner import SchemaExtensionsRunner
 
@@ -168,3 +171,119 @@ async def test_a_request_through_the_schema_sees_every_hook():
         "gen execute out",
         "gen operation out",
     ]
+
+
+BEHAVIOURS = (
+    "plain",
+    "fails entering",
+    "no yield",
+    "fails leaving",
+    "yields twice",
+    "swallows",
+    "replaces",
+)
+
+
+def _stage_extensions(log: list[str], kinds: list[tuple[str, bool]]) -> list[Any]:
+    """One extension per (behaviour, async) of ``kinds``, each with an ``on_execute`` hook."""
+    made = []
+    for index, (behaviour, is_async) in enumerate(kinds):
+
+        def body(index: int = index, behaviour: str = behaviour) -> Iterator[str]:
+            """The hook's steps, shared by its sync and async forms: yields where it yields."""
+            log.append(f"{index} in")
+            if behaviour == "fails entering":
+                raise KeyError(f"{index} entering")
+            if behaviour == "no yield":
+                return
+            try:
+                yield "stage"
+            except Exception as error:
+                log.append(f"{index} saw {type(error).__name__}: {error}")
+                if behaviour == "swallows":
+                    return
+                if behaviour == "replaces":
+                    raise LookupError(f"{index} instead") from None
+                raise
+            finally:
+                log.append(f"{index} finally")
+            log.append(f"{index} out")
+            if behaviour == "fails leaving":
+                raise TypeError(f"{index} leaving")
+            if behaviour == "yields twice":
+                yield "again"
+
+        if is_async:
+
+            class Async(SchemaExtension):
+                async def on_execute(self, body: Any = body) -> AsyncIterator[None]:  # type: ignore[override]
+                    steps = body()
+                    for _ in steps:
+                        try:
+                            yield
+                        except BaseException as error:
+                            try:
+                                steps.throw(error)
+                            except StopIteration:
+                                return
+
+            made.append(Async())
+        else:
+
+            class Sync(SchemaExtension):
+                def on_execute(self, body: Any = body) -> Iterator[Any]:
+                    yield from body()
+
+            made.append(Sync())
+    return made
+
+
+def _chain(error: BaseException | None) -> list[str]:
+    found = []
+    while error is not None and len(found) < 6:
+        found.append(f"{type(error).__name__}: {error}")
+        error = error.__context__
+    return found
+
+
+async def _run_stage(
+    runner: SchemaExtensionsRunner, log: list[str], fail: bool, outer: bool
+) -> list[str] | None:
+    async def stage() -> None:
+        async with runner.executing():
+            log.append("inside")
+            if fail:
+                raise ValueError("the stage")
+
+    try:
+        if outer:
+            try:
+                raise OSError("being handled")
+            except OSError:
+                await stage()
+        else:
+            await stage()
+    except BaseException as error:
+        return _chain(error)
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.tuples(st.sampled_from(BEHAVIOURS), st.booleans()), max_size=4),
+    fail=st.booleans(),
+    outer=st.booleans(),
+)
+def test_a_stage_runs_its_hooks_as_strawberry_runs_them(
+    kinds: list[tuple[str, bool]], fail: bool, outer: bool
+):
+    """Any mix of hooks, sync and async, that fail entering or leaving, stop early, yield
+    twice, swallow or replace the error they see, in a stage that fails or not, entered
+    while another exception is handled or not: the same records, and the same error with
+    the same chain of contexts, through both runners."""
+    outcomes = []
+    for runner_class in (SchemaExtensionsRunner, CachedHooksRunner):
+        log: list[str] = []
+        runner = runner_class(None, _stage_extensions(log, kinds))  # type: ignore[arg-type]
+        outcomes.append((asyncio.run(_run_stage(runner, log, fail, outer)), log))
+    assert outcomes[1] == outcomes[0]
