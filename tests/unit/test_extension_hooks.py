@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import strawberry
+from graphql import parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strawberry.extensions import SchemaExtension
@@ -287,3 +288,49 @@ def test_a_stage_runs_its_hooks_as_strawberry_runs_them(
         runner = runner_class(None, _stage_extensions(log, kinds))  # type: ignore[arg-type]
         outcomes.append((asyncio.run(_run_stage(runner, log, fail, outer)), log))
     assert outcomes[1] == outcomes[0]
+
+
+async def test_extension_results_are_strawberrys():
+    """Only classes with their own ``get_results`` are asked, and the answer is the same:
+    theirs in order (sync and async), then the context's own results."""
+
+    class Sync(SchemaExtension):
+        def get_results(self) -> dict[str, Any]:
+            return {"sync": 1, "both": "sync"}
+
+    class Async(SchemaExtension):
+        async def get_results(self) -> dict[str, Any]:  # type: ignore[override]
+            return {"async": 2, "both": "async"}
+
+    class Context:
+        def __init__(self) -> None:
+            self.extensions_results = {"context": 3, "both": "context"}
+
+    found = [SchemaExtension(), Sync(), Async(), SchemaExtension()]
+    answers = [
+        await runner(None, found).get_extensions_results(Context())  # type: ignore[arg-type]
+        for runner in (SchemaExtensionsRunner, CachedHooksRunner)
+    ]
+    assert answers[1] == answers[0] == {"sync": 1, "async": 2, "context": 3, "both": "context"}
+    assert list(answers[1]) == list(answers[0])
+
+
+def test_the_operation_type_follows_the_document_and_the_name():
+    """The schema's execution context finds the type once, but again when the document
+    or the operation name it is asked for changes."""
+    schema = build_schema()
+    context = schema._create_execution_context(  # type: ignore[attr-defined]
+        query=None, allowed_operation_types=()
+    )
+    with pytest.raises(RuntimeError):
+        context.operation_type  # noqa: B018 (no document)
+    first = parse("query A { __typename } mutation B { __typename }")
+    context.graphql_document = first
+    assert context.operation_type.value == "query"
+    context._provided_operation_name = "B"
+    assert context.operation_type.value == "mutation"
+    context.graphql_document = parse("subscription B { __typename }")
+    assert context.operation_type.value == "subscription"
+    context._provided_operation_name = "C"
+    with pytest.raises(RuntimeError):
+        context.operation_type  # noqa: B018 (no such operation)

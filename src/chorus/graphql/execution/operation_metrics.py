@@ -23,6 +23,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode
 from opentelemetry.trace import Span
@@ -130,10 +131,10 @@ class OperationMetrics(SchemaExtension):
             return
         # UNKNOWN: the requested name is not even in the document.
         name = UNKNOWN if operation_type == UNKNOWN else self._label()
-        REQUEST_SECONDS.labels(operation_type, name).observe(seconds)
+        _child(REQUEST_SECONDS, operation_type, name).observe(seconds)
         context = self.execution_context.context
         if isinstance(context, RequestContext) and context.operation.served_by is not None:
-            PLANNED.labels(name, context.operation.served_by).inc()
+            _child(PLANNED, name, context.operation.served_by).inc()
 
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only what parsed and passed validation.
@@ -181,6 +182,20 @@ class OperationMetrics(SchemaExtension):
         if document is None or getattr(context, "_provided_operation_name", None) is not None:
             return False
         return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
+
+
+_CHILDREN: dict[tuple[object, str, str], Any] = {}
+"""(metric, label values) → its child, as ``labels()`` returns it (the same object, without
+``labels()``' lock and checks per request; bounded as the labels are, by
+:class:`OperationNames`)."""
+
+
+def _child(metric: Any, *values: str) -> Any:
+    key = (metric, *values)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*values)
+    return found
 
 
 def _refused(error: GraphQLError) -> bool:

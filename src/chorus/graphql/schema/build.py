@@ -10,11 +10,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError, OperationDefinitionNode, parse
+from graphql import DocumentNode, GraphQLError, OperationDefinitionNode, parse
 from strawberry.extensions import MaxTokensLimiter, SchemaExtension
 from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.schema.exceptions import InvalidOperationTypeError
-from strawberry.types import ExecutionResult
+from strawberry.types import ExecutionContext, ExecutionResult
 from strawberry.types.graphql import OperationType
 
 from chorus.graphql.execution.cacheable_fields import VersionedFieldsOnly
@@ -64,6 +64,26 @@ class SubscriptionNeedsWebSocket(InvalidOperationTypeError):
         return SUBSCRIPTION_NEEDS_WEBSOCKET
 
 
+class _ExecutionContext(ExecutionContext):
+    """Strawberry's execution context, its ``operation_type`` found once per document and
+    operation name: the extensions ask it five times a request, and each time strawberry
+    walks the document and makes the enum member anew."""
+
+    _found_type: tuple[DocumentNode, str | None, OperationType] | None = None
+
+    @property
+    def operation_type(self) -> OperationType:
+        """Strawberry's; raises ``RuntimeError`` when there is no such operation (not kept)."""
+        document, name = self.graphql_document, self.operation_name
+        found = self._found_type
+        if found is not None and found[0] is document and found[1] == name:
+            return found[2]
+        kind = ExecutionContext.operation_type.fget(self)  # type: ignore[attr-defined]
+        if document is not None:
+            self._found_type = (document, name, kind)
+        return kind  # type: ignore[no-any-return]
+
+
 class ChorusSchema(strawberry.Schema):
     """Strawberry's schema, minus its logging of every error as a failure, its extension
     hooks found once per class.
@@ -74,6 +94,12 @@ class ChorusSchema(strawberry.Schema):
 
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         return None
+
+    def _create_execution_context(self, *args: Any, **kwargs: Any) -> ExecutionContext:
+        context = super()._create_execution_context(*args, **kwargs)
+        # Made by strawberry, whatever its fields: only the class changes (no slots).
+        context.__class__ = _ExecutionContext
+        return context
 
     def create_extensions_runner(
         self, execution_context: Any, extensions: list[SchemaExtension]
