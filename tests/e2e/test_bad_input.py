@@ -204,13 +204,25 @@ def test_refusals_name_what_is_wrong(api: Api) -> None:
         assert got.json()["data"]["viewer"]["user"]["id"]
 
 
-@pytest.mark.parametrize("name", ["B", "\ud800", "\udfff\ud800x"])
-def test_unknown_operation_name(api: Api, name: str) -> None:
+@pytest.mark.parametrize("name", ["B", "", "\ud800", "\udfff\ud800x"])
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [("application/json", 200), ("application/graphql-response+json", 400)],
+    ids=["json", "graphql-response"],
+)
+def test_unknown_operation_name_is_a_request_error(
+    api: Api, name: str, accept: str, status: int
+) -> None:
+    """GraphQL's GetOperation raises a request error: no ``data``; 200 under JSON (the
+    GraphQL-over-HTTP specification's well-formed request), 400 under its own type."""
     # json.dumps escapes a lone surrogate: the body is valid JSON naming it.
     body = json.dumps({"query": "query A { __typename }", "operationName": name})
-    response = post(api, body)
-    assert response.status_code == 400, response.text
-    error = response.json()["errors"][0]
+    response = post(api, body, Accept=accept)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(accept)
+    answer = response.json()
+    assert "data" not in answer
+    (error,) = answer["errors"]
     assert error["extensions"]["code"] == "BAD_REQUEST"
     assert error["message"].startswith("Unknown operation named")
 

@@ -6,7 +6,7 @@ from cross_web import HTTPException
 from graphql import GraphQLError
 from starlette.requests import Request
 from starlette.responses import Response
-from strawberry.schema.exceptions import InvalidOperationTypeError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types.graphql import OperationType
 
 from chorus.auth import Unavailable
@@ -58,9 +58,15 @@ def http_refusal(request: Request, error: HTTPException, role: ServeRole = "all"
     A mutation over GET is 405 with ``Allow: POST``, as the GraphQL-over-HTTP
     specification says (strawberry answers 400). A subscription is 400
     ``BAD_REQUEST`` saying to open a WebSocket: on this URL, or on a gateway
-    when ``role`` is ``api``.
+    when ``role`` is ``api``. An ``operationName`` the document does not hold is a
+    request error (GraphQL §6.1, ``GetOperation``): 200 under ``application/json``, as
+    the GraphQL-over-HTTP specification asks of a well-formed request, and 400 once
+    :func:`~chorus.graphql.http.negotiation.as_graphql_response` answers it as
+    ``application/graphql-response+json``; no ``data`` entry either way.
     """
     cause = error.__cause__
+    if isinstance(cause, CannotGetOperationTypeError):
+        return error_response(200, error.reason, "BAD_REQUEST")
     if (
         role == "api"
         and isinstance(cause, InvalidOperationTypeError)
