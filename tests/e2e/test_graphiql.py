@@ -53,6 +53,35 @@ def test_the_page_names_only_its_own_assets_and_each_is_served(chorus: ChorusSer
     assert httpx.get(chorus.base_url + "/graphiql/../settings.py").status_code == 404
 
 
+BROWSER = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+@pytest.mark.parametrize(
+    ("accept", "html"),
+    [
+        (BROWSER, True),
+        ("text/html", True),
+        ("*/*", False),
+        (None, False),
+        ("application/json", False),
+    ],
+)
+def test_only_a_browser_gets_graphiql(chorus: ChorusServer, accept: str | None, html: bool) -> None:
+    """A GET with no query: the page for an ``Accept`` naming ``text/html``; for any other
+    (curl's and fetch's ``*/*``, none) the JSON refusal of a request with no query."""
+    headers = {"Accept": accept} if accept is not None else {}
+    with httpx.Client() as client:
+        client.headers.pop("accept", None)
+        answer = client.get(chorus.url, headers=headers)
+    if html:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/html")
+        return
+    assert answer.status_code == 400, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+
 def test_the_vendored_assets_are_what_scripts_vendor_graphiql_recorded() -> None:
     listed = (ide.ASSETS_PATH / "SHA256SUMS").read_text().split("\n")
     sums = dict(reversed(line.split()) for line in listed if line.strip())

@@ -187,9 +187,14 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return response
 
     def should_render_graphql_ide(self, request: Any) -> bool:
-        # A GET with only persisted-query extensions is a query, not a browser.
+        """GraphiQL for a browser's ``GET`` with no ``query``: its ``Accept`` names
+        ``text/html``. Strawberry also renders it for ``*/*`` (curl's, httpx's, fetch's
+        default), which the media types' table answers as JSON (docs/api.md): such a GET
+        gets the JSON refusal of a request with no query instead. A GET with only
+        persisted-query extensions is a query, not a browser."""
         return bool(
             super().should_render_graphql_ide(request)
+            and "text/html" in request.headers.get("accept", "")
             and request.query_params.get("extensions") is None
         )
 
