@@ -478,6 +478,23 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     )
     assert created["extensions"]["cost"]["requestedQueryCost"] > left + 100, created
     assert created["data"]["createPlaylist"]["version"] == 0, created
+    # Its payload's reads were refused and nothing was charged: the report says the
+    # budget (as every answer does while it is on), and no actual cost.
+    assert created["data"]["createPlaylist"]["playlist"] is None, created
+    assert error_codes(created) == ["RATE_LIMITED"], created
+    report = created["extensions"]["cost"]
+    assert "actualQueryCost" not in report, report
+    assert report["throttleStatus"]["maximumAvailable"] == 1000, report
+    assert report["throttleStatus"]["currentlyAvailable"] <= left + 50, report
+    # An edit within the budget reports what it cost, and the budget.
+    small = budget.gql(
+        "mutation Small($input: CreatePlaylistInput!) { createPlaylist(input: $input) { version } }",
+        user="dave",
+        input={"operationId": budget.op(), "title": "Within the budget"},
+    )
+    report = small["extensions"]["cost"]
+    assert report["actualQueryCost"] == report["requestedQueryCost"], small
+    assert 900 <= report["throttleStatus"]["currentlyAvailable"] < 1000, small
     # Introspection is never charged, and another user has a budget of their own.
     assert "errors" not in budget.gql(get_introspection_query(), user="carol")
     assert "errors" not in budget.gql(PLAYLISTS_402, user="dave")

@@ -66,8 +66,11 @@ class ReadBudget:
     it were charged, and an alias of a version being rebuilt waits for it."""
 
     def begin_operation(self) -> None:
-        """A new operation: its history and rewinds are counted from zero again."""
+        """A new operation: its history and rewinds are counted from zero again, and its
+        payload's reads are its own to refuse (a socket's earlier edit over the budget
+        does not refuse a later one's, nor hide a query's ``actualQueryCost``)."""
         self.history_entries = self.extra_cost = 0
+        self.payload_reads_refused = False
         self.forget_rewinds()
 
     def checkpoint(self) -> Callable[[], None]:

@@ -89,6 +89,12 @@ class QueryCostLimit(SchemaExtension):
         if not budget.limited:
             return None
         allowed = found.introspection_only or budget.allow(viewer, cost)
+        available = budget.available(viewer)
+        self.report["throttleStatus"] = {
+            "maximumAvailable": budget.per_minute,
+            "currentlyAvailable": int(available),
+            "restoreRate": budget.per_minute / 60,
+        }
         if self.execution_context.operation_type is OperationType.MUTATION:
             # Edits have their own budget (CHORUS_RATE_LIMIT_PER_MINUTE), which a
             # retry of a committed edit does not spend: refusing it here would
@@ -98,12 +104,6 @@ class QueryCostLimit(SchemaExtension):
                 request.reads.budget.query_cost = cost
             request.reads.budget.payload_reads_refused = not allowed
             return None
-        available = budget.available(viewer)
-        self.report["throttleStatus"] = {
-            "maximumAvailable": budget.per_minute,
-            "currentlyAvailable": int(available),
-            "restoreRate": budget.per_minute / 60,
-        }
         if allowed:
             if not found.introspection_only:
                 request.reads.budget.query_cost = cost
@@ -123,6 +123,8 @@ class QueryCostLimit(SchemaExtension):
             and request.reads.budget.cost_allowance is not None
             # Nothing ran when its variables did not coerce: nothing to report.
             and not is_request_error(self.execution_context.result)
+            # An edit over the budget: its payload's reads were refused, nothing charged.
+            and not request.reads.budget.payload_reads_refused
         ):
             # What it took as it ran: the versions it read may have held more
             # entries than the requested cost counts them at.
