@@ -470,6 +470,22 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     message = body["errors"][0]["message"]
     assert "costs 402" in message
     assert "1000 a minute" in message
+    # When to retry: the bucket refills 1000 points a minute, so 402 points take at most
+    # ~24 s; the spec's media type says it as HTTP's Retry-After too.
+    wait_ms = body["errors"][0]["extensions"]["retryAfterMs"]
+    assert 1 <= wait_ms <= 402 * 60, body
+    strict = budget.http.post(
+        budget.server.url,
+        json={"query": PLAYLISTS_402},
+        headers={
+            "Authorization": f"Bearer {budget.token('carol')}",
+            "Accept": "application/graphql-response+json",
+        },
+    )
+    assert strict.status_code == 429, strict.text
+    after = int(strict.headers["retry-after"])
+    assert after == -(-strict.json()["errors"][0]["extensions"]["retryAfterMs"] // 1000)
+    assert 1 <= after <= 25, strict.headers
     # Mutations spend the mutation rate limit, not this budget: a spent budget
     # never refuses the retry that tells a client whether its edit committed.
     left = body["extensions"]["cost"]["throttleStatus"]["currentlyAvailable"]

@@ -29,7 +29,8 @@ class QueryCostLimit(SchemaExtension):
     Runs when execution starts (validation passed, variables known):
     over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
     left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
-    set) → ``RATE_LIMITED``, nothing charged. Either way nothing executes.
+    set) → ``RATE_LIMITED`` with ``retryAfterMs`` (when the bucket will hold the
+    cost), nothing charged. Either way nothing executes.
     A mutation is charged too but never refused here (edits spend
     ``CHORUS_RATE_LIMIT_PER_MINUTE``): over the budget, its payload's
     ``playlist`` is refused with ``RATE_LIMITED`` and the edit still runs.
@@ -111,7 +112,12 @@ class QueryCostLimit(SchemaExtension):
         return GraphQLError(
             f"the query costs {cost}, over the {int(available)} left of the budget of "
             f"{budget.per_minute} a minute; retry later",
-            extensions={"code": "RATE_LIMITED"},
+            # As the mutation limit's userError says it; HTTP's Retry-After from it
+            # (graphql/http/negotiation.py).
+            extensions={
+                "code": "RATE_LIMITED",
+                "retryAfterMs": budget.retry_after_ms(viewer, cost),
+            },
         )
 
     def get_results(self) -> dict[str, Any]:

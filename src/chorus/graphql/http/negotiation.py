@@ -25,6 +25,7 @@ An ``Accept`` that names neither type nor a wildcard gets HTTP 406.
 from __future__ import annotations
 
 import json
+import math
 
 from starlette.responses import Response
 
@@ -103,11 +104,25 @@ def request_error_status(codes: set[object]) -> int:
     return statuses.pop() if len(statuses) == 1 else 400
 
 
+def retry_after_s(errors: list[object]) -> int | None:
+    """HTTP's ``Retry-After`` (whole seconds, rounded up) of ``RATE_LIMITED`` errors: the
+    longest ``extensions.retryAfterMs`` among them; ``None`` when none says one."""
+    waits = [
+        wait
+        for e in errors
+        if isinstance(e, dict)
+        and isinstance(wait := (e.get("extensions") or {}).get("retryAfterMs"), int)
+        and not isinstance(wait, bool)
+    ]
+    return math.ceil(max(waits) / 1000) if waits else None
+
+
 def as_graphql_response(response: Response) -> Response:
     """``response`` (a JSON GraphQL answer) as :data:`GRAPHQL_RESPONSE`, with the spec's status.
 
     The body is sent as it is: a request error has no ``data`` entry under
-    :data:`JSON` already.
+    :data:`JSON` already. A 401 says ``WWW-Authenticate: Bearer``; a 429 says
+    ``Retry-After`` (:func:`retry_after_s`) when its errors say when.
     """
     if response.status_code == 304 or not response.body:
         return response
@@ -130,4 +145,8 @@ def as_graphql_response(response: Response) -> Response:
                 status = 401
             if status == 401:
                 headers["WWW-Authenticate"] = "Bearer"
+            elif status == 429:
+                wait = retry_after_s(errors)
+                if wait is not None:
+                    headers["Retry-After"] = str(wait)
     return Response(body, status_code=status, headers=headers, media_type=GRAPHQL_RESPONSE)
