@@ -19,7 +19,9 @@ REQUEST_SECONDS = Histogram(
 )
 SUBSCRIPTIONS = Counter(
     "chorus_graphql_subscriptions_total",
-    "GraphQL subscriptions started, by operation name (not timed: they last).",
+    "GraphQL subscriptions whose execution began (validated and costed; one its variables "
+    "or its resolver then refuse, NOT_FOUND or a bad sinceVersion, included; one completed "
+    "by its client before it began not), by operation name (not timed: they last).",
     ["operation_name"],
 )
 PLANNED = Counter(
