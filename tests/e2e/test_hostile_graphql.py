@@ -504,7 +504,8 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     assert report["throttleStatus"]["currentlyAvailable"] <= left + 50, report
     # An edit within the budget reports what it cost, and the budget.
     small = budget.gql(
-        "mutation Small($input: CreatePlaylistInput!) { createPlaylist(input: $input) { version } }",
+        "mutation Small($input: CreatePlaylistInput!) "
+        "{ createPlaylist(input: $input) { version } }",
         user="dave",
         input={"operationId": budget.op(), "title": "Within the budget"},
     )
