@@ -76,6 +76,7 @@ def test_only_a_browser_gets_graphiql(chorus: ChorusServer, accept: str | None, 
     if html:
         assert answer.status_code == 200
         assert answer.headers["content-type"].startswith("text/html")
+        assert answer.headers["vary"] == "Accept"  # the same URL answers others with JSON
         return
     assert answer.status_code == 400, answer.text
     assert answer.headers["content-type"].startswith("application/json")

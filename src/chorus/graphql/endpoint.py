@@ -182,8 +182,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         return ide.PAGE
 
     async def render_graphql_ide(self, request: Request) -> Response:
+        """The GraphiQL page, protected (:func:`~chorus.graphql.http.ide.protect`); it says
+        ``Vary: Accept``, since the same URL answers another ``Accept`` with JSON."""
         response = await super().render_graphql_ide(request)
         ide.protect(response.headers, ide.CONTENT_SECURITY_POLICY)
+        response.headers["Vary"] = "Accept"
         return response
 
     def should_render_graphql_ide(self, request: Any) -> bool:
