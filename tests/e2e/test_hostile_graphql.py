@@ -498,6 +498,9 @@ def test_the_budget_runs_out_and_introspection_is_free(budget: Api) -> None:
     # budget (as every answer does while it is on), and no actual cost.
     assert created["data"]["createPlaylist"]["playlist"] is None, created
     assert error_codes(created) == ["RATE_LIMITED"], created
+    # When to read it: as the query budget's own refusal says it.
+    assert 1 <= created["errors"][0]["extensions"]["retryAfterMs"] <= 60_000, created
+    assert created["errors"][0]["path"] == ["createPlaylist", "playlist"], created
     report = created["extensions"]["cost"]
     assert "actualQueryCost" not in report, report
     assert report["throttleStatus"]["maximumAvailable"] == 1000, report

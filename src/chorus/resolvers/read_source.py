@@ -47,6 +47,8 @@ class ReadBudget:
     payload_reads_refused: bool = False
     """A mutation whose payload's reads are over the viewer's query budget: ``playlist`` is
     refused (:class:`~chorus.resolvers.request_errors.PayloadReadRefused`), the edit is not."""
+    payload_retry_after_ms: int | None = None
+    """With :attr:`payload_reads_refused`: milliseconds until the budget holds the cost."""
     cost_allowance: int | None = None
     """Cost points the request may spend beyond its requested cost, found only as it runs
     (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.guards.cost`);
@@ -71,6 +73,7 @@ class ReadBudget:
         does not refuse a later one's, nor hide a query's ``actualQueryCost``)."""
         self.history_entries = self.extra_cost = 0
         self.payload_reads_refused = False
+        self.payload_retry_after_ms = None
         self.forget_rewinds()
 
     def checkpoint(self) -> Callable[[], None]:

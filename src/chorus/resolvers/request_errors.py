@@ -30,10 +30,16 @@ class PayloadReadRefused(RequestError):
     """A mutation's payload asked to read more than what is left of the viewer's query budget.
 
     The edit itself ran (its answer, a retry's included, is in the payload's
-    other fields); only ``playlist`` is refused.
+    other fields); only ``playlist`` is refused. ``retry_after_ms``: when the budget
+    will hold the operation's cost, as ``extensions.retryAfterMs`` (graphql-core takes
+    an exception's ``extensions`` for its error's), as the query budget's refusal says it.
     """
 
     code = "RATE_LIMITED"
+
+    def __init__(self, message: str, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.extensions = {} if retry_after_ms is None else {"retryAfterMs": retry_after_ms}
 
 
 class TooMuchHistory(RequestError):

@@ -104,6 +104,9 @@ class QueryCostLimit(SchemaExtension):
             if allowed and not found.introspection_only:
                 request.reads.budget.query_cost = cost
             request.reads.budget.payload_reads_refused = not allowed
+            request.reads.budget.payload_retry_after_ms = (
+                None if allowed else budget.retry_after_ms(viewer, cost)
+            )
             return None
         if allowed:
             if not found.introspection_only:

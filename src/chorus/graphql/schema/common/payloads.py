@@ -49,10 +49,12 @@ class MutationPayload:
     ) -> Annotated[Playlist, strawberry.lazy(_PLAYLIST)] | None:
         if self.playlist_id is None:
             return None
-        if info.context.reads.budget.payload_reads_refused:
+        budget = info.context.reads.budget
+        if budget.payload_reads_refused:
             raise PayloadReadRefused(
                 "the payload's read is over your query budget (CHORUS_QUERY_COST_PER_MINUTE); "
-                "the edit's own answer is in the other fields"
+                "the edit's own answer is in the other fields",
+                budget.payload_retry_after_ms,
             )
         record = await queries.visible_playlist(info.context, self.playlist_id)
         # Resolved as the annotation is (strawberry.lazy), not imported: a
