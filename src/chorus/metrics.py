@@ -9,6 +9,8 @@ Names follow the Prometheus conventions: ``chorus_`` prefix, base units
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 REQUEST_SECONDS = Histogram(
@@ -155,3 +157,18 @@ REPLICA_LAG_BYTES = Gauge(
     "(measured at /readyz and /metrics; -1: no answer).",
     ["replica"],
 )
+
+
+_CHILDREN: dict[tuple[Any, ...], Any] = {}
+"""(metric, label values) → the child ``labels()`` returned for them."""
+
+
+def child(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, the same object, kept: ``labels()`` takes a lock and checks
+    its arguments on every call, and the GraphQL path asks per request. Bounded as the
+    label values are (operation names by ``OperationNames``, the rest fixed sets)."""
+    key = (metric, *values)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*values)
+    return found

@@ -76,7 +76,7 @@ from chorus.graphql.schema.build import build_schema
 from chorus.graphql.websocket.handler import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
 from chorus.jwks import JWKSVerifier
 from chorus.logs import current_request_id
-from chorus.metrics import RESPONSE_CACHE
+from chorus.metrics import RESPONSE_CACHE, child
 from chorus.middleware import error_response
 from chorus.resolvers import cached_answers
 from chorus.resolvers.context import RequestContext, RequestIdentity, Services
@@ -453,7 +453,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             kept = await cached_answers.remember(
                 services, asked, context, body, taken=taken, operation=label
             )
-        RESPONSE_CACHE.labels(label, "miss" if kept is not None else "bypass").inc()
+        child(RESPONSE_CACHE, label, "miss" if kept is not None else "bypass").inc()
         etag = kept.etag if kept is not None else cached_answers.etag_of(body)
         headers = query_headers(etag)
         if not_modified(request, etag):

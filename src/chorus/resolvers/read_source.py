@@ -44,11 +44,11 @@ class ReadBudget:
 
     query_cost: float = 0
     """What this request took from the viewer's query budget (a race's re-read gives it back)."""
-    payload_reads_refused: bool = False
-    """A mutation whose payload's reads are over the viewer's query budget: ``playlist`` is
-    refused (:class:`~chorus.resolvers.request_errors.PayloadReadRefused`), the edit is not."""
     payload_retry_after_ms: int | None = None
-    """With :attr:`payload_reads_refused`: milliseconds until the budget holds the cost."""
+    """A mutation whose payload's reads are over the viewer's query budget: milliseconds
+    until the budget holds their cost; its ``playlist`` is refused
+    (:class:`~chorus.resolvers.request_errors.PayloadReadRefused`), the edit is not.
+    ``None``: the payload may read."""
     cost_allowance: int | None = None
     """Cost points the request may spend beyond its requested cost, found only as it runs
     (``max_query_cost`` minus the requested cost; set by :mod:`chorus.graphql.guards.cost`);
@@ -67,12 +67,16 @@ class ReadBudget:
     """One rewind of a request at a time: each is weighed against what the ones before
     it were charged, and an alias of a version being rebuilt waits for it."""
 
+    @property
+    def payload_reads_refused(self) -> bool:
+        """Whether the payload's reads are refused (:attr:`payload_retry_after_ms` is set)."""
+        return self.payload_retry_after_ms is not None
+
     def begin_operation(self) -> None:
         """A new operation: its history and rewinds are counted from zero again, and its
         payload's reads are its own to refuse (a socket's earlier edit over the budget
         does not refuse a later one's, nor hide a query's ``actualQueryCost``)."""
         self.history_entries = self.extra_cost = 0
-        self.payload_reads_refused = False
         self.payload_retry_after_ms = None
         self.forget_rewinds()
 

@@ -105,12 +105,10 @@ def _from_callable(func: Callable[[SchemaExtension], Any]) -> tuple[_Hook, bool]
     return run, False
 
 
-def _manager(generator: Any, is_async: bool) -> Any:
-    """A context manager of contextlib's own around an entered ``generator``: its exit
-    is exactly ``contextmanager``'s (or ``asynccontextmanager``'s)."""
-    if is_async:
-        return contextlib.asynccontextmanager(lambda: generator)()
-    return contextlib.contextmanager(lambda: generator)()
+def _decorator(is_async: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """How strawberry makes a hook a context manager: ``asynccontextmanager`` or
+    ``contextmanager``."""
+    return contextlib.asynccontextmanager if is_async else contextlib.contextmanager
 
 
 def _stage(base: type[ExtensionContextManagerBase]) -> type[ExtensionContextManagerBase]:
@@ -204,7 +202,7 @@ def _stage(base: type[ExtensionContextManagerBase]) -> type[ExtensionContextMana
 
 
 def _factory(extension: SchemaExtension, hook: _Hook, is_async: bool) -> Callable[[], Any]:
-    manager = contextlib.asynccontextmanager(hook) if is_async else contextlib.contextmanager(hook)
+    manager = _decorator(is_async)(hook)
     return lambda: manager(extension)
 
 
@@ -212,7 +210,8 @@ def _exit_stack(entered: Iterable[tuple[Any, bool]]) -> contextlib.AsyncExitStac
     """contextlib's exit stack of the ``entered`` hooks, as strawberry's holds them."""
     stack = contextlib.AsyncExitStack()
     for generator, is_async in entered:
-        manager = _manager(generator, is_async)
+        # contextlib's own manager around the entered generator: its exit is exactly theirs.
+        manager = _decorator(is_async)(lambda g=generator: g)()
         if is_async:
             stack.push_async_exit(manager.__aexit__)
         else:

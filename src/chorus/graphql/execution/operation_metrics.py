@@ -23,7 +23,6 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from graphql import GraphQLError, OperationDefinitionNode
 from opentelemetry.trace import Span
@@ -33,7 +32,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
 from chorus.logs import note_access
-from chorus.metrics import PLANNED, REQUEST_SECONDS, SUBSCRIPTIONS
+from chorus.metrics import PLANNED, REQUEST_SECONDS, SUBSCRIPTIONS, child
 from chorus.resolvers.context import RequestContext
 from chorus.resolvers.request_errors import RequestError
 
@@ -131,10 +130,10 @@ class OperationMetrics(SchemaExtension):
             return
         # UNKNOWN: the requested name is not even in the document.
         name = UNKNOWN if operation_type == UNKNOWN else self._label()
-        _child(REQUEST_SECONDS, operation_type, name).observe(seconds)
+        child(REQUEST_SECONDS, operation_type, name).observe(seconds)
         context = self.execution_context.context
         if isinstance(context, RequestContext) and context.operation.served_by is not None:
-            _child(PLANNED, name, context.operation.served_by).inc()
+            child(PLANNED, name, context.operation.served_by).inc()
 
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only what parsed and passed validation.
@@ -145,7 +144,7 @@ class OperationMetrics(SchemaExtension):
             context.operation.type = self._operation_type()
             context.operation.name = self.execution_context.operation_name
         if self._operation_type() == OperationType.SUBSCRIPTION.value:
-            SUBSCRIPTIONS.labels(self._label()).inc()
+            child(SUBSCRIPTIONS, self._label()).inc()
         yield
         result = self.execution_context.result
         if result is not None and result.data is None and any(map(_refused, result.errors or ())):
@@ -182,20 +181,6 @@ class OperationMetrics(SchemaExtension):
         if document is None or getattr(context, "_provided_operation_name", None) is not None:
             return False
         return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
-
-
-_CHILDREN: dict[tuple[object, str, str], Any] = {}
-"""(metric, label values) → its child, as ``labels()`` returns it (the same object, without
-``labels()``' lock and checks per request; bounded as the labels are, by
-:class:`OperationNames`)."""
-
-
-def _child(metric: Any, *values: str) -> Any:
-    key = (metric, *values)
-    found = _CHILDREN.get(key)
-    if found is None:
-        found = _CHILDREN[key] = metric.labels(*values)
-    return found
 
 
 def _refused(error: GraphQLError) -> bool:

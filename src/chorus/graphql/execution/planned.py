@@ -47,7 +47,7 @@ from chorus.graphql.execution.mutation_plans import (
 )
 from chorus.graphql.execution.operation_metrics import OperationNames
 from chorus.graphql.execution.plans import Builder, Run, run
-from chorus.metrics import PLANNED
+from chorus.metrics import PLANNED, child
 from chorus.resolvers.context import RequestContext
 
 MAX_DIRECTIVE_VARIABLES = 4
@@ -187,7 +187,7 @@ def planned_executor(
 
         def _count_event(self, served_by: str) -> None:
             name = self.operation.name.value if self.operation.name else None
-            PLANNED.labels(self.names.label(name), served_by).inc()
+            child(PLANNED, self.names.label(name), served_by).inc()
 
         def _plan(
             self, kind: Hashable = None, builder: Callable[[], Builder] | None = None

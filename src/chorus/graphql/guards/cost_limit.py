@@ -103,7 +103,6 @@ class QueryCostLimit(SchemaExtension):
             # payload reads is a query, though: over budget, ``playlist`` is refused.
             if allowed and not found.introspection_only:
                 request.reads.budget.query_cost = cost
-            request.reads.budget.payload_reads_refused = not allowed
             request.reads.budget.payload_retry_after_ms = (
                 None if allowed else budget.retry_after_ms(viewer, cost)
             )

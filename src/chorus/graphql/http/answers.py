@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chorus.graphql.http.caching import not_modified, query_headers
-from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
+from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES, child
 from chorus.resolvers import cached_answers
 from chorus.resolvers.cached_answers import Ticket
 from chorus.resolvers.context import RequestContext, Services
@@ -32,10 +32,10 @@ def served(request: Request, body: bytes, etag: str, label: str | None = None) -
     headers = query_headers(etag)
     if not_modified(request, etag):
         if label is not None:
-            RESPONSE_CACHE.labels(label, "not_modified").inc()
+            child(RESPONSE_CACHE, label, "not_modified").inc()
         return Response(status_code=304, headers=headers)
     if label is not None:
-        RESPONSE_CACHE.labels(label, "hit").inc()
+        child(RESPONSE_CACHE, label, "hit").inc()
         RESPONSE_CACHE_SERVED_BYTES.inc(len(body))
     return Response(body, media_type="application/json", headers=headers)
 

@@ -84,7 +84,7 @@ from chorus.graphql.http.caching import (
     names_etag,
 )
 from chorus.graphql.http.introspection import IntrospectionAnswers
-from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES
+from chorus.metrics import RESPONSE_CACHE, RESPONSE_CACHE_SERVED_BYTES, child
 from chorus.resolvers import cached_answers
 from chorus.resolvers.cached_answers import canonical_variables
 from chorus.tracing import enabled as tracing_enabled
@@ -197,7 +197,6 @@ class LeanRoute:
         # Apart: a GET's query string and a POST's body may be the same bytes.
         self._bodies: OrderedDict[bytes, _Decoded] = OrderedDict()
         self._queries: OrderedDict[bytes, _Decoded] = OrderedDict()
-        self._counted: dict[str, tuple[Any, Any]] = {}
         self._kept: dict[tuple[str, str | None], tuple[OperationType, str | None]] = {}
         """(document, operation name sent) → the type and own name of a kept document's
         operation: a document's text names its operations for good (should the document
@@ -348,7 +347,7 @@ class LeanRoute:
             return _Kept(operation, decoded.extensions, identity, asked, media, name, services)
         if media == negotiation.GRAPHQL_RESPONSE and b'"errors"' in cached.body:
             return None  # negotiation reads the body: the view's way
-        counted = self._counters(view.operation_names.label(name))
+        label = view.operation_names.label(name)
         etag = cached.etag
         headers = [
             (b"etag", etag.encode("latin-1")),
@@ -357,10 +356,10 @@ class LeanRoute:
         ]
         if names_etag(if_none_match.decode("latin-1") if if_none_match is not None else None, etag):
             status, out = 304, b""
-            counted[1].inc()
+            child(RESPONSE_CACHE, label, "not_modified").inc()
         else:
             status, out = 200, cached.body
-            counted[0].inc()
+            child(RESPONSE_CACHE, label, "hit").inc()
             RESPONSE_CACHE_SERVED_BYTES.inc(len(out))
             headers.append((b"content-length", str(len(out)).encode("latin-1")))
             headers.append((b"content-type", media.encode("latin-1")))
@@ -400,17 +399,6 @@ class LeanRoute:
         if kept.media == negotiation.GRAPHQL_RESPONSE:
             response = negotiation.as_graphql_response(response)
         return response
-
-    def _counters(self, label: str) -> tuple[Any, Any]:
-        """``chorus_response_cache_total``'s ``hit`` and ``not_modified`` children of ``label``
-        (the same objects ``labels()`` returns; labels are bounded by :class:`OperationNames`)."""
-        found = self._counted.get(label)
-        if found is None:
-            found = self._counted[label] = (
-                RESPONSE_CACHE.labels(label, "hit"),
-                RESPONSE_CACHE.labels(label, "not_modified"),
-            )
-        return found
 
     def _decoded_body(self, body: bytes) -> _Decoded | None:
         found = self._bodies.get(body)
