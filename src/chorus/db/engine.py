@@ -47,7 +47,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -149,13 +149,17 @@ def reason(error: BaseException) -> str:
 
 
 @contextmanager
-def _unavailable_as_error() -> Iterator[None]:
+def _unavailable_as_error(lost: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Raise what says the database is away as :class:`DatabaseUnavailable`; call ``lost``
+    first, whichever raised it."""
     try:
         yield
     except DatabaseUnavailable:
+        lost()
         raise
     except Exception as error:
         if is_unavailable(error):
+            lost()
             # The driver's own words: a DBAPIError's text would add the SQL.
             cause = error.orig if isinstance(error, exc.StatementError) else None
             raise DatabaseUnavailable(reason(cause or error)) from error
@@ -334,6 +338,8 @@ class Database:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
         if replicas is not None and self.dialect != "postgresql":
             raise ValueError("read replicas need a PostgreSQL primary")
+        direct = self.dialect == "postgresql" and not pooler
+        self._held = _HeldConnections(pool_size // 2 if direct and pool_size >= 4 else 0)
 
     def _sqlite_engine(self, begin: str, *, pool_size: int) -> AsyncEngine:
         engine = create_async_engine(
@@ -365,7 +371,8 @@ class Database:
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        with self._span("write"), _unavailable_as_error():
+        with self._span("write"), _unavailable_as_error(self._held.lost):
+            await self._held.make_room(self.write_engine.pool)
             async with self.write_engine.begin() as conn:
                 yield conn
 
@@ -394,8 +401,29 @@ class Database:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
         _PRIMARY_READS.inc()
-        async with self.read_on(self.read_engine, one_statement=True) as conn:
-            yield conn
+        held = self._held
+        if not held.limit or self.pooler:
+            async with self.read_on(self.read_engine, one_statement=True) as conn:
+                yield conn
+            return
+        # read_on's, a connection held between such reads (_HeldConnections) if one is.
+        with self._span("read"), _unavailable_as_error(held.lost):
+            taken = await held.take()
+            if taken is None:
+                await held.make_room(self.read_engine.pool)
+                taken = await self.read_engine.connect()
+                try:
+                    await taken.execution_options(isolation_level="AUTOCOMMIT")
+                except BaseException:
+                    await _closed(taken)
+                    raise
+            kept = False
+            try:
+                yield taken
+                kept = held.hold(taken, self.read_engine.pool)
+            finally:
+                if not kept:
+                    await _closed(taken)
 
     @asynccontextmanager
     async def read_on(
@@ -406,7 +434,9 @@ class Database:
         Raises:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
-        with self._span("read"), _unavailable_as_error():
+        with self._span("read"), _unavailable_as_error(self._held.lost):
+            if engine is self.read_engine:
+                await self._held.make_room(engine.pool)
             async with engine.connect() as conn:
                 if not self.is_postgres:
                     async with conn.begin():
@@ -436,11 +466,96 @@ class Database:
         )
 
     async def dispose(self) -> None:
+        await self._held.release()
         await self.write_engine.dispose()
         if self.read_engine is not self.write_engine:
             await self.read_engine.dispose()
         if self.replicas is not None:
             await self.replicas.dispose()
+
+
+class _HeldConnections:
+    """Connections for one-statement reads on the PostgreSQL primary
+    (:meth:`Database.read_statement`), held checked out between reads, the most recently
+    used first, instead of returned to the pool after each.
+
+    Checking a connection out of SQLAlchemy's pool and in again (a greenlet hop, a
+    ``Connection``, the pool's events, ``AUTOCOMMIT`` set and reset, a task for the
+    close) was ~7% of a cold read's CPU (bench/peers.py's cold row, py-spy), as much
+    as running its statement on asyncpg. What the pool promises still holds:
+
+    * at most ``limit`` are held (half the pool: none of a pool under 4); a
+      connection is held only while the pool could hand out another without waiting,
+      and everything held goes back before a checkout from a pool that could not
+      (:meth:`make_room`), so a transaction never waits for a connection held idle here;
+    * one held :data:`PING_AFTER_IDLE_S` or more goes back to the pool as idle since
+      its last use, so the pool pings it before its next use, as any other;
+    * one whose read raised, or on which SQLAlchemy began a transaction, goes back (the
+      pool resets it); after any ``DatabaseUnavailable`` every held one goes back at
+      the next read, where the pool replaces those a lost server closed;
+    * :meth:`Database.dispose` returns them before the pool is closed.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._idle: list[tuple[AsyncConnection, float, int]] = []
+        """(connection, held since, :attr:`_losses` then), the most recent last."""
+        self._losses = 0
+
+    def lost(self) -> None:
+        """The database was found unavailable: what is held now goes back to the pool."""
+        self._losses += 1
+
+    async def take(self) -> AsyncConnection | None:
+        """The most recently held connection, if it may be used without a ping."""
+        idle = self._idle
+        if not idle:
+            return None
+        conn, since, losses = idle[-1]
+        if losses == self._losses and time.monotonic() - since < PING_AFTER_IDLE_S:
+            idle.pop()
+            return conn
+        await self.release()  # every other one was held earlier still
+        return None
+
+    def hold(self, conn: AsyncConnection, pool: Any) -> bool:
+        """Hold ``conn`` after its read, if it may be (see the class docstring)."""
+        if len(self._idle) >= self.limit or conn.invalidated or conn.in_transaction():
+            return False
+        if _free_in(pool) == 0:
+            return False
+        self._idle.append((conn, time.monotonic(), self._losses))
+        return True
+
+    async def make_room(self, pool: Any) -> None:
+        """Everything held back to ``pool`` when it has no free connection: a checkout
+        would wait, maybe for a connection held here."""
+        if self._idle and _free_in(pool) == 0:
+            await self.release()
+
+    async def release(self) -> None:
+        """Every held connection back to the pool, idle since it was held."""
+        idle = self._idle
+        while idle:
+            conn, since, _ = idle.pop(0)
+            info = None if conn.invalidated else conn.info
+            await _closed(conn)
+            if info is not None:
+                # What _ping_when_idle's checkin listener has just set to now.
+                info["chorus.idle_since"] = since
+
+
+def _free_in(pool: Any) -> int:
+    """The connections ``pool`` hands out without waiting: idle or not opened yet (a fixed
+    ``QueuePool``'s, as :func:`postgres_engine` makes; 0 for another kind)."""
+    if not hasattr(pool, "checkedout") or not hasattr(pool, "size"):
+        return 0
+    return int(pool.size()) - int(pool.checkedout())
+
+
+async def _closed(conn: AsyncConnection) -> None:
+    """Close ``conn`` as ``async with`` does: to the end, even if the caller is cancelled."""
+    await conn.__aexit__(None, None, None)
 
 
 async def finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
