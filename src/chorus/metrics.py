@@ -34,6 +34,14 @@ PLANNED = Counter(
     "not run again) or unplanned (graphql-core only), by operation name.",
     ["operation_name", "served_by"],
 )
+ERRORS = Counter(
+    "chorus_graphql_errors_total",
+    "GraphQL errors this process answered (each entry of an answer's errors list, over HTTP "
+    "or a WebSocket; refusals before execution included, a mutation payload's userErrors "
+    "not; a subscription event's for each subscriber it reaches), by extensions.code "
+    "(OTHER: a code not in ERROR_CODES).",
+    ["code"],
+)
 COMMITS = Counter("chorus_commits_total", "Playlist versions committed by this process.")
 OWNER_QUEUE_WAITING = Gauge(
     "chorus_owner_queue_waiting",
@@ -172,3 +180,45 @@ def child(metric: Any, *values: str) -> Any:
     if found is None:
         found = _CHILDREN[key] = metric.labels(*values)
     return found
+
+
+ERROR_CODES = frozenset(
+    {
+        # Request and execution errors (graphql/execution/error_masking.py, resolvers/
+        # request_errors.py, the HTTP and transport refusals).
+        "BAD_REQUEST",
+        "BAD_USER_INPUT",
+        "GRAPHQL_PARSE_FAILED",
+        "GRAPHQL_VALIDATION_FAILED",
+        "HEADERS_TOO_LARGE",
+        "HISTORY_COMPACTED",
+        "INTERNAL_SERVER_ERROR",
+        "METHOD_NOT_ALLOWED",
+        "MISDIRECTED_REQUEST",
+        "PAYLOAD_TOO_LARGE",
+        "PERSISTED_QUERY_NOT_ALLOWED",
+        "PERSISTED_QUERY_NOT_FOUND",
+        "PERSISTED_QUERY_NOT_SUPPORTED",
+        "REQUEST_TIMEOUT",
+        "SERVICE_UNAVAILABLE",
+        "UNAUTHENTICATED",
+        # The domain's (chorus.domain.errors.ErrorCode), which end a subscription stream.
+        "ANCHOR_NOT_FOUND",
+        "FORBIDDEN",
+        "INVALID_INPUT",
+        "LIMIT_EXCEEDED",
+        "MEDIA_NOT_FOUND",
+        "NOT_FOUND",
+        "OPERATION_ID_REUSED",
+        "RATE_LIMITED",
+        "VERSION_CONFLICT",
+    }
+)
+"""The ``code`` label values of :data:`ERRORS`: every code Chorus gives an error (a test
+checks the sources); anything else is counted as ``OTHER``, so clients cannot grow the
+label set."""
+
+
+def count_error(code: object) -> None:
+    """Count one error answered with ``extensions.code`` ``code`` in :data:`ERRORS`."""
+    child(ERRORS, code if isinstance(code, str) and code in ERROR_CODES else "OTHER").inc()

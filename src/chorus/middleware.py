@@ -21,6 +21,7 @@ from chorus.logs import (
     Access,
     request_id_from,
 )
+from chorus.metrics import count_error
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 
@@ -46,7 +47,9 @@ class _AsciiJSONResponse(JSONResponse):
 
 def error_response(status_code: int, message: str, code: str) -> JSONResponse:
     """A request-level failure outside GraphQL execution, shaped like a GraphQL error;
-    ``Cache-Control: no-store``, as every answer that is not a query's (docs/caching.md)."""
+    ``Cache-Control: no-store``, as every answer that is not a query's (docs/caching.md).
+    Counted in ``chorus_graphql_errors_total``."""
+    count_error(code)
     return _AsciiJSONResponse(
         {"errors": [{"message": message, "extensions": {"code": code}}]},
         status_code=status_code,

@@ -82,6 +82,7 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from chorus.logs import REQUEST_ID_HEADER, new_request_id
+from chorus.metrics import count_error
 
 log = logging.getLogger("chorus.transport")
 
@@ -551,6 +552,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
             return
         request_id = new_request_id()
+        count_error(code)
         log.warning(
             "%s %s: %s (client %s)",
             status.value,

@@ -176,6 +176,13 @@ def _healthy(server: ChorusServer) -> None:
     assert response.json()["status"] == "ok"
 
 
+def _errors_counted(server: ChorusServer, code: str) -> float:
+    """``chorus_graphql_errors_total{code}`` on the server's ``/metrics`` (0 before the first)."""
+    text = httpx.get(f"{server.base_url}/metrics", timeout=10).text
+    found = re.search(rf'^chorus_graphql_errors_total{{code="{code}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 # 1. Deeply nested JSON.
 
 
@@ -348,6 +355,7 @@ def _refused_with(sock: socket.socket, status: int, code: str) -> dict[str, str]
 
 @pytest.mark.parametrize("size", [40_000, 4_000_000], ids=["40k", "4M"])
 def test_a_huge_header_is_refused_with_431(chorus: ChorusServer, size: int) -> None:
+    counted = _errors_counted(chorus, "HEADERS_TOO_LARGE")
     with _connect(chorus) as sock:
         sender = threading.Thread(
             target=_send_quietly, args=(sock, _request(extra=b"X-Big: " + b"a" * size + b"\r\n"))
@@ -357,6 +365,7 @@ def test_a_huge_header_is_refused_with_431(chorus: ChorusServer, size: int) -> N
         sender.join(10)
         assert not sender.is_alive()
     _healthy(chorus)
+    assert _errors_counted(chorus, "HEADERS_TOO_LARGE") == counted + 1
 
 
 @pytest.mark.parametrize("count", [101, 20_000])

@@ -31,6 +31,7 @@ from strawberry.schema.exceptions import CannotGetOperationTypeError
 
 from chorus.db.engine import DatabaseUnavailable
 from chorus.domain.errors import DomainError
+from chorus.metrics import count_error
 from chorus.resolvers.request_errors import RequestError, ServiceUnavailable
 
 log = logging.getLogger("chorus.graphql")
@@ -147,9 +148,13 @@ class ErrorPolicy(SchemaExtension):
         pre = self.execution_context.pre_execution_errors
         if pre:
             self.execution_context.pre_execution_errors = [once(e) for e in pre]
+        for error in classified.values():
+            count_error((error.extensions or {}).get("code"))
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         """Each event of a subscription, before it reaches the client."""
         if result.errors:
             result.errors = [classify(e) for e in result.errors]
+            for error in result.errors:
+                count_error((error.extensions or {}).get("code"))
         yield

@@ -13,6 +13,7 @@ from chorus.auth import Unavailable
 from chorus.graphql.guards.nesting import encode_json
 from chorus.graphql.http import negotiation
 from chorus.graphql.http.caching import NO_STORE
+from chorus.metrics import count_error
 from chorus.middleware import error_response
 from chorus.resolvers.request_errors import no_viewer
 from chorus.settings.server import ServeRole
@@ -25,6 +26,7 @@ def parse_refusal(error: GraphQLError) -> Response:
     error: no ``data`` entry), never cached.
     """
     formatted = {**error.formatted, "extensions": {"code": "GRAPHQL_PARSE_FAILED"}}
+    count_error("GRAPHQL_PARSE_FAILED")
     body = encode_json({"errors": [formatted]})
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 
@@ -40,6 +42,7 @@ def refusal_without_viewer(reason: str | None) -> Response:
     """
     refused = no_viewer(reason, unavailable=isinstance(reason, Unavailable))
     error = {"message": refused.message, "extensions": {"code": refused.code}}
+    count_error(refused.code)
     body = encode_json({"errors": [error]})
     return Response(body, media_type="application/json", headers={"Cache-Control": NO_STORE})
 

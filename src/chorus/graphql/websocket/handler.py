@@ -48,7 +48,7 @@ from chorus.graphql.guards.nesting import JSONRefused
 from chorus.graphql.guards.persisted import PersistedDocuments, PersistedQueryError
 from chorus.graphql.roles import socket_refusal
 from chorus.graphql.websocket.socket_sink import SocketSink
-from chorus.metrics import DELIVERY_SECONDS
+from chorus.metrics import DELIVERY_SECONDS, count_error
 from chorus.resolvers.context import RequestContext
 
 _log = logging.getLogger(__name__)
@@ -175,6 +175,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             return
         refusal = self._document_refusal(payload)
         if refusal is not None:
+            count_error((refusal.extensions or {}).get("code"))
             await self.send_message(
                 {"id": operation_id, "type": "error", "payload": [refusal.formatted]}
             )
@@ -192,6 +193,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
                 f"at most {limit} operations may run on one connection",
                 extensions={"code": "LIMIT_EXCEEDED"},
             )
+            count_error("LIMIT_EXCEEDED")
             await self.send_message(
                 {"id": message["id"], "type": "error", "payload": [error.formatted]}
             )
