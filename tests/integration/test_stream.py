@@ -604,6 +604,9 @@ async def test_losing_access_ends_the_stream_with_forbidden_and_nothing_after(
         assert isinstance(got[1], CommittedVersion)
         assert isinstance(got[1].changes[0], MembersChanged)
         assert versions(await dave.take(2)) == [head + 1, head + 2]
+        # Their streams' access check of head + 2 (one shared read) is done before the
+        # next change: a read that ran after it would see it (docs/api.md, Subscriptions).
+        await parts.hub.access(database).readers(pid, head + 2)
         await lose_access(parts, pid)
         # The version that takes bob's access away still reaches him (he could
         # see the playlist before it), then his stream ends.
