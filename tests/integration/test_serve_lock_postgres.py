@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from chorus.cli.process import lock_embedded_postgres
+from chorus.db import serve_lock
 from chorus.db.serve_lock import SERVE_LOCK_KEY, ServeLock, hold_serve_lock
 from chorus.settings import Settings
 from tests.deadlines import patience
@@ -97,6 +98,43 @@ def test_a_lost_connection_takes_the_lock_again(postgres: str) -> None:
 
         asyncio.run(terminate())
         _wait_for_holders(postgres, 1, not_pid=pid)  # a new connection holds it
+    finally:
+        held.close()
+
+
+def test_an_attempt_that_fails_oddly_is_retried_and_the_lock_taken_again(
+    postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt cut short by a terminated backend may fail as asyncpg's
+    ``InternalClientError``, not a connection error: the lock's thread must go on
+    trying, not end and leave the database unguarded (a second server then started)."""
+    real_take = serve_lock._take
+    failures = [asyncpg.InternalClientError("cannot switch to state 12"), RuntimeError("odd")]
+    calls = 0
+
+    async def failing_twice_after_the_first(dsn: str) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > 1 and failures:
+            raise failures.pop(0)
+        return await real_take(dsn)
+
+    monkeypatch.setattr(serve_lock, "_take", failing_twice_after_the_first)
+    held = lock_embedded_postgres(_settings(postgres))
+    assert held is not None
+    try:
+        [(pid, _)] = _wait_for_holders(postgres, 1)
+
+        async def terminate() -> None:
+            conn = await asyncpg.connect(_dsn(postgres))
+            try:
+                assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+            finally:
+                await conn.close()
+
+        asyncio.run(terminate())
+        _wait_for_holders(postgres, 1, not_pid=pid)  # taken again after both failures
+        assert failures == []
     finally:
         held.close()
 

@@ -109,14 +109,21 @@ async def _hold(dsn: str, conn: asyncpg.Connection, taken_over: Callable[[str], 
     backoff = Backoff(0.5, 10.0)
     try:
         while True:
-            await until_lost(conn, CHECK_S)
+            try:
+                await until_lost(conn, CHECK_S)
+            except Exception as error:  # the check itself failed: the connection is suspect
+                log.warning("the one-serve lock's connection failed its check: %r", error)
             conn.terminate()
             log.warning("lost the connection holding the one-serve lock; taking it again")
             while True:
                 await asyncio.sleep(backoff.next())
                 try:
                     taken = await _take(dsn)
-                except (OSError, TimeoutError, asyncpg.PostgresError) as error:
+                except Exception as error:
+                    # Any failure, not only the driver's connection errors: an attempt
+                    # cut short by a terminated backend can also fail as asyncpg's
+                    # InternalClientError ("another operation is in progress"), and
+                    # this thread ending then would leave the database unguarded.
                     log.warning("cannot take the one-serve lock again: %r", error)
                     continue
                 if isinstance(taken, Held):
