@@ -151,12 +151,28 @@ async def close_checks(checks: Iterable[Check]) -> None:
         await check.close()
 
 
+class ReadOnlyPrimary(Exception):
+    """The PostgreSQL primary answers but takes no writes."""
+
+
 def database_check(db: Database) -> Check:
-    """``SELECT 1`` on a fresh read transaction; named by dialect (``postgresql``, ``sqlite``)."""
+    """``SELECT 1`` on a fresh read transaction; named by dialect (``postgresql``, ``sqlite``).
+
+    On PostgreSQL, a write transaction asks whether it may write: a primary made
+    read-only (``default_transaction_read_only``) or a standby behind the URL after a
+    failover answers reads but fails every edit (``SERVICE_UNAVAILABLE``), so it is
+    ``down: ReadOnlyPrimary: …`` and the process leaves rotation until it writes again.
+    """
 
     async def probe() -> None:
-        async with db.read() as conn:
-            await conn.execute(text("SELECT 1"))
+        if not db.is_postgres:
+            async with db.read() as conn:
+                await conn.execute(text("SELECT 1"))
+            return
+        async with db.write() as conn:
+            read_only = await conn.scalar(text("SELECT current_setting('transaction_read_only')"))
+        if read_only == "on":
+            raise ReadOnlyPrimary("the database takes no writes (transaction_read_only is on)")
 
     return Check(db.dialect, probe)
 

@@ -39,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement
 
-from chorus.db.engine import DatabaseUnavailable, is_lost_connection, reason
+from chorus.db.engine import DatabaseUnavailable, is_lost_connection, is_retry_later, reason
 
 _COMPILED: dict[int, tuple[ClauseElement, str, tuple[str, ...]]] = {}
 """By ``id(statement)``: the statement (kept alive, so the id stays its), its SQL and the
@@ -137,8 +137,9 @@ def _prepared(
 
 
 async def _lost(conn: AsyncConnection, fairy: Any, error: Exception) -> None:
-    """Raise :class:`DatabaseUnavailable` if ``error`` lost the connection; return
-    otherwise, for the caller to re-raise ``error``.
+    """Raise :class:`DatabaseUnavailable` if ``error`` lost the connection, or says the
+    server cannot do the work now (:func:`~chorus.db.engine.is_retry_later`: the
+    connection is kept); return otherwise, for the caller to re-raise ``error``.
 
     A lost connection is dropped with every other the pool opened before it, as
     SQLAlchemy drops them when its own statement loses one: a server that went
@@ -147,6 +148,8 @@ async def _lost(conn: AsyncConnection, fairy: Any, error: Exception) -> None:
     is back (``tests/full/test_postgres_restart.py``).
     """
     if not is_lost_connection(error) and not fairy.driver_connection.is_closed():
+        if is_retry_later(error):  # the server is there but cannot do it now
+            raise DatabaseUnavailable(reason(error)) from error
         return
     # What Connection._handle_dbapi_exception does on a disconnect: mark the pool's
     # connections up to this one's start stale (each is replaced at its next

@@ -105,6 +105,13 @@ nothing."""
 _UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03")
 """Connection exceptions; admin shutdown, crash shutdown, cannot connect now."""
 
+_RETRY_LATER_SQLSTATES = ("53", "57014", "25006")
+"""The server is there but cannot do the work now: insufficient resources (``53300`` too
+many connections, ``53200`` out of memory, …), a statement cancelled (``57014``, by an
+operator or a timeout), a transaction that must be read-only (``25006``: the primary was
+made read-only, or a failover left a standby behind the URL). The transaction rolled
+back, so retrying later is safe; the connection is not lost (the pool keeps it)."""
+
 T = TypeVar("T")
 
 _PRIMARY_READS = DB_READS.labels(database="primary")
@@ -130,8 +137,18 @@ def is_unavailable(error: BaseException) -> bool:
     if isinstance(error, exc.StatementError):
         # A DBAPIError's driver error, or the driver's own exception SQLAlchemy wrapped
         # in a StatementError (asyncpg's TimeoutError after STATEMENT_TIMEOUT_S).
-        return isinstance(error.orig, BaseException) and is_lost_connection(error.orig)
-    return False
+        cause = error.orig
+        return isinstance(cause, BaseException) and (
+            is_lost_connection(cause) or is_retry_later(cause)
+        )
+    return is_retry_later(error)  # the driver's own, from a statement run on asyncpg
+
+
+def is_retry_later(error: BaseException) -> bool:
+    """Whether the driver's own ``error`` says the server cannot do the work now
+    (:data:`_RETRY_LATER_SQLSTATES`), though the connection is not lost."""
+    sqlstate = getattr(error, "sqlstate", None) or ""
+    return isinstance(sqlstate, str) and sqlstate.startswith(_RETRY_LATER_SQLSTATES)
 
 
 def is_lost_connection(error: BaseException) -> bool:
