@@ -50,6 +50,13 @@ async def statement_pid(db: Database) -> int:
         return await driver_pid(conn)
 
 
+async def read_for_a_moment(db: Database) -> None:
+    """A statement read that keeps its connection 50 ms: several at once hold several."""
+    async with db.read_statement() as conn:
+        await asyncio.sleep(0.05)
+        await driver_pid(conn)
+
+
 async def test_the_next_statement_read_takes_the_held_connection(db: Database) -> None:
     first = await statement_pid(db)
 
@@ -59,12 +66,7 @@ async def test_the_next_statement_read_takes_the_held_connection(db: Database) -
 
 
 async def test_no_more_than_half_the_pool_is_held(db: Database) -> None:
-    async def read_for_a_moment() -> None:
-        async with db.read_statement() as conn:
-            await asyncio.sleep(0.05)
-            await driver_pid(conn)
-
-    await asyncio.gather(*(read_for_a_moment() for _ in range(6)))
+    await asyncio.gather(*(read_for_a_moment(db) for _ in range(6)))
 
     assert pool(db).checkedout() == 4
 
@@ -154,12 +156,7 @@ async def test_a_server_that_closed_every_connection_fails_one_read_then_serves(
     editor = await new_playlist(store)
     await editor.add("chinook:1")
 
-    async def read_for_a_moment() -> None:
-        async with db.read_statement() as conn:
-            await asyncio.sleep(0.05)
-            await driver_pid(conn)
-
-    await asyncio.gather(read_for_a_moment(), read_for_a_moment())  # two held
+    await asyncio.gather(read_for_a_moment(db), read_for_a_moment(db))  # two held
     assert pool(db).checkedout() == 2
     monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_S", 3600.0)  # no ping to save them
     await terminate_every_backend(db)

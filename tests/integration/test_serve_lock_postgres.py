@@ -50,6 +50,15 @@ async def _holders(url: str) -> list[tuple[int, str]]:
         await conn.close()
 
 
+async def _terminate(url: str, pid: int) -> None:
+    """Terminate backend ``pid`` from a connection of its own."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await conn.close()
+
+
 def _wait_for_holders(url: str, want: int, *, not_pid: int | None = None) -> list[tuple[int, str]]:
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -88,15 +97,7 @@ def test_a_lost_connection_takes_the_lock_again(postgres: str) -> None:
     assert held is not None
     try:
         [(pid, _)] = _wait_for_holders(postgres, 1)
-
-        async def terminate() -> None:
-            conn = await asyncpg.connect(_dsn(postgres))
-            try:
-                assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
-            finally:
-                await conn.close()
-
-        asyncio.run(terminate())
+        asyncio.run(_terminate(postgres, pid))
         _wait_for_holders(postgres, 1, not_pid=pid)  # a new connection holds it
     finally:
         held.close()
@@ -124,15 +125,7 @@ def test_an_attempt_that_fails_oddly_is_retried_and_the_lock_taken_again(
     assert held is not None
     try:
         [(pid, _)] = _wait_for_holders(postgres, 1)
-
-        async def terminate() -> None:
-            conn = await asyncpg.connect(_dsn(postgres))
-            try:
-                assert await conn.fetchval("SELECT pg_terminate_backend($1)", pid)
-            finally:
-                await conn.close()
-
-        asyncio.run(terminate())
+        asyncio.run(_terminate(postgres, pid))
         _wait_for_holders(postgres, 1, not_pid=pid)  # taken again after both failures
         assert failures == []
     finally:

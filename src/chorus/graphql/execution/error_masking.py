@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from graphql import GraphQLError, GraphQLSyntaxError
@@ -148,13 +148,17 @@ class ErrorPolicy(SchemaExtension):
         pre = self.execution_context.pre_execution_errors
         if pre:
             self.execution_context.pre_execution_errors = [once(e) for e in pre]
-        for error in classified.values():
-            count_error((error.extensions or {}).get("code"))
+        _count(classified.values())
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         """Each event of a subscription, before it reaches the client."""
         if result.errors:
             result.errors = [classify(e) for e in result.errors]
-            for error in result.errors:
-                count_error((error.extensions or {}).get("code"))
+            _count(result.errors)
         yield
+
+
+def _count(errors: Iterable[GraphQLError]) -> None:
+    """Count each of ``errors`` (classified: each has its code) in ``/metrics``."""
+    for error in errors:
+        count_error((error.extensions or {}).get("code"))
