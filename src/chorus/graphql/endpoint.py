@@ -73,6 +73,7 @@ from chorus.graphql.http.refusals import (
     transport_refusal,
 )
 from chorus.graphql.schema.build import build_schema
+from chorus.graphql.schema.kept_execution import KeptExecution
 from chorus.graphql.websocket.handler import TOO_MANY_CONNECTIONS, TransportWSHandler, authorization
 from chorus.jwks import JWKSVerifier
 from chorus.logs import current_request_id
@@ -132,6 +133,12 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
             compiled_execution=compiled_execution,
         )
         super().__init__(schema, **kwargs)
+        # A kept, planned operation the lean route executes skips Schema.execute.
+        self._kept_execution = (
+            KeptExecution(schema, self.documents, self.operation_names, limits or RequestLimits())
+            if compiled_execution
+            else None
+        )
         self._tokens = tokens
         self.role = role  # a gateway's sockets run subscriptions only (chorus.graphql.roles)
         self._max_tokens = (limits or RequestLimits()).max_tokens
@@ -387,8 +394,11 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         """:meth:`run` of a request the lean route has read (:mod:`chorus.graphql.http.lean`):
         the JSON body decoded into ``operation`` and ``extensions``, the token verified as
         ``identity``, the document a kept query's. What is left of strawberry's view runs
-        here, in its order: the context, the schema's ``execute`` (every extension, the
-        operation types HTTP ``request.method`` allows), :meth:`process_result`, the
+        here, in its order: the context, the execution (the operation types HTTP
+        ``request.method`` allows; by
+        :class:`~chorus.graphql.schema.kept_execution.KeptExecution` when the document
+        passed validation by this request's rules and nothing refuses it, else by the
+        schema's ``execute`` with every extension), :meth:`process_result`, the
         response."""
         sub_response = await self.get_sub_response(request)
         context = self.context_for(request, services, identity, None)
@@ -396,15 +406,26 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         allowed = StrawberryOperationType.from_http(method)
         if not self.allow_queries_via_get and method == "GET":
             allowed = allowed - {StrawberryOperationType.QUERY}
-        result = await self.schema.execute(
-            operation.document,
-            root_value=None,
-            variable_values=operation.variables,
-            context_value=context,
-            operation_name=operation.operation_name,
-            allowed_operation_types=allowed,
-            operation_extensions=extensions,
-        )
+        result = None
+        if self._kept_execution is not None:
+            result = await self._kept_execution.execute(
+                operation.document,
+                operation.variables,
+                context,
+                operation.operation_name,
+                allowed,
+                extensions,
+            )
+        if result is None:
+            result = await self.schema.execute(
+                operation.document,
+                root_value=None,
+                variable_values=operation.variables,
+                context_value=context,
+                operation_name=operation.operation_name,
+                allowed_operation_types=allowed,
+                operation_extensions=extensions,
+            )
         response_data = await self.process_result(request, result)
         if result.errors:
             self._handle_errors(result.errors, response_data)

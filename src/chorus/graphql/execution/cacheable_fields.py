@@ -126,21 +126,33 @@ class VersionedFieldsOnly(SchemaExtension):
         request = context.context
         document = context.graphql_document
         if isinstance(request, RequestContext) and document is not None:
-            schema = context.schema._schema
-            # Its id, not the schema: the memo outlives schemas built in tests and
-            # must not keep them; builds of this code give every document one verdict.
-            key = versioned_fields_key(id(schema), context.query or "")
-            if key in self._verdicts:
-                self._verdicts.move_to_end(key)
-                field = self._verdicts[key]
-            else:
-                field = unversioned_field(schema, document)
-                self._verdicts[key] = field
-                if len(self._verdicts) > _CACHE_SIZE:
-                    self._verdicts.popitem(last=False)
-            if field is not None:
-                request.reads.record.refuse(f"{field} is not named by a playlist version")
+            self.refuse_unversioned(context.schema._schema, context.query, document, request)
         yield
+
+    @classmethod
+    def refuse_unversioned(
+        cls,
+        schema: GraphQLSchema,
+        query: str | None,
+        document: DocumentNode,
+        request: RequestContext,
+    ) -> None:
+        """Mark ``request``'s answer uncacheable if ``document`` (the text ``query``) selects
+        a field no version names; the verdict is kept per schema and text."""
+        # Its id, not the schema: the memo outlives schemas built in tests and
+        # must not keep them; builds of this code give every document one verdict.
+        key = versioned_fields_key(id(schema), query or "")
+        verdicts = cls._verdicts
+        if key in verdicts:
+            verdicts.move_to_end(key)
+            field = verdicts[key]
+        else:
+            field = unversioned_field(schema, document)
+            verdicts[key] = field
+            if len(verdicts) > _CACHE_SIZE:
+                verdicts.popitem(last=False)
+        if field is not None:
+            request.reads.record.refuse(f"{field} is not named by a playlist version")
 
 
 __all__ = ["VERSIONED_FIELDS", "VersionedFieldsOnly", "unversioned_field"]

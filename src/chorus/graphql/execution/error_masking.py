@@ -135,20 +135,14 @@ class ErrorPolicy(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
         yield
         # Strawberry may hold the same errors in both lists: classify (and log) each once.
-        classified: dict[int, GraphQLError] = {}
-
-        def once(error: GraphQLError) -> GraphQLError:
-            if id(error) not in classified:
-                classified[id(error)] = classify(error)
-            return classified[id(error)]
-
+        once = Classified()
         result = self.execution_context.result
         if result is not None and result.errors:
-            result.errors = [once(e) for e in result.errors]
+            result.errors = once(result.errors)
         pre = self.execution_context.pre_execution_errors
         if pre:
-            self.execution_context.pre_execution_errors = [once(e) for e in pre]
-        _count(classified.values())
+            self.execution_context.pre_execution_errors = once(pre)
+        once.count()
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         """Each event of a subscription, before it reaches the client."""
@@ -156,6 +150,29 @@ class ErrorPolicy(SchemaExtension):
             result.errors = [classify(e) for e in result.errors]
             _count(result.errors)
         yield
+
+
+class Classified:
+    """:func:`classify` of an operation's errors, each error once however many lists hold
+    it (logged once, counted once by :meth:`count`)."""
+
+    def __init__(self) -> None:
+        self._done: dict[int, GraphQLError] = {}
+
+    def __call__(self, errors: Iterable[GraphQLError]) -> list[GraphQLError]:
+        """``errors`` classified, in order."""
+        done = self._done
+        out = []
+        for error in errors:
+            found = done.get(id(error))
+            if found is None:
+                found = done[id(error)] = classify(error)
+            out.append(found)
+        return out
+
+    def count(self) -> None:
+        """Count each error classified, once, in ``chorus_graphql_errors_total``."""
+        _count(self._done.values())
 
 
 def _count(errors: Iterable[GraphQLError]) -> None:

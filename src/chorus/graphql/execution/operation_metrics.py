@@ -130,10 +130,9 @@ class OperationMetrics(SchemaExtension):
             return
         # UNKNOWN: the requested name is not even in the document.
         name = UNKNOWN if operation_type == UNKNOWN else self._label()
-        child(REQUEST_SECONDS, operation_type, name).observe(seconds)
         context = self.execution_context.context
-        if isinstance(context, RequestContext) and context.operation.served_by is not None:
-            child(PLANNED, name, context.operation.served_by).inc()
+        served_by = context.operation.served_by if isinstance(context, RequestContext) else None
+        observe_operation(operation_type, name, served_by, seconds)
 
     def on_execute(self) -> Iterator[None]:
         # Strawberry executes only what parsed and passed validation.
@@ -147,7 +146,7 @@ class OperationMetrics(SchemaExtension):
             child(SUBSCRIPTIONS, self._label()).inc()
         yield
         result = self.execution_context.result
-        if result is not None and result.data is None and any(map(_refused, result.errors or ())):
+        if result is not None and refused_at_start(result.data, result.errors):
             self.validated = False  # over the cost limit or budget: nothing ran
 
     def _label(self) -> str:
@@ -158,10 +157,7 @@ class OperationMetrics(SchemaExtension):
         request = self.execution_context.context
         if not self.validated or not isinstance(request, RequestContext):
             return None
-        try:
-            return request.viewer()
-        except RequestError:  # no (valid) token, or none could be checked
-            return None
+        return learned_from(request)
 
     def _operation_type(self) -> str:
         if self._none_chosen():
@@ -183,6 +179,32 @@ class OperationMetrics(SchemaExtension):
         return sum(isinstance(d, OperationDefinitionNode) for d in document.definitions) > 1
 
 
+def observe_operation(
+    operation_type: str, label: str, served_by: str | None, seconds: float
+) -> None:
+    """Count one query or mutation (``operation_type``, its ``label``) that took ``seconds``,
+    in ``chorus_graphql_request_seconds``, and how it was served (``plan``, ``abandoned``,
+    ``unplanned``; ``None``: not counted) in ``chorus_graphql_planned_total``."""
+    child(REQUEST_SECONDS, operation_type, label).observe(seconds)
+    if served_by is not None:
+        child(PLANNED, label, served_by).inc()
+
+
+def learned_from(request: RequestContext) -> str | None:
+    """The viewer an operation name may be learned from (:class:`OperationNames`) once the
+    operation passed validation: ``None`` without a (valid) token."""
+    try:
+        return request.viewer()
+    except RequestError:  # no (valid) token, or none could be checked
+        return None
+
+
+def refused_at_start(data: object, errors: Iterable[GraphQLError] | None) -> bool:
+    """Whether a result (``data``, ``errors``) is a refusal when execution started (over
+    the cost limit or budget): nothing ran, so its name is not learned."""
+    return data is None and any(map(_refused, errors or ()))
+
+
 def _refused(error: GraphQLError) -> bool:
     return (error.extensions or {}).get("code") in _REFUSED
 
@@ -194,6 +216,9 @@ __all__ = [
     "OperationMetrics",
     "OperationNames",
     "describe_answer",
+    "learned_from",
+    "observe_operation",
+    "refused_at_start",
 ]
 
 

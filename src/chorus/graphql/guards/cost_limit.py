@@ -125,17 +125,24 @@ class QueryCostLimit(SchemaExtension):
     def get_results(self) -> dict[str, Any]:
         if self.report is None:
             return {}
-        request = self.execution_context.context
-        if (
-            isinstance(request, RequestContext)
-            and request.reads.budget.cost_allowance is not None
-            # Nothing ran when its variables did not coerce: nothing to report.
-            and not is_request_error(self.execution_context.result)
-            # An edit over the budget: its payload's reads were refused, nothing charged.
-            and not request.reads.budget.payload_reads_refused
-        ):
-            # What it took as it ran: the versions it read may have held more
-            # entries than the requested cost counts them at.
-            actual = self.report["requestedQueryCost"] + request.reads.budget.extra_cost
-            self.report["actualQueryCost"] = actual
-        return {"cost": self.report}
+        return cost_results(
+            self.report, self.execution_context.context, self.execution_context.result
+        )
+
+
+def cost_results(report: dict[str, Any], request: object, result: object) -> dict[str, Any]:
+    """The response's ``extensions`` for an operation whose cost ``report`` is
+    ``{"requestedQueryCost", "maximum"}`` (and ``throttleStatus``), once ``result`` (its
+    execution result) is known: ``actualQueryCost`` added when it ran and was charged."""
+    if (
+        isinstance(request, RequestContext)
+        and request.reads.budget.cost_allowance is not None
+        # Nothing ran when its variables did not coerce: nothing to report.
+        and not is_request_error(result)
+        # An edit over the budget: its payload's reads were refused, nothing charged.
+        and not request.reads.budget.payload_reads_refused
+    ):
+        # What it took as it ran: the versions it read may have held more
+        # entries than the requested cost counts them at.
+        report["actualQueryCost"] = report["requestedQueryCost"] + request.reads.budget.extra_cost
+    return {"cost": report}

@@ -103,6 +103,9 @@ class DocumentCache:
         self._held: OrderedDict[_Key, DocumentNode | GraphQLError] = OrderedDict()
         self._by_document: dict[int, _Kept] = {}
         """The kept entries by the id of their document (each entry holds its document)."""
+        self._request_rules: dict[bool, Rules] = {}
+        """The validation rules of the last request validated, by whether it named its
+        operation (strawberry's ``operation_name``: the one sent, else the first one's)."""
 
     def __len__(self) -> int:
         """Documents kept (those held for a request aside)."""
@@ -159,6 +162,23 @@ class DocumentCache:
         self._held.move_to_end(key)
         while len(self._held) > HELD_DOCUMENTS:
             self._held.popitem(last=False)
+
+    def note_rules(self, named: bool, rules: Rules) -> None:
+        """The rules a request (``named``: its operation has a name) is validated by."""
+        self._request_rules[named] = rules
+
+    def validated(self, query: str, options: Mapping[str, Any], named: bool) -> DocumentNode | None:
+        """The kept document of ``query`` if it passed the rules a request of it is validated
+        by (``named``: as :meth:`note_rules`), counted as a use; else ``None``: strawberry's
+        extensions decide (:class:`CachedValidation`). ``None`` too before any request of
+        that kind was validated: its rules are not known yet."""
+        rules = self._request_rules.get(named)
+        key = _key(query, options)
+        kept = self._kept.get(key)
+        if kept is None or rules is None or rules not in kept.passed:
+            return None
+        self._kept.move_to_end(key)
+        return kept.document
 
     def passed(
         self, query: str, options: Mapping[str, Any], document: DocumentNode, rules: Rules
@@ -284,6 +304,7 @@ class CachedValidation(SchemaExtension):
         if context.pre_execution_errors or document is None or query is None:
             return None
         rules = context.validation_rules
+        self.documents.note_rules(context.operation_name is not None, rules)
         if self.documents.passed(query, context.parse_options, document, rules):
             context.pre_execution_errors = []
             return None

@@ -36,7 +36,9 @@ executed as the view executes it after its checks — the view's own miss
 (:meth:`~chorus.graphql.endpoint.ChorusGraphQL.answer_missed`: single flight,
 raced reads run again, the answer kept and tagged) around what is left of
 strawberry's view (:meth:`~chorus.graphql.endpoint.ChorusGraphQL.run_kept_query`:
-the context, ``Schema.execute`` with every extension, the result's shape),
+the context, the execution with every extension's effect — by
+:class:`~chorus.graphql.schema.kept_execution.KeptExecution`, else
+``Schema.execute`` —, the result's shape),
 inside the ``graphql`` span, the media type negotiated. Anything else, and
 an exception before a query's answer started, goes to the app behind, which
 decides afresh (a read has no effects: run again, it costs only time); an
