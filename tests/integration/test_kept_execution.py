@@ -311,3 +311,29 @@ async def test_it_declines_what_strawberry_must_refuse(migrated_url: str, tmp_pa
             untouched = _state(context)
             assert await kept.execute(document, variables, context, name, allowed, None) is None
             assert _state(context) == untouched
+
+
+async def test_an_error_in_its_checks_declines_and_strawberry_answers_it(
+    migrated_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What raises before execution (here the cost's count) is not the direct run's to
+    answer: it declines, untouched, and ``Schema.execute`` answers the error its way."""
+    from chorus.graphql.schema import kept_execution
+
+    async with running(settings(migrated_url, tmp_path, lean=True)) as (client, services, _):
+        pid, _ = await _seed(services)
+        view = _view(client._transport.app)  # type: ignore[attr-defined]
+        kept = view._kept_execution
+        assert kept is not None
+        await view.schema.execute(
+            PAGE, variable_values={"id": pid}, context_value=_context(view, services, "alice")
+        )
+
+        def broken(*_: Any) -> None:
+            raise RuntimeError("the count failed")
+
+        monkeypatch.setattr(kept_execution, "operation_cost", broken)
+        context = _context(view, services, "alice")
+        untouched = _state(context)
+        assert await kept.execute(PAGE, {"id": pid}, context, None, ALLOWED, None) is None
+        assert _state(context) == untouched

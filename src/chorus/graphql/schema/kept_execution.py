@@ -46,8 +46,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from graphql import DocumentNode, GraphQLError, get_operation_ast
 from graphql import ExecutionResult as CoreResult
-from graphql import GraphQLError, get_operation_ast
 from graphql.execution import MiddlewareManager
 from strawberry.execution import optimized_is_awaitable
 from strawberry.schema.schema import Schema
@@ -63,7 +63,7 @@ from chorus.graphql.execution.operation_metrics import (
     observe_operation,
     refused_at_start,
 )
-from chorus.graphql.guards.cost import operation_cost
+from chorus.graphql.guards.cost import OperationCost, operation_cost
 from chorus.graphql.guards.cost_limit import cost_results
 from chorus.graphql.guards.document_limits import RequestLimits
 from chorus.graphql.guards.documents import DocumentCache, parse_options
@@ -119,54 +119,23 @@ class KeptExecution:
         started = time.perf_counter()
         if not self._usable:
             return None
-        documents, options = self._documents, self._options
-        kept = documents.kept(query, options)
-        operation = get_operation_ast(kept, operation_name) if kept is not None else None
-        if operation is None:
-            return None
-        # Strawberry's operation_name: the one sent, else the document's first (here: only)
-        # operation's; its validation rules depend on whether there is one.
-        name = operation_name or (operation.name.value if operation.name else None)
-        document = documents.validated(query, options, name is not None)
-        if document is None:
-            return None
-        kind = OperationType(operation.operation.value)
-        if kind is OperationType.SUBSCRIPTION or kind not in allowed:
-            return None
-        if variables_object_error(variables) is not None:
-            return None
         try:
-            context.viewer()
-        except RequestError:
+            found = self._taken(query, variables, context, operation_name, allowed, extensions)
+        except Exception:  # raised again by Schema.execute, which answers it its way
             return None
-        found = operation_cost(self._core, document, name, variables, self._limits)
-        if found is None or found.cost > self._limits.max_query_cost:
+        if found is None:
             return None
-        if context.services.query_budget.limited:
-            return None
-        executor = self._executor.build(
-            self._core,
-            document,
-            None,
-            context,
-            variables,
-            name,
-            middleware=_NO_MIDDLEWARE,
-            is_awaitable=optimized_is_awaitable,
-            operation_extensions=extensions,
-        )
-        if isinstance(executor, list):
-            return None  # the variables did not coerce: strawberry's answer
+        kind, name, document, cost, executor = found
         # Taken: from here on, what the extensions do, in their order.
         operation_state = context.operation
         operation_state.served_by = None
         operation_state.type = kind.value
         operation_state.name = name
         context.begin_operation()
-        context.reads.budget.cost_allowance = self._limits.max_query_cost - found.cost
-        operation_state.introspection_only = found.introspection_only
+        context.reads.budget.cost_allowance = self._limits.max_query_cost - cost.cost
+        operation_state.introspection_only = cost.introspection_only
         report: dict[str, Any] = {
-            "requestedQueryCost": found.cost,
+            "requestedQueryCost": cost.cost,
             "maximum": self._limits.max_query_cost,
         }
         VersionedFieldsOnly.refuse_unversioned(self._core, query, document, context)
@@ -192,6 +161,57 @@ class KeptExecution:
             kind.value, label, operation_state.served_by, time.perf_counter() - started
         )
         return result
+
+    def _taken(
+        self,
+        query: str,
+        variables: dict[str, Any] | None,
+        context: RequestContext,
+        operation_name: str | None,
+        allowed: Iterable[OperationType],
+        extensions: dict[str, Any] | None,
+    ) -> tuple[OperationType, str | None, DocumentNode, OperationCost, Any] | None:
+        """The operation's type, strawberry's name for it, its document, its cost and its
+        executor, if it is taken; ``None`` (or an exception) declines. Touches nothing."""
+        documents, options = self._documents, self._options
+        kept = documents.kept(query, options)
+        operation = get_operation_ast(kept, operation_name) if kept is not None else None
+        if operation is None:
+            return None
+        # Strawberry's operation_name: the one sent, else the document's first (here: only)
+        # operation's; its validation rules depend on whether there is one.
+        name = operation_name or (operation.name.value if operation.name else None)
+        document = documents.validated(query, options, name is not None)
+        if document is None:
+            return None
+        kind = OperationType(operation.operation.value)
+        if kind is OperationType.SUBSCRIPTION or kind not in allowed:
+            return None
+        if variables_object_error(variables) is not None:
+            return None
+        try:
+            context.viewer()
+        except RequestError:
+            return None
+        cost = operation_cost(self._core, document, name, variables, self._limits)
+        if cost is None or cost.cost > self._limits.max_query_cost:
+            return None
+        if context.services.query_budget.limited:
+            return None
+        executor = self._executor.build(
+            self._core,
+            document,
+            None,
+            context,
+            variables,
+            name,
+            middleware=_NO_MIDDLEWARE,
+            is_awaitable=optimized_is_awaitable,
+            operation_extensions=extensions,
+        )
+        if isinstance(executor, list):
+            return None  # the variables did not coerce: strawberry's answer
+        return kind, name, document, cost, executor
 
 
 def _as_graphql_error(error: Exception) -> GraphQLError:
