@@ -108,7 +108,16 @@ class _Decoded:
     :func:`~chorus.graphql.http.caching.read_operation` reads, the variables' canonical
     text, and the document's SHA-256 once a request needed it."""
 
-    __slots__ = ("asked", "canonical", "extensions", "name", "query", "sha256", "variables")
+    __slots__ = (
+        "asked",
+        "canonical",
+        "extensions",
+        "name",
+        "operation",
+        "query",
+        "sha256",
+        "variables",
+    )
 
     def __init__(self, query: object, name: str | None, variables: Any, extensions: Any) -> None:
         self.query = query
@@ -119,6 +128,9 @@ class _Decoded:
         self.variables: dict[str, Any] | None = variables
         self.asked: dict[tuple[str, str], cached_answers.AnswerRequest] = {}
         """The response cache's keys of this body, by (document hash, viewer)."""
+        self.operation: HttpOperation | None = None
+        """The operation of the last request of this body (kept while its document and
+        hash are the ones resolved again: frozen, so shared)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +322,15 @@ class LeanRoute:
         if not isinstance(document, str):
             return None
         kind = (document, decoded.name)
-        operation = HttpOperation(document, sha, decoded.name, decoded.variables)
+        operation = decoded.operation
+        if (
+            operation is None
+            or operation.document is not document
+            or operation.document_sha256 != sha
+        ):
+            operation = decoded.operation = HttpOperation(
+                document, sha, decoded.name, decoded.variables
+            )
         kept = self._kept.get(kind)
         if kept is None:
             kept = view.kept_operation(operation)
