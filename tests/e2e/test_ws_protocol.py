@@ -14,6 +14,7 @@ import websockets
 from chorus.auth import mint_token
 from tests.e2e.conftest import Api
 from tests.e2e.helpers import create_playlist, mutate
+from tests.e2e.test_hostile_transport import _errors_counted
 from tests.servers import TEST_SECRET, ChorusServer
 
 
@@ -145,3 +146,79 @@ async def test_each_query_on_a_socket_reads_afresh(server: ChorusServer, api: Ap
         second = await title("2")
         assert second["title"] == "After"
         assert [v["version"] for v in second["changes"]["versions"]] == [1]
+
+
+async def test_socket_refusals_are_counted_by_code(server: ChorusServer, api: Api) -> None:
+    """``chorus_graphql_errors_total{code}`` counts a socket's refusals as HTTP's: a document
+    over the size limit (refused by the socket before strawberry), a document that fails
+    validation (strawberry's, through the error policy), one operation over the
+    connection's limit; each error frame holds one error, counted once."""
+    playlist = create_playlist(api)
+    codes = ("GRAPHQL_PARSE_FAILED", "GRAPHQL_VALIDATION_FAILED", "LIMIT_EXCEEDED")
+    before = {code: _errors_counted(server, code) for code in codes}
+    url = server.url.replace("http://", "ws://")
+    token = mint_token(TEST_SECRET, "alice")
+    watch = (
+        "subscription W($id: ID!) "
+        "{ playlistEvents(playlistId: $id, sinceVersion: 0) { __typename } }"
+    )
+    async with websockets.connect(  # type: ignore[list-item]
+        url, subprotocols=["graphql-transport-ws"], max_size=2**22
+    ) as ws:
+        await ws.send(
+            json.dumps({"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}})
+        )
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+
+        async def refused(operation_id: str, payload: dict[str, Any]) -> str:
+            await ws.send(json.dumps({"id": operation_id, "type": "subscribe", "payload": payload}))
+            while True:
+                frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                if frame.get("id") == operation_id and frame["type"] == "error":
+                    [error] = frame["payload"]
+                    code: str = error["extensions"]["code"]
+                    return code
+
+        long = "subscription { " + " " * 100_001 + "__typename }"
+        assert await refused("long", {"query": long}) == "GRAPHQL_PARSE_FAILED"
+        unknown = "subscription { noSuchField }"
+        assert await refused("invalid", {"query": unknown}) == "GRAPHQL_VALIDATION_FAILED"
+        for n in range(20):  # CHORUS_MAX_WS_OPERATIONS' default
+            await ws.send(
+                json.dumps(
+                    {
+                        "id": f"w{n}",
+                        "type": "subscribe",
+                        "payload": {"query": watch, "variables": {"id": playlist}},
+                    }
+                )
+            )
+        over = {"query": watch, "variables": {"id": playlist}}
+        assert await refused("over", over) == "LIMIT_EXCEEDED"
+    after = {code: _errors_counted(server, code) for code in codes}
+    assert {code: after[code] - before[code] for code in codes} == dict.fromkeys(codes, 1.0)
+
+
+async def test_a_field_error_over_a_socket_is_counted_once(server: ChorusServer, api: Api) -> None:
+    """A query over the socket whose field fails (a cursor that is not one): its ``next``
+    holds one error, and the counter of its code grows by one (strawberry keeps the
+    result after the stream; the error is not counted again when the operation ends)."""
+    playlist = create_playlist(api)
+    url = server.url.replace("http://", "ws://")
+    token = mint_token(TEST_SECRET, "alice")
+    bad = 'query B($id: ID!) { playlist(id: $id) { entries(first: 2, after: "x") { totalCount } } }'
+    async with websockets.connect(url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
+        init = {"type": "connection_init", "payload": {"Authorization": f"Bearer {token}"}}
+        await ws.send(json.dumps(init))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        payload = {"query": bad, "variables": {"id": playlist}}
+        for n in range(2):  # the document new, then kept
+            before = _errors_counted(server, "BAD_USER_INPUT")
+            await ws.send(json.dumps({"id": f"b{n}", "type": "subscribe", "payload": payload}))
+            answer = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert (answer["id"], answer["type"]) == (f"b{n}", "next"), answer
+            [error] = answer["payload"]["errors"]
+            assert error["extensions"]["code"] == "BAD_USER_INPUT"
+            complete = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            assert complete["type"] == "complete"
+            assert _errors_counted(server, "BAD_USER_INPUT") == before + 1

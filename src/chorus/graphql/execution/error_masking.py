@@ -132,8 +132,17 @@ def _argument_coercion(error: GraphQLError, path: object) -> bool:
 class ErrorPolicy(SchemaExtension):
     """Applies :func:`classify` to every error of every operation."""
 
+    streamed = False
+    """Whether the operation's results went out as a stream (a WebSocket's): each was
+    classified and counted as it went (:meth:`on_stream_result`)."""
+
     def on_operation(self) -> Iterator[None]:
         yield
+        if self.streamed:
+            # Everything sent was classified, logged and counted on its way; strawberry
+            # still holds the last result and its errors (both the classified and the
+            # original ones), which would be logged and counted twice more.
+            return
         # Strawberry may hold the same errors in both lists: classify (and log) each once.
         once = Classified()
         result = self.execution_context.result
@@ -145,7 +154,9 @@ class ErrorPolicy(SchemaExtension):
         once.count()
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
-        """Each event of a subscription, before it reaches the client."""
+        """Each result of a stream (a subscription's events, an operation over a WebSocket),
+        before it reaches the client."""
+        self.streamed = True
         if result.errors:
             result.errors = [classify(e) for e in result.errors]
             _count(result.errors)
