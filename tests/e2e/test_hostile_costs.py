@@ -98,6 +98,37 @@ def test_a_variables_default_page_size_is_costed_as_the_default(api: Api) -> Non
     assert by_default["errors"][0]["message"].startswith("the query costs 30302")
 
 
+def test_a_variable_sent_as_null_is_costed_as_the_page_it_runs(api: Api) -> None:
+    """``{"n": null}`` for ``$n: Int = 1`` runs pages of the default size (50): costed at
+    its default of 1 it slipped past the limit (a fresh user's 3 s, 900 KB answer)."""
+    query = (
+        "query($n: Int = 1) { viewer { playlists(first: $n) { edges { node {"
+        " entries(first: $n) { edges { node { addedBy { playlists(first: $n)"
+        " { edges { node { title } } } } } } } } } } } }"
+    )
+    assert "errors" not in api.gql(query)  # one of each: cheap
+    refused = api.gql(query, n=None)
+    assert "data" not in refused
+    assert refused["errors"][0]["extensions"]["code"] == "GRAPHQL_VALIDATION_FAILED"
+    assert refused["errors"][0]["message"] == api.gql(query, n=50)["errors"][0]["message"]
+
+
+def test_variables_that_do_not_coerce_spend_no_budget(budgeted: ChorusServer) -> None:
+    """Nothing runs when the variables do not coerce: ``BAD_USER_INPUT``, whatever the
+    cost they were counted at, and the budget is not charged for it."""
+    api = Api(budgeted)
+    query = "query($n: Int) { viewer { playlists(first: $n) { edges { node { id } } } } }"
+    report = api.gql(query, n=1)["extensions"]["cost"]["throttleStatus"]
+    for _ in range(3):
+        bad = api.gql(query, n="x")
+        assert [e["extensions"]["code"] for e in bad["errors"]] == ["BAD_USER_INPUT"]
+        assert "throttleStatus" not in bad["extensions"]["cost"]
+    after = api.gql(query, n=1)["extensions"]["cost"]["throttleStatus"]
+    # Each good read charged 4; the bad ones nothing (the bucket refills meanwhile).
+    assert after["currentlyAvailable"] >= report["currentlyAvailable"] - 4
+    api.http.close()
+
+
 def test_a_mutation_payloads_read_spends_the_query_budget(budgeted: ChorusServer) -> None:
     api = Api(budgeted)
     pid = playlist(api)

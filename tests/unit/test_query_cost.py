@@ -53,6 +53,34 @@ def test_the_page_size_comes_from_variables_or_the_default() -> None:
     assert cost(document, n=10**9) == 1 + 1 + LIMITS.page_size_max * 2
 
 
+def test_a_variable_sent_as_null_is_null_not_its_default() -> None:
+    """GraphQL's CoerceVariableValues: a default applies to a variable not sent; one sent
+    as ``null`` is ``null``, and a page size of ``null`` runs the default page size. Costed
+    at its default, ``{"n": null}`` ran 50 items a page for the price of 1."""
+    document = (
+        "query($n: Int = 1) { viewer { playlists(first: $n) { edges { node { "
+        "entries(first: $n) { edges { node { id } } } } } } } }"
+    )
+    assert cost(document) == 1 + 1 + 1 * (2 + 1 + 1 * 2)
+    page = LIMITS.page_size_default
+    assert cost(document, n=None) == 1 + 1 + page * (2 + 1 + page * 2)
+    assert cost(document, n=None) == cost(document, n=page)
+
+
+def test_variables_that_do_not_coerce_are_bad_input_whatever_their_cost() -> None:
+    """A page size sent as a string is counted at the default page size; over the limit,
+    the answer is still BAD_USER_INPUT (nothing runs), not a refusal for its cost."""
+    document = "query($n: Int) { viewer { playlists(first: $n) { edges { node { id } } } } }"
+    small = RequestLimits(max_query_cost=50)
+    assert cost(document, n="x") > 50
+    result = build_schema(small).execute_sync(document, variable_values={"n": "x"})
+    assert [(e.extensions or {}).get("code") for e in result.errors or []] == ["BAD_USER_INPUT"]
+    over = build_schema(small).execute_sync(document, variable_values={"n": 30})
+    assert [(e.extensions or {}).get("code") for e in over.errors or []] == [
+        "GRAPHQL_VALIDATION_FAILED"
+    ]
+
+
 def test_nested_connections_multiply() -> None:
     nested = (
         "{ viewer { playlists(first: 100) { edges { node { "
@@ -186,7 +214,7 @@ def test_a_kept_documents_cost_is_remembered_by_the_variables_it_reads() -> None
         {"id": "b", "n": 5, "m": 3},  # another id: not a page size, the same cost
         {"id": "a", "n": 9, "m": 3},
         {"id": "a", "m": 3},  # n's default
-        {"id": "a", "n": None, "m": 100},  # null: the default too
+        {"id": "a", "n": None, "m": 1},  # null: the default page size, not n's default
         {"id": "a", "n": 5, "m": 3},
         {"id": "a", "n": [1], "m": 3},  # unhashable: counted, not remembered
         {"id": "a", "n": 2_000, "m": 0},  # over the maximum: counted at it

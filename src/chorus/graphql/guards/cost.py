@@ -42,7 +42,9 @@ The model (GitHub's and Shopify's, simplified):
   are added up, not maximised: an over-estimate, never an under-estimate.
 
 A page size given by a variable counts at the value sent, or at the
-variable's default when none was sent.
+variable's default when none was sent; a variable sent as ``null`` is
+``null`` (its default does not apply), which asks for the default page
+size, as the field then runs it.
 
 A mutation costs the same way: 1 for the field plus its payload selection.
 A subscription's selection is costed like a query: it runs for every event,
@@ -253,11 +255,12 @@ def operation_cost(
     if root is None:
         return None
     sent = variables or {}
-    # A default is what runs when the variable is not sent (or sent as null).
+    # A default is what runs when the variable is not sent. One sent as null is null
+    # (GraphQL spec, CoerceVariableValues): a page size of null asks for the default page.
     defaults = {
         d.variable.name.value: int(d.default_value.value)
         for d in operation.variable_definitions or ()
-        if isinstance(d.default_value, IntValueNode) and sent.get(d.variable.name.value) is None
+        if isinstance(d.default_value, IntValueNode) and d.variable.name.value not in sent
     }
     values = _Reads({**sent, **defaults})
     memo = _Memo.of(

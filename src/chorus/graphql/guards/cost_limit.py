@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from graphql import (
-    ExecutionResult,
-    GraphQLError,
-)
+from graphql import ExecutionResult, GraphQLError, get_operation_ast
+from graphql.execution.values import get_variable_values
 from strawberry.extensions import SchemaExtension
 from strawberry.types.graphql import OperationType
 
@@ -57,7 +55,8 @@ class QueryCostLimit(SchemaExtension):
                 self.limits,
             )
             if context.operation_type is OperationType.SUBSCRIPTION:
-                if found is not None and found.cost > self.limits.max_query_cost:
+                over = found is not None and found.cost > self.limits.max_query_cost
+                if found is not None and over and self._variables_coerce():
                     # Strawberry sends an error raised here as the stream's one
                     # result (the subscription's ``error`` message).
                     raise self._over(found.cost)
@@ -71,6 +70,24 @@ class QueryCostLimit(SchemaExtension):
                     context.context.operation.introspection_only = found.introspection_only
         yield
 
+    def _variables_coerce(self) -> bool:
+        """Whether the request's variables coerce to the operation's types. Asked only before
+        a refusal or a charge: variables that do not coerce run nothing, and graphql-core
+        answers them ``BAD_USER_INPUT`` whatever the cost (the cost counted what they were
+        sent as, a string for a page size at the default page size)."""
+        context = self.execution_context
+        document = context.graphql_document
+        operation = get_operation_ast(document, context.operation_name) if document else None
+        if operation is None:
+            return True
+        coerced = get_variable_values(
+            context.schema._schema,
+            operation.variable_definitions or (),
+            context.variables or {},
+            max_errors=1,
+        )
+        return not isinstance(coerced, list)
+
     def _over(self, cost: int) -> GraphQLError:
         return GraphQLError(
             f"the query costs {cost}; the limit is {self.limits.max_query_cost} "
@@ -82,12 +99,12 @@ class QueryCostLimit(SchemaExtension):
         cost, maximum = found.cost, self.limits.max_query_cost
         self.report = {"requestedQueryCost": cost, "maximum": maximum}
         if cost > maximum:
-            return self._over(cost)
+            return self._over(cost) if self._variables_coerce() else None
         request = self.execution_context.context
         if not isinstance(request, RequestContext) or request.identity.viewer_id is None:
             return None
         budget, viewer = request.services.query_budget, request.identity.viewer_id
-        if not budget.limited:
+        if not budget.limited or not self._variables_coerce():
             return None
         allowed = found.introspection_only or budget.allow(viewer, cost)
         available = budget.available(viewer)
