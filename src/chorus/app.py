@@ -199,6 +199,8 @@ def _graphql_view(settings: Settings, tokens: TokenVerifier | JWKSVerifier) -> C
             max_query_cost=settings.max_query_cost,
             page_size_default=settings.page_size_default,
             page_size_max=settings.page_size_max,
+            max_edit_entries=max(settings.max_media_per_add, settings.max_entries_per_edit),
+            max_batch_entries=settings.max_batch_entries,
         ),
     )
 

@@ -131,6 +131,49 @@ def test_mutations_cost_their_payload() -> None:
     assert cost(mutation) == 1 + 1 + 1 + 3 * 2
 
 
+def test_a_payloads_entries_are_counted_at_the_most_an_edit_or_a_batch_places() -> None:
+    """Counted as one item, a selection under each of an edit's entries was paid once and
+    run up to 100 times (1,000 in a batch): a fresh user read 50,000 entries for 209."""
+    nested = "addedBy { playlists(first: 1) { edges { node { id } } } }"
+    each = 1 + (1 + 50 + 1 * 2)  # addedBy + playlists (an own read: +50) with 1 edge
+    add = (
+        "mutation { addEntries(input: {playlistId: 1, operationId: 1, baseVersion: 0, "
+        f"mediaIds: []}}) {{ entries {{ id {nested} }} }} }}"
+    )
+    assert cost(add) == 1 + LIMITS.max_edit_entries * (1 + each)
+    move = (
+        "mutation { moveEntries(input: {playlistId: 1, operationId: 1, baseVersion: 0, "
+        f"entryIds: [], position: {{atEnd: true}}}}) {{ entries {{ {nested} }} }} }}"
+    )
+    assert cost(move) == 1 + LIMITS.max_edit_entries * (1 + each)
+    batch = (
+        "mutation { applyOperations(input: {playlistId: 1, baseVersion: 0, operations: []}) "
+        f"{{ results {{ entries {{ {nested} }} }} }} }}"
+    )
+    assert cost(batch) == 1 + 1 + LIMITS.max_batch_entries * (1 + each)
+    assert cost(batch) > LIMITS.max_query_cost  # refused: 1,000 own reads of playlists
+    ids = (
+        "mutation { applyOperations(input: {playlistId: 1, baseVersion: 0, operations: []}) "
+        "{ results { entries { id media { title } } } } }"
+    )
+    assert cost(ids) == 1 + 1 + LIMITS.max_batch_entries * 2  # the usual selection runs
+
+
+def test_a_page_size_sent_as_an_integral_float_is_that_size() -> None:
+    """graphql-core's ``Int`` takes ``100.0`` (JSON ``1e2``) as 100: costed at the default
+    page, it ran twice the pages it paid for, and its cost was remembered for ``100``."""
+    document = "query($n: Int) { viewer { playlists(first: $n) { edges { node { id } } } } }"
+    kept = parse(document)
+    for n in (100.0, 100, 1e2):
+        found = operation_cost(schema._schema, kept, None, {"n": n}, LIMITS)
+        assert found is not None
+        assert found.cost == 1 + 1 + 100 * 2, n
+    for n in (True, 1):  # equal keys, unequal sizes: each its own entry
+        found = operation_cost(schema._schema, kept, None, {"n": n}, LIMITS)
+        assert found is not None
+        assert found.cost == 1 + 1 + (LIMITS.page_size_default if n is True else 1) * 2, n
+
+
 def test_introspection_is_cheap_and_marked_as_such() -> None:
     found = operation_cost(schema._schema, parse(get_introspection_query()), None, {}, LIMITS)
     assert found is not None

@@ -28,7 +28,7 @@ IntrospectionKey = tuple[str, str, str]
 """``(document text, operation name (:func:`~chorus.caches.responses.operation_name_key`),
 canonical variables)``."""
 
-CostMemoKey = tuple[Hashable, str | None, int, int]
+CostMemoKey = tuple[Hashable, ...]
 """``(schema, operation name, default page size, largest page size)``."""
 
 VersionedFieldsKey = tuple[Hashable, str]
@@ -57,11 +57,10 @@ def introspection_key(
         return None
 
 
-def cost_memo_key(
-    schema: Hashable, operation_name: str | None, page_size_default: int, page_size_max: int
-) -> CostMemoKey:
-    """The key of one document's costs: everything besides the variables a count depends on."""
-    return schema, operation_name, page_size_default, page_size_max
+def cost_memo_key(schema: Hashable, operation_name: str | None, *sizes: int) -> CostMemoKey:
+    """The key of one document's costs: everything besides the variables a count depends on
+    (the schema, the operation, the page and list sizes it is counted at)."""
+    return schema, operation_name, *sizes
 
 
 def read_values_key(names: Iterable[str], values: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -70,7 +69,8 @@ def read_values_key(names: Iterable[str], values: dict[str, Any]) -> tuple[Any, 
     Read with ``dict.get``: a subclass that notes what is read (the cost
     count's) does not count the key's reads as the count's own.
     """
-    key = tuple(dict.get(values, name) for name in names)
+    # Each value with its type: 1 and True, 100 and 100.0 are equal keys, not equal sizes.
+    key = tuple((type(v), v) for v in (dict.get(values, name) for name in names))
     try:
         hash(key)
     except TypeError:

@@ -32,16 +32,21 @@ The model (GitHub's and Shopify's, simplified):
 * ``User.playlists`` is read with a query of its own for every user it is
   asked of (no batch): it costs the default page size (50) more than its
   selection (``OWN_READ_FIELDS``);
+* an edit's payload ``entries`` are counted at the most one edit may place
+  (``EDIT_LISTS``, ``max_edit_entries``: 100), a batch operation's at the
+  most a whole batch may place (``BATCH_LISTS``, ``max_batch_entries``:
+  1,000): a selection under each entry is paid for each;
 * any other list without a page size of its own (a version's ``changes``,
-  whose alternatives are added up below; a payload's ``entries``, bounded
-  by the request's own input) is counted as one item;
+  whose alternatives are added up below; ``userErrors``; a batch's
+  ``results``) is counted as one item;
 * a fragment is expanded wherever it is spread, but its cost is computed
   once per request (variables resolved) and reused: the cost of a fragment
   bomb is found in time linear in the document;
 * a union's alternatives (``... on EntriesAdded``, ``... on EntriesMoved``)
   are added up, not maximised: an over-estimate, never an under-estimate.
 
-A page size given by a variable counts at the value sent, or at the
+A page size given by a variable counts at the value sent (an integral
+float as the integer graphql-core's ``Int`` makes of it), or at the
 variable's default when none was sent; a variable sent as ``null`` is
 ``null`` (its default does not apply), which asks for the default page
 size, as the field then runs it.
@@ -98,6 +103,16 @@ REPLAYING_FIELDS = frozenset({("Playlist", "atVersion")})
 SUMMING_FIELDS = frozenset({("Playlist", "totalDurationMs")})
 """Scalars that sum a whole playlist: each costs the default page size."""
 
+EDIT_LISTS = frozenset({("AddEntriesPayload", "entries"), ("MoveEntriesPayload", "entries")})
+"""A payload's list of the entries one edit placed: counted at the most one edit may place
+(:attr:`RequestLimits.max_edit_entries`). Counted as one item, a selection under each entry
+(``addedBy { playlists { … entries … } }``) was paid once and run a hundred times."""
+
+BATCH_LISTS = frozenset({("BatchOperationPayload", "entries")})
+"""A batch operation's entries: counted at the most a whole batch may place
+(:attr:`RequestLimits.max_batch_entries`), the bound of all its operations' lists together
+(``results`` itself is counted as one item)."""
+
 OWN_READ_FIELDS = frozenset({("User", "playlists")})
 """Connections read with a query of their own per parent (no batch): each costs the
 default page size more. Under a page of entries (``addedBy { playlists }``), 2,400 of
@@ -131,6 +146,8 @@ class CostCounter:
     variables: dict[str, Any]
     page_size_default: int
     page_size_max: int
+    max_edit_entries: int = 100
+    max_batch_entries: int = 1_000
     visits: int = 0
     _done: dict[str, _Part] = field(default_factory=dict)
     _open: set[str] = field(default_factory=set)
@@ -184,6 +201,10 @@ class CostCounter:
         cost = 1 + part.once + (size if size is not None else 1) * part.per_item
         if (parent.name, node.name.value) in VERSION_LISTS:
             cost *= self.page_size_max
+        if (parent.name, node.name.value) in EDIT_LISTS:
+            cost *= self.max_edit_entries
+        if (parent.name, node.name.value) in BATCH_LISTS:
+            cost *= self.max_batch_entries
         if (parent.name, node.name.value) in REPLAYING_FIELDS:
             cost += 2 * self.page_size_max
         if (parent.name, node.name.value) in OWN_READ_FIELDS:
@@ -203,6 +224,8 @@ class CostCounter:
                 value = int(argument.value.value)
             elif isinstance(argument.value, VariableNode):
                 value = self.variables.get(argument.value.name.value)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # graphql-core's Int takes 100.0 (or 1e2) as 100
             if isinstance(value, int) and not isinstance(value, bool):
                 sizes.append(min(max(value, 0), self.page_size_max))
         return max(sizes) if sizes else self.page_size_default
@@ -265,7 +288,14 @@ def operation_cost(
     values = _Reads({**sent, **defaults})
     memo = _Memo.of(
         document,
-        cost_memo_key(schema, operation_name, limits.page_size_default, limits.page_size_max),
+        cost_memo_key(
+            schema,
+            operation_name,
+            limits.page_size_default,
+            limits.page_size_max,
+            limits.max_edit_entries,
+            limits.max_batch_entries,
+        ),
     )
     key = memo.key(values)
     if key is not None and (known := memo.costs.get(key)) is not None:
@@ -276,6 +306,8 @@ def operation_cost(
         values,
         limits.page_size_default,
         limits.page_size_max,
+        limits.max_edit_entries,
+        limits.max_batch_entries,
     )
     part = counter.selection(operation.selection_set, root)
     introspection = all(name.startswith("__") for name in root_fields(document, operation))

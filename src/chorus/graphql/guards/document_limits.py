@@ -44,8 +44,9 @@ class RequestLimits:
     """The limits every GraphQL request is held to (docs/limits.md, Request limits).
 
     ``max_fragments``, ``max_fragment_spreads``, ``max_expanded_fields``, ``max_query_cost``,
-    ``page_size_default`` and ``page_size_max`` come from the settings of the
-    same names; the rest are fixed.
+    ``page_size_default``, ``page_size_max`` and ``max_batch_entries`` come from the
+    settings of the same names, ``max_edit_entries`` from the edits' limits; the rest are
+    fixed.
     """
 
     max_depth: int = 12
@@ -75,6 +76,11 @@ class RequestLimits:
     """The page size a connection without ``first``/``last`` is counted at."""
     page_size_max: int = 100
     """The largest page size a connection is counted at (a larger one is refused)."""
+    max_edit_entries: int = 100
+    """The most entries one edit's payload lists (``CHORUS_MAX_MEDIA_PER_ADD``,
+    ``CHORUS_MAX_ENTRIES_PER_EDIT``, the larger)."""
+    max_batch_entries: int = 1_000
+    """The most entries one batch's payloads list in all (``CHORUS_MAX_BATCH_ENTRIES``)."""
 
 
 def fragment_definitions(document: DocumentNode) -> dict[str, FragmentDefinitionNode]:
