@@ -63,6 +63,33 @@ async def test_a_subscription_over_the_cost_limit_is_refused(
     assert "the query costs" in error["message"]
 
 
+async def test_a_subscription_spends_the_query_budget_as_it_starts(
+    budgeted: ChorusServer,
+) -> None:
+    """``CHORUS_QUERY_COST_PER_MINUTE`` holds on a socket too: each subscription is charged
+    its cost once, as it starts; over what is left it is refused ``RATE_LIMITED``. Before,
+    only the cost limit applied, and a spent budget let any number of them run."""
+    api = Api(budgeted)
+    pages = " ".join(
+        f"e{i}: entries(first: 100) {{ edges {{ node {{ id media {{ title }} }} }} }}"
+        for i in range(7)
+    )  # ~2,100 of the 3,000 a minute
+    query = (
+        f"subscription {{ feedEvents {{ ... on FeedItem {{ version playlist {{ {pages} }} }} }} }}"
+    )
+    async with socket(budgeted, api.token("dora")) as ws:
+        await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": query}}))
+        with pytest.raises(TimeoutError):  # running: nothing to send until a version comes
+            await asyncio.wait_for(ws.recv(), 1)
+        await ws.send(json.dumps({"id": "2", "type": "subscribe", "payload": {"query": query}}))
+        message = await receive(ws)
+    assert (message["id"], message["type"]) == ("2", "error"), message
+    error = message["payload"][0]
+    assert error["extensions"]["code"] == "RATE_LIMITED", error
+    assert error["extensions"]["retryAfterMs"] > 0
+    api.http.close()
+
+
 def test_an_input_object_of_many_unknown_fields_is_refused_at_once(api: Api) -> None:
     literal = " ".join(f"k{i}: 1" for i in range(1600))
     started = time.monotonic()

@@ -28,7 +28,8 @@ class QueryCostLimit(SchemaExtension):
     over ``max_query_cost`` → ``GRAPHQL_VALIDATION_FAILED``; over what is
     left of the viewer's budget (``CHORUS_QUERY_COST_PER_MINUTE``, when
     set) → ``RATE_LIMITED`` with ``retryAfterMs`` (when the bucket will hold the
-    cost), nothing charged. Either way nothing executes.
+    cost), nothing charged. Either way nothing executes. A subscription is
+    refused the same way (its ``error`` message) and charged once, as it starts.
     A mutation is charged too but never refused here (edits spend
     ``CHORUS_RATE_LIMIT_PER_MINUTE``): over the budget, its payload's
     ``playlist`` is refused with ``RATE_LIMITED`` and the edit still runs.
@@ -55,11 +56,15 @@ class QueryCostLimit(SchemaExtension):
                 self.limits,
             )
             if context.operation_type is OperationType.SUBSCRIPTION:
-                over = found is not None and found.cost > self.limits.max_query_cost
-                if found is not None and over and self._variables_coerce():
-                    # Strawberry sends an error raised here as the stream's one
-                    # result (the subscription's ``error`` message).
-                    raise self._over(found.cost)
+                # Over the limit, or over the viewer's budget (charged once, as it starts):
+                # strawberry sends an error raised here as the stream's one result (the
+                # subscription's ``error`` message).
+                refused = self._refusal(found) if found is not None else None
+                # No extensions.cost on a stream's events: each is sent as rendered once
+                # for its delivery group (graphql/execution/delivery.py).
+                self.report = None
+                if refused is not None:
+                    raise refused
             else:
                 refusal = self._refusal(found) if found is not None else None
                 if refusal is not None:
