@@ -156,7 +156,8 @@ class ReadOnlyPrimary(Exception):
 
 
 def database_check(db: Database) -> Check:
-    """``SELECT 1`` on a fresh read transaction; named by dialect (``postgresql``, ``sqlite``).
+    """The database answers, named by dialect (``postgresql``, ``sqlite``): on SQLite
+    ``SELECT 1`` on a fresh read transaction, on PostgreSQL as below.
 
     On PostgreSQL, a write transaction asks whether it may write: a primary made
     read-only (``default_transaction_read_only``) or a standby behind the URL after a

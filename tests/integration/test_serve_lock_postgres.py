@@ -92,13 +92,18 @@ def test_a_second_server_is_refused_naming_the_first(
     again.close()
 
 
+def _lose_and_take_again(postgres: str) -> None:
+    """Terminate the backend holding the lock; wait until another connection holds it."""
+    [(pid, _)] = _wait_for_holders(postgres, 1)
+    asyncio.run(_terminate(postgres, pid))
+    _wait_for_holders(postgres, 1, not_pid=pid)
+
+
 def test_a_lost_connection_takes_the_lock_again(postgres: str) -> None:
     held = lock_embedded_postgres(_settings(postgres))
     assert held is not None
     try:
-        [(pid, _)] = _wait_for_holders(postgres, 1)
-        asyncio.run(_terminate(postgres, pid))
-        _wait_for_holders(postgres, 1, not_pid=pid)  # a new connection holds it
+        _lose_and_take_again(postgres)
     finally:
         held.close()
 
@@ -124,9 +129,7 @@ def test_an_attempt_that_fails_oddly_is_retried_and_the_lock_taken_again(
     held = lock_embedded_postgres(_settings(postgres))
     assert held is not None
     try:
-        [(pid, _)] = _wait_for_holders(postgres, 1)
-        asyncio.run(_terminate(postgres, pid))
-        _wait_for_holders(postgres, 1, not_pid=pid)  # taken again after both failures
+        _lose_and_take_again(postgres)  # taken again after both failures
         assert failures == []
     finally:
         held.close()

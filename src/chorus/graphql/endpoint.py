@@ -124,6 +124,7 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         kwargs.setdefault("subscription_protocols", (GRAPHQL_TRANSPORT_WS_PROTOCOL,))
         self.operation_names = operation_names or OperationNames()
         self.documents = DocumentCache()
+        limits = limits or RequestLimits()
         schema = build_schema(
             limits,
             self.operation_names,
@@ -135,13 +136,13 @@ class ChorusGraphQL(GraphQL[RequestContext, None]):
         super().__init__(schema, **kwargs)
         # A kept, planned operation the lean route executes skips Schema.execute.
         self._kept_execution = (
-            KeptExecution(schema, self.documents, self.operation_names, limits or RequestLimits())
+            KeptExecution(schema, self.documents, self.operation_names, limits)
             if compiled_execution
             else None
         )
         self._tokens = tokens
         self.role = role  # a gateway's sockets run subscriptions only (chorus.graphql.roles)
-        self._max_tokens = (limits or RequestLimits()).max_tokens
+        self._max_tokens = limits.max_tokens
         self._ahead = BodiesDecodedAhead(self.documents, self._max_tokens)
         self._max_connections_per_user = max_connections_per_user
         self.persisted = persisted or PersistedDocuments()

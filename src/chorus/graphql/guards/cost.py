@@ -146,8 +146,8 @@ class CostCounter:
     variables: dict[str, Any]
     page_size_default: int
     page_size_max: int
-    max_edit_entries: int = 100
-    max_batch_entries: int = 1_000
+    max_edit_entries: int
+    max_batch_entries: int
     visits: int = 0
     _done: dict[str, _Part] = field(default_factory=dict)
     _open: set[str] = field(default_factory=set)
@@ -192,22 +192,23 @@ class CostCounter:
             return 0, False  # __typename, or a field validation refused
         is_list = isinstance(get_nullable_type(definition.type), GraphQLList)
         named = get_named_type(definition.type)
-        if (parent.name, node.name.value) in SUMMING_FIELDS:
+        key = (parent.name, node.name.value)
+        if key in SUMMING_FIELDS:
             return self.page_size_default, is_list
         if node.selection_set is None or not is_composite_type(named):
             return 0, is_list
         part = self.selection(node.selection_set, named)
         size = self._page_size(node, definition)
         cost = 1 + part.once + (size if size is not None else 1) * part.per_item
-        if (parent.name, node.name.value) in VERSION_LISTS:
+        if key in VERSION_LISTS:
             cost *= self.page_size_max
-        if (parent.name, node.name.value) in EDIT_LISTS:
+        if key in EDIT_LISTS:
             cost *= self.max_edit_entries
-        if (parent.name, node.name.value) in BATCH_LISTS:
+        if key in BATCH_LISTS:
             cost *= self.max_batch_entries
-        if (parent.name, node.name.value) in REPLAYING_FIELDS:
+        if key in REPLAYING_FIELDS:
             cost += 2 * self.page_size_max
-        if (parent.name, node.name.value) in OWN_READ_FIELDS:
+        if key in OWN_READ_FIELDS:
             cost += self.page_size_default
         return cost, is_list
 

@@ -93,7 +93,6 @@ class KeptExecution:
         names: OperationNames,
         limits: RequestLimits,
     ) -> None:
-        self._schema = schema
         self._core = schema._schema
         # graphql-core's Executor API (strawberry types it as graphql-core's class).
         self._executor: Any = schema.execution_context_class
