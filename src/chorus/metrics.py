@@ -110,6 +110,16 @@ DELIVERY_RENDERS = Gauge(
     "(of the reused, written to a parked subscriber's socket without waking its stream).",
     ["result"],
 )
+STREAM_CATCH_UPS = Counter(
+    "chorus_subscription_catch_ups_total",
+    "Subscription streams that read the mutation log from SQL, by why: subscribe (from "
+    "the client's sinceVersion), gap (an event skipped ahead of the last sent), lost (a "
+    "quiet stream still behind the head 2 s after it looked), overflow (a slow consumer's "
+    "dropped queue, or the bus reconnected and events may be lost).",
+    ["reason"],
+)
+for _reason in ("subscribe", "gap", "lost", "overflow"):
+    STREAM_CATCH_UPS.labels(_reason)  # shown at 0 before the first
 DELIVERY_SECONDS = Histogram(
     "chorus_subscription_delivery_seconds",
     "Commit to the moment a live event's frame was handed to its socket.",

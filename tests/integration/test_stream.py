@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from chorus.db import repository
@@ -408,6 +409,45 @@ async def test_a_lost_event_is_found_when_the_stream_has_been_quiet(database: Da
         await parts.add(pid, 2)  # never published
         assert versions(await sub.take(2)) == [1, 2]
         await sub.close()
+
+
+async def test_a_quiet_stream_waits_for_the_version_the_head_shows_before_reading_sql(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The idle check looks between a commit and its event: the head is ahead, the
+    # event on its way. Reading SQL then is wasted, and with thousands of quiet
+    # streams it queued hundreds of catch-ups a commit (bench/ws_fanout.py).
+    monkeypatch.setattr(stream_module, "IN_FLIGHT_S", 1.0)
+    reads: list[int] = []
+    real = stream_module.read_since
+
+    async def counted(*args: Any, **kw: Any) -> Any:
+        reads.append(args[2])  # the version read after
+        return await real(*args, **kw)
+
+    monkeypatch.setattr(stream_module, "read_since", counted)
+
+    def catch_ups(reason: str) -> float:
+        value = REGISTRY.get_sample_value("chorus_subscription_catch_ups_total", {"reason": reason})
+        return value or 0.0
+
+    at_start = {r: catch_ups(r) for r in ("subscribe", "lost", "gap")}
+    async with rig(database, relay=False) as parts:
+        pid = await parts.create()
+        sub = Subscriber(parts.stream(ALICE, pid, await parts.head(pid), idle_check_s=0.2))
+        await sub.quiet()  # live: caught up to the head
+        before = len(reads)
+        version = await parts.add(pid)  # the head moves; its event comes late
+        await asyncio.sleep(0.5)  # two idle checks saw the head ahead
+        await parts.bus.publish(await parts.outbox_event(pid, version))
+        assert versions(await sub.take(1)) == [version]
+        assert reads[before:] == [], "read SQL for a version on its way"
+        await parts.add(pid)  # never published: still found, 1 s later
+        assert versions(await sub.take(1)) == [version + 1]
+        assert reads[before:] == [version]
+        await sub.close()
+    counted_now = {r: catch_ups(r) - at_start[r] for r in at_start}
+    assert counted_now == {"subscribe": 1, "lost": 1, "gap": 0}
 
 
 async def test_a_stream_cancelled_as_an_event_wakes_it_still_ends(database: Database) -> None:

@@ -146,6 +146,8 @@ class Hub:
         self._queue_size = queue_size
         self._queue_entries = queue_entries
         self._members: dict[str, set[Membership]] = {}
+        self._received: dict[str, int] = {}
+        """Per playlist with members here: the newest version its bus delivered."""
         self._lock = asyncio.Lock()
         self._access: dict[int, SharedAccess] = {}
         self.renders = RenderMemo()
@@ -184,6 +186,12 @@ class Hub:
             for member in members:
                 member.poke()
 
+    def received(self, playlist_id: str) -> int:
+        """The newest version of the playlist this process heard from its bus while the
+        playlist had a stream here (``-1``: none). Each stream either has it, has it
+        queued, or gets it from the stream that renders it for its group."""
+        return self._received.get(playlist_id, -1)
+
     def _deliver(self, event: PlaylistEvent) -> None:
         members = list(self._members.get(event["playlist_id"], ()))
         try:
@@ -193,6 +201,8 @@ class Hub:
             for member in members:
                 member.poke()  # they read the version from SQL instead
             return
+        if members and version.version > self.received(version.playlist_id):
+            self._received[version.playlist_id] = version.version
         direct = not changes_access(version)
         parked: dict[Hashable, list[Membership]] = {}
         for member in members:
@@ -283,6 +293,7 @@ class Hub:
             members.discard(member)
             if not members:
                 del self._members[member.playlist_id]
+                self._received.pop(member.playlist_id, None)
                 await self._bus.unsubscribe(member.playlist_id, self._deliver)
 
     @property

@@ -41,6 +41,7 @@ from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistDeleted
 from chorus.domain.committed import CommittedVersion
 from chorus.domain.errors import Forbidden, InvalidInput, NotFound
+from chorus.metrics import STREAM_CATCH_UPS, child
 from chorus.resilience.backoff import Backoff
 from chorus.subscriptions.catchup import read_since
 from chorus.subscriptions.delivery_groups import DirectSink
@@ -52,6 +53,12 @@ RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 """A read the database could not answer is tried again after 0.1 s, then twice as long
 each time, at most 5 s apart (:meth:`_Stream.read`, the project's :class:`Backoff`)."""
+
+IN_FLIGHT_S = 2.0
+"""Seconds a quiet stream that found the head past it waits for that version before it
+reads SQL (:meth:`_Stream.live`): a commit moves the head a moment before its event
+reaches this process (the relay's poll, Kafka, the fanout, Redis), and a stream that
+looked in between would read SQL for a version already on its way."""
 
 T = TypeVar("T")
 
@@ -106,12 +113,12 @@ class _Stream:
         header = readers.header
         return header.version if header is not None and readers.can_read(self.viewer) else -1
 
-    async def missed(self) -> bool:
-        """Whether the head is past what was sent (one read for all quiet streams of a playlist)."""
-        head = await self.hub.access(self.db).head(
+    async def head(self) -> int | None:
+        """The playlist's version (``None``: gone), read at most a second ago (one read for
+        all quiet streams of a playlist)."""
+        return await self.hub.access(self.db).head(
             self.playlist_id, max_age_s=min(1.0, self.idle_check_s / 2)
         )
-        return head is None or head > self.last
 
     def send(self, version: CommittedVersion) -> CommittedVersion:
         self.last = version.version
@@ -144,12 +151,15 @@ class _Stream:
             # of this process, not one per subscriber (subscriptions/reader_checks.py).
             raise Forbidden("you no longer have access to this playlist")
 
-    async def catch_up(self, *, far: str | None = None) -> AsyncIterator[StreamItem]:
+    async def catch_up(self, why: str, *, far: str | None = None) -> AsyncIterator[StreamItem]:
         """Everything after ``last`` from SQL, page by page, until the head.
 
-        With ``far`` (the reason), more than ``max_lag`` versions behind is a
-        :class:`Resync` instead.
+        ``why``: the ``reason`` label it is counted under
+        (``chorus_subscription_catch_ups_total``). With ``far`` (the reason told to
+        the client), more than ``max_lag`` versions behind is a :class:`Resync`
+        instead.
         """
+        child(STREAM_CATCH_UPS, why).inc()
         while True:
             # One page per slot: the viewer's other streams catch up in turn. The
             # last item of the catch-up goes out after the slot is given back, so
@@ -185,11 +195,23 @@ class _Stream:
                 return
 
     async def live(self, member: Membership) -> AsyncIterator[StreamItem]:
+        # A version the head showed past what was sent while the stream was quiet: if
+        # it has not come IN_FLIGHT_S later (queued, or written to the socket by the
+        # hub), nor reached this process's hub, its event was lost on the way, and SQL
+        # is read. A version the hub has is being written to its thousands of sockets
+        # (a second or more on a busy gateway): it gets IN_FLIGHT_S once more. Read at
+        # once, every quiet stream that looked between a commit and its delivery (a
+        # few hundred of 10,000 a commit, each idle check 15 s apart) read SQL for a
+        # version already on its way, and the catch-ups queued on the pool for seconds.
+        expected: int | None = None
+        expected_by = 0.0  # the loop's clock
+        extended = False
+        loop = asyncio.get_running_loop()
         while True:
             if member.overflowed:
                 member.overflowed = False
                 member.clear()
-                async for item in self.catch_up(far="slow consumer"):
+                async for item in self.catch_up("overflow", far="slow consumer"):
                     yield item
                 continue
             if member.queue.empty():
@@ -202,21 +224,40 @@ class _Stream:
                     # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that
                     # comes in the loop turn an event wakes us (the client left as
                     # the event arrived), and the stream would go on for nobody.
+                    quiet_s = self.idle_check_s
+                    if expected is not None:
+                        quiet_s = max(0.0, expected_by - loop.time())
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.idle_check_s):
+                        async with asyncio.timeout(quiet_s):
                             await member.wakeup.wait()
                 finally:
                     member.parked = False
-                if member.queue.empty() and not member.overflowed and await self.read(self.missed):
-                    # Quiet for a while and behind the head: an event was lost on the way.
-                    async for item in self.catch_up():
+                if not member.queue.empty() or member.overflowed:
+                    continue
+                if expected is not None:
+                    behind = expected > self.last
+                    if behind and loop.time() < expected_by:
+                        continue  # woken for another membership: wait on
+                    if behind and not extended and self.hub.received(self.playlist_id) >= expected:
+                        expected_by, extended = loop.time() + IN_FLIGHT_S, True
+                        continue
+                    lost, expected = behind, None
+                else:
+                    head = await self.read(self.head)
+                    lost = head is None  # catch_up ends the stream as it would
+                    if head is not None and head > self.last:
+                        expected, expected_by = head, loop.time() + IN_FLIGHT_S
+                        extended = False
+                if lost:
+                    # Quiet for a while and still behind the head: an event was lost.
+                    async for item in self.catch_up("lost"):
                         yield item
                 continue
             version = member.take()
             if version.version <= self.last:
                 continue
             if version.version > self.last + 1:
-                async for item in self.catch_up():  # gap repair, includes this event
+                async for item in self.catch_up("gap"):  # gap repair, includes this event
                     yield item
                 continue
             yield self.send(version)
@@ -264,7 +305,7 @@ async def playlist_stream(
             )
         stream.last = since_version
         async with presence.hold(playlist_id, viewer) if presence else contextlib.nullcontext():
-            async for item in stream.catch_up(far="too far behind"):
+            async for item in stream.catch_up("subscribe", far="too far behind"):
                 yield item
             async for item in stream.live(member):
                 yield item
