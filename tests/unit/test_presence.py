@@ -138,7 +138,12 @@ class CountingStore(LocalPresenceStore):
     def __init__(self, clock: Callable[[], float], *, failing: bool = False) -> None:
         super().__init__(clock)
         self.calls = 0
+        self.removals: list[int] = []  # the sessions of each remove_many call
         self.failing = failing
+
+    async def remove_many(self, ended: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        self.removals.append(len(ended))
+        await super().remove_many(ended, ttl_s)
 
     async def put(self, playlist_id: str, session_id: str, session: Session, ttl_s: float) -> None:
         self.calls += 1
@@ -187,6 +192,58 @@ async def test_a_burst_of_joins_is_written_in_a_few_store_calls() -> None:
     # (the leaves are not counted: remove is not a write counted here).
     assert store.calls <= 2, store.calls
     await presence.aclose()
+
+
+async def test_a_burst_of_leaves_is_removed_in_a_few_store_calls() -> None:
+    store = CountingStore(Clock())
+    presence = Presence(store, ttl_s=30.0)
+    await _burst(presence, 100)  # all 100 leave in one loop turn
+    assert sum(store.removals) == 100, store.removals
+    assert len(store.removals) <= 2, store.removals  # not one call each
+    assert await store.read("p") == {}
+    await presence.aclose()
+
+
+class StuckRemovals(CountingStore):
+    """Removals that never return, until ``stuck`` is cleared."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        super().__init__(clock)
+        self.stuck = True
+
+    async def remove_many(self, ended: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        if self.stuck:
+            self.removals.append(len(ended))
+            await asyncio.Event().wait()
+        await super().remove_many(ended, ttl_s)
+
+
+async def test_leaves_queued_behind_a_stuck_removal_are_removed_and_let_go_at_close() -> None:
+    store = StuckRemovals(Clock())
+    presence = Presence(store, ttl_s=30.0)
+    left: list[str] = []
+
+    async def subscriber(user: str, leave: asyncio.Event) -> None:
+        async with presence.hold("p", user):
+            await leave.wait()
+        left.append(user)
+
+    leaves = {u: asyncio.Event() for u in ("ann", "bob", "cy")}
+    tasks = [asyncio.create_task(subscriber(u, e)) for u, e in leaves.items()]
+    await until(lambda: store.session_count == 3)
+    leaves["ann"].set()
+    await until(lambda: store.removals == [1])  # stuck removing ann
+    leaves["bob"].set()
+    await until(lambda: len(presence._leaves) == 1)  # bob queued behind it
+    store.stuck = False
+    await presence.aclose()  # cy still subscribed: removed with the queued and stuck ones
+    async with asyncio.timeout(patience(10.0)):
+        await asyncio.gather(*tasks[:2])
+    assert sorted(left) == ["ann", "bob"]
+    assert await store.read("p") == {}
+    leaves["cy"].set()
+    async with asyncio.timeout(patience(10.0)):
+        await tasks[2]
 
 
 async def test_a_failing_store_never_refuses_a_subscription_and_logs_once(

@@ -89,6 +89,10 @@ class LocalPresenceStore:
         if self._forget(playlist_id, session_id):
             self._tell(playlist_id, session_id, None)
 
+    async def remove_many(self, ended: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        for playlist_id, session_id in ended:
+            await self.remove(playlist_id, session_id, ttl_s)
+
     async def read(self, playlist_id: str) -> dict[str, Session]:
         """The unexpired sessions (the timer forgets the others, and tells of them)."""
         now = self._clock()

@@ -66,6 +66,10 @@ class PresenceStore(Protocol):
         arriving after it must not write the session back, for ``ttl_s`` seconds or more."""
         ...
 
+    async def remove_many(self, ended: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        """:meth:`remove` each ``(playlist_id, session_id)``, in as few round trips as may be."""
+        ...
+
     async def read(self, playlist_id: str) -> dict[str, Session]:
         """The live (unexpired) sessions of a playlist, by session id."""
         ...
@@ -187,6 +191,9 @@ class Presence:
         # Joins waiting for the next store call, and the task making it.
         self._joins: dict[tuple[str, str], tuple[Session, asyncio.Future[None]]] = {}
         self._joining: asyncio.Task[None] | None = None
+        # Likewise the sessions ended and not yet removed from the store.
+        self._leaves: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._leaving: asyncio.Task[None] | None = None
         self._lost_since_log = 0
         self._logged_at = -float("inf")
         store.on_change(self._changed)
@@ -202,14 +209,21 @@ class Presence:
 
     async def aclose(self) -> None:
         """Stop, and end this process's sessions at once (a graceful stop leaves no one behind)."""
-        for task in [*self._tasks, *([self._joining] if self._joining else [])]:
+        writers = [w for w in (self._joining, self._leaving) if w is not None]
+        for task in [*self._tasks, *writers]:
             await cancel_and_wait(task)
-        self._tasks, self._joining = [], None
-        held, self._held = list(self._held), {}
+        self._tasks, self._joining, self._leaving = [], None, None
+        ended = [*self._held, *self._leaves]
+        self._held = {}
+        # A writer cancelled before it ran lets go of no one: its callers are let go here.
+        for _, done in self._joins.values():
+            _let_go(done)
+        for done in self._leaves.values():
+            _let_go(done)
+        self._joins, self._leaves = {}, {}
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
-                for playlist_id, session_id in held:
-                    await self.store.remove(playlist_id, session_id, self.ttl_s)
+                await self.store.remove_many(ended, self.ttl_s)
         await self.store.aclose()
 
     @contextlib.asynccontextmanager
@@ -224,9 +238,7 @@ class Presence:
         finally:
             self._held.pop((playlist_id, session_id), None)
             # Shielded: the subscription's task is being cancelled as it closes.
-            await asyncio.shield(
-                self._quietly(self.store.remove(playlist_id, session_id, self.ttl_s))
-            )
+            await asyncio.shield(self._leave(playlist_id, session_id))
 
     async def declare(self, playlist_id: str, user_id: str, state: PresenceState | None) -> None:
         """``setPresence``: the user's declared state for ``ttl_s`` seconds (``None``: withdrawn).
@@ -357,6 +369,31 @@ class Presence:
                     if not done.done():
                         done.set_result(None)
 
+    async def _leave(self, playlist_id: str, session_id: str) -> None:
+        """Remove an ended session, coalesced with every leave waiting meanwhile.
+
+        As :meth:`_join`: when thousands of sockets close at once (a gateway
+        restarted, a network cut), one store call at a time, not one each, and
+        not one connection each from a pool that refuses past its limit.
+        """
+        done = asyncio.get_running_loop().create_future()
+        self._leaves[(playlist_id, session_id)] = done
+        if self._leaving is None or self._leaving.done():
+            self._leaving = asyncio.create_task(self._write_leaves(), name="presence-leaves")
+        await done
+
+    async def _write_leaves(self) -> None:
+        while self._leaves:
+            batch, self._leaves = self._leaves, {}
+            try:
+                removal = self.store.remove_many(list(batch), self.ttl_s)
+                await self._quietly(removal, writes=len(batch))
+            except asyncio.CancelledError:  # aclose removes them, and lets their callers go
+                self._leaves = batch | self._leaves
+                raise
+            for done in batch.values():
+                _let_go(done)
+
     async def _quietly(self, call: Awaitable[None], *, writes: int = 1) -> None:
         """Await a best-effort write: a failure is counted, and logged once per interval."""
         try:
@@ -375,3 +412,8 @@ class Presence:
 
 
 __all__ = ["Changed", "Held", "Presence", "PresenceStore", "Watch"]
+
+
+def _let_go(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)

@@ -225,6 +225,23 @@ class RedisPresenceStore:
         ttl_ms = max(1, round(ttl_s * 1000))
         await self._remove(keys=presence_keys(playlist_id), args=[session_id, ttl_ms])
 
+    async def remove_many(self, ended: Sequence[tuple[str, str]], ttl_s: float) -> None:
+        ttl_ms = max(1, round(ttl_s * 1000))
+        if isinstance(self._client, RedisCluster):
+            gate = asyncio.Semaphore(self._in_flight)  # as refresh: no pipeline on a cluster
+
+            async def one(playlist_id: str, session_id: str) -> None:
+                async with gate:
+                    await self._remove(keys=presence_keys(playlist_id), args=[session_id, ttl_ms])
+
+            await asyncio.gather(*(one(p, s) for p, s in ended))
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            for playlist_id, session_id in ended:
+                args: list[str | int] = [session_id, ttl_ms]
+                await self._remove(keys=presence_keys(playlist_id), args=args, client=pipe)
+            await pipe.execute()
+
     async def read(self, playlist_id: str) -> dict[str, Session]:
         ids, values = await self._read(keys=presence_keys(playlist_id)[:2])
         found: dict[str, Session] = {}
