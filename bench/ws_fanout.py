@@ -45,7 +45,8 @@ server's CPU microseconds per delivery (its processes' user + system time
 from the first commit to the last delivery or the 5 s wait, over the
 deliveries: the API processes' or gateways', not the relay's or fanout's);
 then the ratios Chorus / bare. Each commit's p50 and last delivery go to stderr, and
-so does a count of frames other than versions (a slow consumer's
+so does a count of frames other than versions (and, with ``--gateways``, the
+gateways' ``chorus_subscription_catch_ups_total`` by reason) (a slow consumer's
 ``ResyncRequired``, which ends what that subscriber counts; an error).
 
     python bench/ws_fanout.py [--sizes 1000,5000] [--commits 10] [--procs 8]
@@ -557,7 +558,8 @@ def run_chorus_gateways(
         print(f"first event through the fanout after {took:.1f}s", file=sys.stderr, flush=True)
         playlist_id = api.create_playlist(f"-{run}")
         deployment.forget(playlist_id)
-        return _run_clients(
+        label = f"chorus full, {gateways} gateways"
+        result = _run_clients(
             [s.url.replace("http://", "ws://") for s in servers],
             n,
             procs,
@@ -565,8 +567,25 @@ def run_chorus_gateways(
             commits,
             pids,
             lambda version: api.add(playlist_id, version),
-            f"chorus full, {gateways} gateways",
+            label,
         )
+        _said_catch_ups(label, n, [s.base_url for s in servers])
+        return result
+
+
+def _said_catch_ups(label: str, n: int, base_urls: list[str]) -> None:
+    """Print the gateways' ``chorus_subscription_catch_ups_total`` by reason, summed: the
+    streams that read the log from SQL (``subscribe``: one per subscriber; ``lost``: a
+    quiet stream whose version did not come, docs/api.md)."""
+    counts: collections.Counter[str] = collections.Counter()
+    for base_url in base_urls:
+        text = httpx.get(f"{base_url}/metrics", timeout=30).text
+        for line in text.splitlines():
+            if line.startswith("chorus_subscription_catch_ups_total{"):
+                reason = line.split('reason="', 1)[1].split('"', 1)[0]
+                counts[reason] += int(float(line.rsplit(" ", 1)[1]))
+    said = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))
+    print(f"{label} n={n}: catch-ups from SQL: {said}", file=sys.stderr, flush=True)
 
 
 def raise_open_files(n: int) -> None:
