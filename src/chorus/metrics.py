@@ -114,8 +114,8 @@ STREAM_CATCH_UPS = Counter(
     "chorus_subscription_catch_ups_total",
     "Subscription streams that read the mutation log from SQL, by why: subscribe (from "
     "the client's sinceVersion), gap (an event skipped ahead of the last sent), lost (a "
-    "quiet stream still behind the head 2 s after it looked), overflow (a slow consumer's "
-    "dropped queue, or the bus reconnected and events may be lost).",
+    "quiet stream whose version did not come after it saw the head ahead), overflow (a "
+    "slow consumer's dropped queue, or the bus reconnected and events may be lost).",
     ["reason"],
 )
 for _reason in ("subscribe", "gap", "lost", "overflow"):

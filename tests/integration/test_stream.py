@@ -442,6 +442,7 @@ async def test_a_quiet_stream_waits_for_the_version_the_head_shows_before_readin
         await parts.bus.publish(await parts.outbox_event(pid, version))
         assert versions(await sub.take(1)) == [version]
         assert reads[before:] == [], "read SQL for a version on its way"
+        assert parts.hub.arrival_s >= 0.5  # its commit to the hub: the next waits longer
         await parts.add(pid)  # never published: still found, 1 s later
         assert versions(await sub.take(1)) == [version + 1]
         assert reads[before:] == [version]

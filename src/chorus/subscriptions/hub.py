@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
@@ -148,6 +149,9 @@ class Hub:
         self._members: dict[str, set[Membership]] = {}
         self._received: dict[str, int] = {}
         """Per playlist with members here: the newest version its bus delivered."""
+        self.arrival_s = 0.0
+        """How long events take from their commit to this hub, lately (seconds: each new
+        one's time weighs a fifth, a longer one counts whole at once)."""
         self._lock = asyncio.Lock()
         self._access: dict[int, SharedAccess] = {}
         self.renders = RenderMemo()
@@ -203,6 +207,8 @@ class Hub:
             return
         if members and version.version > self.received(version.playlist_id):
             self._received[version.playlist_id] = version.version
+            took = max(0.0, time.time() - version.committed_at.timestamp())
+            self.arrival_s = max(took, 0.8 * self.arrival_s + 0.2 * took)
         direct = not changes_access(version)
         parked: dict[Hashable, list[Membership]] = {}
         for member in members:

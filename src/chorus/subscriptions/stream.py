@@ -55,10 +55,12 @@ RETRY_MAX_S = 5.0
 each time, at most 5 s apart (:meth:`_Stream.read`, the project's :class:`Backoff`)."""
 
 IN_FLIGHT_S = 2.0
-"""Seconds a quiet stream that found the head past it waits for that version before it
-reads SQL (:meth:`_Stream.live`): a commit moves the head a moment before its event
-reaches this process (the relay's poll, Kafka, the fanout, Redis), and a stream that
-looked in between would read SQL for a version already on its way."""
+"""Seconds a quiet stream that found the head past it waits at least for that version
+before it reads SQL (:meth:`_Stream.live`): a commit moves the head a moment before its
+event reaches this process (the relay's poll, Kafka, the fanout, Redis), and a stream
+that looked in between would read SQL for a version already on its way. It waits
+longer, up to its idle check, while events lately took longer to arrive
+(:attr:`Hub.arrival_s`, twice over) and while the hub has the version."""
 
 T = TypeVar("T")
 
@@ -196,16 +198,17 @@ class _Stream:
 
     async def live(self, member: Membership) -> AsyncIterator[StreamItem]:
         # A version the head showed past what was sent while the stream was quiet: if
-        # it has not come IN_FLIGHT_S later (queued, or written to the socket by the
-        # hub), nor reached this process's hub, its event was lost on the way, and SQL
-        # is read. A version the hub has is being written to its thousands of sockets
-        # (a second or more on a busy gateway): it gets IN_FLIGHT_S once more. Read at
+        # it has not come (queued, or written to the socket by the hub) nor reached
+        # this process's hub in the time events lately take to arrive, twice over
+        # (IN_FLIGHT_S at least), its event was lost on the way, and SQL is read. A
+        # version the hub has is being written to its thousands of sockets (seconds
+        # on a busy gateway): the stream waits on, up to its idle check. Read at
         # once, every quiet stream that looked between a commit and its delivery (a
         # few hundred of 10,000 a commit, each idle check 15 s apart) read SQL for a
-        # version already on its way, and the catch-ups queued on the pool for seconds.
+        # version already on its way; the catch-ups queued on the pool for seconds,
+        # which made the next commit later still.
         expected: int | None = None
-        expected_by = 0.0  # the loop's clock
-        extended = False
+        expected_by = looked_at = 0.0  # the loop's clock
         loop = asyncio.get_running_loop()
         while True:
             if member.overflowed:
@@ -238,16 +241,22 @@ class _Stream:
                     behind = expected > self.last
                     if behind and loop.time() < expected_by:
                         continue  # woken for another membership: wait on
-                    if behind and not extended and self.hub.received(self.playlist_id) >= expected:
-                        expected_by, extended = loop.time() + IN_FLIGHT_S, True
+                    waited = loop.time() - looked_at
+                    if (
+                        behind
+                        and waited < self.idle_check_s
+                        and self.hub.received(self.playlist_id) >= expected
+                    ):
+                        expected_by = loop.time() + min(IN_FLIGHT_S, self.idle_check_s - waited)
                         continue
                     lost, expected = behind, None
                 else:
                     head = await self.read(self.head)
                     lost = head is None  # catch_up ends the stream as it would
                     if head is not None and head > self.last:
-                        expected, expected_by = head, loop.time() + IN_FLIGHT_S
-                        extended = False
+                        looked_at = loop.time()
+                        grace = max(IN_FLIGHT_S, min(2 * self.hub.arrival_s, self.idle_check_s))
+                        expected, expected_by = head, looked_at + grace
                 if lost:
                     # Quiet for a while and still behind the head: an event was lost.
                     async for item in self.catch_up("lost"):
