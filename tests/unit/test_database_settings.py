@@ -154,6 +154,27 @@ def test_an_unparsable_database_url_is_refused_without_its_password(field: str) 
     assert SECRET not in message
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (f"postgresql://postgres:{SECRET}@h/chorus", "use postgresql+asyncpg:// (the driver"),
+        (f"postgres://postgres:{SECRET}@h/chorus", "or postgresql+asyncpg://"),
+        (f"postgresql+psycopg://postgres:{SECRET}@h/chorus", "got postgresql+psycopg://"),
+        (
+            "sqlite:///./chorus.db",
+            "use sqlite+aiosqlite:// (the driver Chorus ships), got sqlite://",
+        ),
+    ],
+)
+def test_a_database_url_without_the_shipped_driver_is_refused_at_once(url: str, said: str) -> None:
+    # Not later, as the first connection fails on a module that is not installed.
+    with pytest.raises(ValidationError) as refused:
+        _settings(database_url=url)
+    message = _messages(refused.value)
+    assert said in message
+    assert SECRET not in message
+
+
 def test_masked_url_hides_the_password_or_the_whole_url() -> None:
     assert masked_url(f"postgresql+asyncpg://postgres:{SECRET}@127.0.0.1:5432/chorus") == (
         "postgresql+asyncpg://postgres:***@127.0.0.1:5432/chorus"

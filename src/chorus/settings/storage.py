@@ -93,8 +93,13 @@ class StorageSettings(BaseModel):
             raise ValueError(f"not a database URL ({masked_url(value)})") from None
         if backend not in ("sqlite", "postgresql"):
             raise ValueError("use sqlite+aiosqlite:// or postgresql+asyncpg://")
+        url = make_url(value)
+        driver = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}[backend]
+        if url.drivername != driver:
+            # Checked here, not when the first connection fails on a missing module
+            # (postgresql:// means psycopg to SQLAlchemy; Chorus ships asyncpg).
+            raise ValueError(f"use {driver}:// (the driver Chorus ships), got {url.drivername}://")
         if backend == "sqlite":
-            url = make_url(value)
             _check_sqlite_file(url.database, url.query.get("mode"))
         return value
 
