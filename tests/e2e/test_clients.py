@@ -190,12 +190,13 @@ def lines_of(stream: IO[str]) -> Iterator[str]:
 
 
 def start_readme_example(
-    server: ChorusServer, api: Api, pid: str, name: str, stderr: Path
+    server: ChorusServer, api: Api, pid: str, name: str, stderr: Path, token: str | None = None
 ) -> subprocess.Popen[str]:
-    """The README's ``watch.mjs`` watching ``pid`` as alice, its stdout a pipe."""
+    """The README's ``watch.mjs`` watching ``pid`` as alice (or with ``token``), its stdout
+    a pipe."""
     env = {
         **os.environ,
-        "CHORUS_TOKEN": api.token("alice"),
+        "CHORUS_TOKEN": api.token("alice") if token is None else token,
         "CHORUS_PLAYLIST": pid,
         "CHORUS_WS_URL": server.url.replace("http://", "ws://"),
     }
@@ -237,6 +238,23 @@ def test_the_readme_javascript_example_runs_on_node_as_written(
         example.wait(timeout=10)
         example.stdout.close()
     assert stderr.read_text() == ""
+
+
+def test_the_readme_javascript_example_stops_and_says_why_on_a_refused_token(
+    server: ChorusServer, api: Api, tmp_path: Path
+) -> None:
+    # A fresh user's find: on 4403 (a token expired, or none) it reconnected every
+    # second, forever, printing nothing.
+    pid = create_playlist(api, title="README")
+    stderr = tmp_path / "stderr"
+    example = start_readme_example(server, api, pid, "watch-refused.mjs", stderr, "not-a-token")
+    try:
+        assert example.wait(timeout=30) == 0
+    finally:
+        example.kill()
+        if example.stdout:
+            example.stdout.close()
+    assert stderr.read_text().startswith("closed 4403: ")
 
 
 def test_the_readme_javascript_example_resumes_after_a_restart_without_repeats(
