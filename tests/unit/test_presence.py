@@ -234,7 +234,7 @@ async def test_leaves_queued_behind_a_stuck_removal_are_removed_and_let_go_at_cl
     leaves["ann"].set()
     await until(lambda: store.removals == [1])  # stuck removing ann
     leaves["bob"].set()
-    await until(lambda: len(presence._leaves) == 1)  # bob queued behind it
+    await until(lambda: len(presence._leaves.queued) == 1)  # bob queued behind it
     store.stuck = False
     await presence.aclose()  # cy still subscribed: removed with the queued and stuck ones
     async with asyncio.timeout(patience(10.0)):
@@ -276,9 +276,9 @@ async def test_joins_queued_behind_a_stuck_write_are_let_go_at_close() -> None:
             pass
 
     tasks = [asyncio.create_task(subscriber("user-0"))]
-    await until(lambda: presence._joining is not None and not presence._joins)  # stuck writing
+    await until(lambda: presence._joins.writing is not None and not presence._joins.queued)
     tasks += [asyncio.create_task(subscriber(f"user-{i}")) for i in (1, 2)]
-    await until(lambda: len(presence._joins) == 2)  # queued behind it
+    await until(lambda: len(presence._joins.queued) == 2)  # queued behind it
     await presence.aclose()
     async with asyncio.timeout(patience(10.0)):
         await asyncio.gather(*tasks)

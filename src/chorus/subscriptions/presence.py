@@ -31,13 +31,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from chorus.domain.presence import PresenceState, Session, UserPresence, by_user, of_user
 from chorus.metrics import PRESENCE_WRITES_LOST
 from chorus.resilience.tasks import cancel_and_wait
 
 log = logging.getLogger("chorus.presence")
+
+V = TypeVar("V")
 
 Changed = Callable[[str, str, Session | None], None]
 """Called with ``(playlist_id, session_id, session)``; ``None``: the session ended."""
@@ -188,12 +190,9 @@ class Presence:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._sweep_now = asyncio.Event()
-        # Joins waiting for the next store call, and the task making it.
-        self._joins: dict[tuple[str, str], tuple[Session, asyncio.Future[None]]] = {}
-        self._joining: asyncio.Task[None] | None = None
-        # Likewise the sessions ended and not yet removed from the store.
-        self._leaves: dict[tuple[str, str], asyncio.Future[None]] = {}
-        self._leaving: asyncio.Task[None] | None = None
+        # New held sessions and ended ones, each written in one store call per burst.
+        self._joins = _Coalesced[Session](self._write_joins, "presence-joins")
+        self._leaves = _Coalesced[None](self._write_leaves, "presence-leaves")
         self._lost_since_log = 0
         self._logged_at = -float("inf")
         store.on_change(self._changed)
@@ -209,18 +208,12 @@ class Presence:
 
     async def aclose(self) -> None:
         """Stop, and end this process's sessions at once (a graceful stop leaves no one behind)."""
-        writers = [w for w in (self._joining, self._leaving) if w is not None]
-        for task in [*self._tasks, *writers]:
+        for task in self._tasks:
             await cancel_and_wait(task)
-        self._tasks, self._joining, self._leaving = [], None, None
-        ended = [*self._held, *self._leaves]
+        self._tasks = []
+        await self._joins.aclose()  # the queued joins are held: removed below
+        ended = [*self._held, *await self._leaves.aclose()]
         self._held = {}
-        # A writer cancelled before it ran lets go of no one: its callers are let go here.
-        for _, done in self._joins.values():
-            _let_go(done)
-        for done in self._leaves.values():
-            _let_go(done)
-        self._joins, self._leaves = {}, {}
         with contextlib.suppress(Exception):
             async with asyncio.timeout(2.0):
                 await self.store.remove_many(ended, self.ttl_s)
@@ -233,12 +226,14 @@ class Presence:
         session = Session(user_id, PresenceState.VIEWING, time.time())
         self._held[(playlist_id, session_id)] = session
         try:
-            await self._join(playlist_id, session_id, session)
+            # One store call at a time (one pipeline on a single Redis): a burst of
+            # thousands of subscribes takes one connection, not one each.
+            await self._joins.add((playlist_id, session_id), session)
             yield
         finally:
             self._held.pop((playlist_id, session_id), None)
             # Shielded: the subscription's task is being cancelled as it closes.
-            await asyncio.shield(self._leave(playlist_id, session_id))
+            await asyncio.shield(self._leaves.add((playlist_id, session_id), None))
 
     async def declare(self, playlist_id: str, user_id: str, state: PresenceState | None) -> None:
         """``setPresence``: the user's declared state for ``ttl_s`` seconds (``None``: withdrawn).
@@ -341,58 +336,16 @@ class Presence:
                     continue
                 view.tell(view.replace(sessions), everything=gap)
 
-    async def _join(self, playlist_id: str, session_id: str, session: Session) -> None:
-        """Write a new held session, coalesced with every join waiting meanwhile.
+    async def _write_joins(self, batch: dict[tuple[str, str], Session]) -> None:
+        # A subscription that ended while queued is not written back.
+        held = [(p, s, v) for (p, s), v in batch.items() if (p, s) in self._held]
+        if held:
+            await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
 
-        One store call at a time (one pipeline on a single Redis): a burst of
-        thousands of subscribes takes one connection, not one each.
-        """
-        done = asyncio.get_running_loop().create_future()
-        self._joins[(playlist_id, session_id)] = (session, done)
-        if self._joining is None or self._joining.done():
-            self._joining = asyncio.create_task(self._write_joins(), name="presence-joins")
-        await done
-
-    async def _write_joins(self) -> None:
-        while self._joins:
-            batch, self._joins = self._joins, {}
-            # A subscription that ended while queued is not written back.
-            held = [(p, s, v) for (p, s), (v, _) in batch.items() if (p, s) in self._held]
-            try:
-                if held:
-                    await self._quietly(self.store.refresh(held, self.ttl_s), writes=len(held))
-            except asyncio.CancelledError:  # aclose: no join waits forever
-                batch |= self._joins
-                raise
-            finally:
-                for _, done in batch.values():
-                    if not done.done():
-                        done.set_result(None)
-
-    async def _leave(self, playlist_id: str, session_id: str) -> None:
-        """Remove an ended session, coalesced with every leave waiting meanwhile.
-
-        As :meth:`_join`: when thousands of sockets close at once (a gateway
-        restarted, a network cut), one store call at a time, not one each, and
-        not one connection each from a pool that refuses past its limit.
-        """
-        done = asyncio.get_running_loop().create_future()
-        self._leaves[(playlist_id, session_id)] = done
-        if self._leaving is None or self._leaving.done():
-            self._leaving = asyncio.create_task(self._write_leaves(), name="presence-leaves")
-        await done
-
-    async def _write_leaves(self) -> None:
-        while self._leaves:
-            batch, self._leaves = self._leaves, {}
-            try:
-                removal = self.store.remove_many(list(batch), self.ttl_s)
-                await self._quietly(removal, writes=len(batch))
-            except asyncio.CancelledError:  # aclose removes them, and lets their callers go
-                self._leaves = batch | self._leaves
-                raise
-            for done in batch.values():
-                _let_go(done)
+    async def _write_leaves(self, batch: dict[tuple[str, str], None]) -> None:
+        # When thousands of sockets close at once (a gateway restarted, a network
+        # cut): one call, not one connection each from a pool that refuses past its limit.
+        await self._quietly(self.store.remove_many(list(batch), self.ttl_s), writes=len(batch))
 
     async def _quietly(self, call: Awaitable[None], *, writes: int = 1) -> None:
         """Await a best-effort write: a failure is counted, and logged once per interval."""
@@ -412,6 +365,49 @@ class Presence:
 
 
 __all__ = ["Changed", "Held", "Presence", "PresenceStore", "Watch"]
+
+
+class _Coalesced(Generic[V]):
+    """Writes of ``(playlist_id, session_id) → V`` coalesced: ``write`` is called with every
+    item queued while the call before it ran, one call at a time, by a task of ``name``."""
+
+    def __init__(
+        self, write: Callable[[dict[tuple[str, str], V]], Awaitable[None]], name: str
+    ) -> None:
+        self._write = write
+        self._name = name
+        self.queued: dict[tuple[str, str], tuple[V, asyncio.Future[None]]] = {}
+        self.writing: asyncio.Task[None] | None = None
+
+    async def add(self, key: tuple[str, str], value: V) -> None:
+        """Queue ``value`` and return once a write holding it ended (or :meth:`aclose`)."""
+        done = asyncio.get_running_loop().create_future()
+        self.queued[key] = (value, done)
+        if self.writing is None or self.writing.done():
+            self.writing = asyncio.create_task(self._run(), name=self._name)
+        await done
+
+    async def _run(self) -> None:
+        while self.queued:
+            batch, self.queued = self.queued, {}
+            try:
+                await self._write({key: value for key, (value, _) in batch.items()})
+            except asyncio.CancelledError:  # aclose: returned, and let go, there
+                self.queued = batch | self.queued
+                raise
+            for _, done in batch.values():
+                _let_go(done)
+
+    async def aclose(self) -> list[tuple[str, str]]:
+        """Stop writing; the keys not written, their callers let go (also those of a task
+        cancelled before it ran, which lets go of no one)."""
+        if self.writing is not None:
+            await cancel_and_wait(self.writing)
+            self.writing = None
+        left, self.queued = self.queued, {}
+        for _, done in left.values():
+            _let_go(done)
+        return list(left)
 
 
 def _let_go(done: asyncio.Future[None]) -> None:
