@@ -246,6 +246,21 @@ def interleaved(
     return {m: figures[m] for m in chorus}, {p: figures[p] for p in peers}
 
 
+def said_group_commits(mode: str, base_urls: list[str]) -> None:
+    """Print the servers' ``chorus_group_commits_total`` by path and
+    ``chorus_group_commit_fallbacks_total`` by reason, summed (docs/observability.md): how
+    many commits were one statement, and why the others were not."""
+    counts: dict[str, int] = {}
+    for base_url in base_urls:
+        for line in httpx.get(f"{base_url}/metrics", timeout=30).text.splitlines():
+            for metric in ("chorus_group_commits_total{", "chorus_group_commit_fallbacks_total{"):
+                if line.startswith(metric):
+                    label = line.split('="', 1)[1].split('"', 1)[0]
+                    counts[label] = counts.get(label, 0) + int(float(line.rsplit(" ", 1)[1]))
+    said = ", ".join(f"{label} {count}" for label, count in counts.items())
+    print(f"{mode}: group commits and fallbacks: {said}", file=sys.stderr, flush=True)
+
+
 # --- the run ------------------------------------------------------------------
 
 
@@ -376,6 +391,8 @@ def main() -> None:
                     for w, count in (("spread", args.playlists), ("hot", 1))
                 }
             figures, measured = interleaved(chorus, peers, args, db)
+            for mode, c in chorus.items():
+                said_group_commits(mode, [s.base_url for s in c.servers.servers])
         finally:
             try:
                 stack.close()

@@ -56,6 +56,25 @@ GROUP_COMMIT_SIZE = Histogram(
     "Commands committed together in one transaction by an owner.",
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
+GROUP_COMMITS = Counter(
+    "chorus_group_commits_total",
+    "Owner groups committed (or answered without a write), by path: one_statement (read, "
+    "decide, then one statement that writes only if the playlist did not move on; "
+    "PostgreSQL without a pooler) or transaction (the playlist's row locked first).",
+    ["path"],
+)
+GROUP_COMMIT_FALLBACKS = Counter(
+    "chorus_group_commit_fallbacks_total",
+    "Groups tried as one statement, then committed in a transaction instead, by reason: "
+    "moved_on (another commit landed after the read), writes_rows (a command changes "
+    "rows, not only adds), checkpoint (the group keeps a history checkpoint), refused "
+    "(a command refused and none committed).",
+    ["reason"],
+)
+for _path in ("one_statement", "transaction"):
+    GROUP_COMMITS.labels(_path)  # shown at 0 before the first
+for _reason in ("moved_on", "writes_rows", "checkpoint", "refused"):
+    GROUP_COMMIT_FALLBACKS.labels(_reason)
 OUTBOX_BACKLOG = Gauge("chorus_outbox_backlog", "Outbox events not yet published.")
 OUTBOX_OLDEST_AGE = Gauge(
     "chorus_outbox_oldest_unpublished_age_seconds",

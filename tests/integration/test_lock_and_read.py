@@ -26,6 +26,13 @@ from chorus.domain.positions import allocate
 from tests.integration.store_helpers import header, live_rows, new_playlist
 
 
+@pytest.fixture(autouse=True)
+def in_a_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adds go straight to the transaction path, whose first statement these tests are
+    of (a group of adds is first tried as one statement: test_one_statement_commit.py)."""
+    monkeypatch.setattr(group_commit, "_adds", lambda _queued: False)
+
+
 @pytest.fixture
 async def db(postgres: str) -> AsyncIterator[Database]:
     database = Database(postgres)

@@ -74,6 +74,9 @@ async def test_crash_after_entry_insert_leaves_nothing(
 
     before = await tally(database, ed.playlist_id)
     command = ed.command(AddEntries, media_ids=("m1", "m2"))
+    # In a transaction: an add tried as one statement (PostgreSQL) has no "after" inside
+    # its commit (test_one_statement_commit.py).
+    monkeypatch.setattr(group_commit, "_adds", lambda _queued: False)
     monkeypatch.setattr(writer, "_keep_checkpoint", keep_then_crash)
     with pytest.raises(RuntimeError, match="crash"):
         await store.execute(command, ALICE)
@@ -195,9 +198,11 @@ async def test_cancelled_command_blocks_no_one(
     gc.disable()
     try:
         with monkeypatch.context() as patch:
-            # SQLite's commit locks with get_playlist, PostgreSQL's with its first read.
+            # SQLite's commit locks with get_playlist, PostgreSQL's with its first read;
+            # PostgreSQL's add, outside a transaction, reads with fetch_direct.
             patch.setattr(repository, "get_playlist", slowed(repository.get_playlist))
             patch.setattr(group_commit, "_lock_and_read", slowed(group_commit._lock_and_read))
+            patch.setattr(group_commit, "fetch_direct", slowed(group_commit.fetch_direct))
             task = asyncio.create_task(store.execute(command, ALICE))
             await inside.wait()
             await asyncio.sleep(0.1)  # the slow statement is running now

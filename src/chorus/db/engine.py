@@ -394,6 +394,33 @@ class Database:
                 yield conn
 
     @asynccontextmanager
+    async def write_statements(self) -> AsyncIterator[AsyncConnection]:
+        """A connection to the primary outside any transaction: each statement commits on its own.
+
+        For a write that is one statement and reads of one statement each (a group
+        commit's, :mod:`chorus.db.group_commit`), where ``BEGIN`` and ``COMMIT`` would be
+        two more round trips. The connection is one of those :meth:`read_statement`
+        holds between uses (:class:`_HeldConnections`; the primary's engine is the
+        writes' too). Only where :attr:`direct_reads` holds: behind a
+        transaction pooler, a statement's prepare and its execution may reach two
+        server connections when no transaction holds them together.
+
+        Raises:
+            DatabaseUnavailable: the database cannot be reached or lost the connection.
+            RuntimeError: :attr:`direct_reads` does not hold.
+        """
+        if not self.direct_reads:
+            raise RuntimeError("statements outside a transaction need PostgreSQL, no pooler")
+        if self._held.limit:
+            async with self._statements("write") as conn:
+                yield conn
+            return
+        with self._span("write"), _unavailable_as_error(self._held.lost):
+            async with self.write_engine.connect() as conn:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
+                yield conn
+
+    @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A read-only transaction on the primary (one consistent snapshot on both dialects).
 
@@ -418,13 +445,20 @@ class Database:
             DatabaseUnavailable: the database cannot be reached or lost the connection.
         """
         _PRIMARY_READS.inc()
-        held = self._held
-        if not held.limit or self.pooler:
+        if not self._held.limit or self.pooler:
             async with self.read_on(self.read_engine, one_statement=True) as conn:
                 yield conn
             return
-        # read_on's, a connection held between such reads (_HeldConnections) if one is.
-        with self._span("read"), _unavailable_as_error(held.lost):
+        async with self._statements("read") as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _statements(self, kind: str) -> AsyncIterator[AsyncConnection]:
+        """A connection to the primary in ``AUTOCOMMIT``: one held between such uses
+        (:class:`_HeldConnections`) if one is, else one from the pool, held after if it
+        can be. ``kind``: the span's, ``read`` or ``write``."""
+        held = self._held
+        with self._span(kind), _unavailable_as_error(held.lost):
             taken = await held.take()
             if taken is None:
                 await held.make_room(self.read_engine.pool)
@@ -493,8 +527,9 @@ class Database:
 
 class _HeldConnections:
     """Connections for one-statement reads on the PostgreSQL primary
-    (:meth:`Database.read_statement`), held checked out between reads, the most recently
-    used first, instead of returned to the pool after each.
+    (:meth:`Database.read_statement`) and one-statement commits
+    (:meth:`Database.write_statements`), held checked out between uses, the most
+    recently used first, instead of returned to the pool after each.
 
     Checking a connection out of SQLAlchemy's pool and in again (a greenlet hop, a
     ``Connection``, the pool's events, ``AUTOCOMMIT`` set and reset, a task for the

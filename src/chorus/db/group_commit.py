@@ -21,6 +21,29 @@ A batch (``applyOperations``, :mod:`chorus.db.batches`) waits in the queue as
 one item and is applied inside the group like its operations queued one after
 the other, resolving its temporary ids as it goes; an atomic batch is one
 version, under a savepoint.
+
+One statement. On PostgreSQL without a transaction pooler, a group of
+``addEntries`` commands is first tried outside a transaction, in two round trips
+where a transaction takes four (``BEGIN``, lock and read, the end, ``COMMIT``):
+one statement reads the header and what the group reads (:data:`_READ`), the
+commands are decided on it, and one statement writes the end
+(:func:`~chorus.db.writer.write_end`), only if the playlist is still at the
+version read. Every commit that changes the playlist's entries, members or log
+bumps its version, so a write that finds the version unchanged decided on what
+a transaction locking the row first would have read; the statement is atomic
+on its own. Nothing is written, and the group runs again in a transaction, when:
+
+* another commit landed between the read and the write (``moved_on``: another
+  process's owner, or a transaction that holds the lock);
+* a command writes rows before the end: anything but added entries (an add that
+  adds nothing, ``writes_rows``);
+* the group keeps a history checkpoint, a statement of its own (``checkpoint``);
+* a command was refused and none committed: a refusal has no write to check that
+  its later reads saw the header's version (``refused``).
+
+Commits by one owner in one process never meet the first case: its queue runs
+one group of a playlist at a time. ``chorus_group_commits_total`` counts the
+groups by path, ``chorus_group_commit_fallbacks_total`` the second tries.
 """
 
 from __future__ import annotations
@@ -35,15 +58,17 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from chorus.db import batches, idempotency, repository, writer
-from chorus.db.direct import fetch_in_transaction
+from chorus.db.direct import fetch_direct, fetch_in_transaction
 from chorus.db.engine import Database, DatabaseUnavailable, finish_even_if_cancelled
-from chorus.db.group_state import GroupState, GroupView
+from chorus.db.group_state import GroupState, GroupView, NeedsTransaction
 from chorus.db.idempotency import Committed
 from chorus.db.owner_queue_items import Answer, BatchAnswer, Queued, QueuedBatch, QueuedCommand
 from chorus.db.tables import playlist
+from chorus.domain.commands import AddEntries
 from chorus.domain.decisions import Context, Outcome
 from chorus.domain.errors import DomainError
 from chorus.domain.model import Entry, Playlist, Role
+from chorus.metrics import GROUP_COMMIT_FALLBACKS, GROUP_COMMITS, child
 from chorus.tracing import links_to, tracer
 
 __all__ = ["GroupCommit", "GroupState", "GroupView", "QueuedBatch", "QueuedCommand"]
@@ -115,6 +140,62 @@ class GroupCommit:
     async def _group(
         self, playlist_id: str, group: Sequence[Queued]
     ) -> list[Answer | BaseException]:
+        if self._db.direct_reads and all(_adds(c) for c in group):
+            try:
+                answers = await self._one_statement(playlist_id, group)
+            except NeedsTransaction as why:
+                child(GROUP_COMMIT_FALLBACKS, why.reason).inc()
+            else:
+                child(GROUP_COMMITS, "one_statement").inc()
+                return answers
+        answers = await self._in_transaction(playlist_id, group)
+        child(GROUP_COMMITS, "transaction").inc()
+        return answers
+
+    async def _one_statement(
+        self, playlist_id: str, group: Sequence[Queued]
+    ) -> list[Answer | BaseException]:
+        """The group read and written outside a transaction, one statement each (module
+        docstring, "One statement").
+
+        Raises:
+            NeedsTransaction: nothing was written; the group must run in a transaction.
+        """
+        answers: list[Answer | BaseException] = []
+        keys = [c.key for c in group if isinstance(c, QueuedCommand)]
+        actors = list(dict.fromkeys(c.actor_id for c in group))
+        async with self._db.write_statements() as conn:
+            params, one = _read_params(playlist_id, keys, actors)
+            rows = await fetch_direct(conn, _READ[one], params)
+            header = _header(next((r for r in rows if r[0] == _LOCKED), None))
+            state = _state(conn, playlist_id, header, rows, actors, self._context)
+            before = header.version if header is not None else 0
+            state.one_statement = True
+            for c in group:
+                assert isinstance(c, QueuedCommand)
+                answers.append(await state.one(c))
+            if not state.committed:
+                if any(isinstance(a, DomainError) for a in answers):
+                    # Its later reads may be of a later snapshot than the header's; a
+                    # commit's end checks that none landed, a refusal has no end.
+                    raise NeedsTransaction("refused")
+                return answers  # replays only: each answers its stored result
+            assert state.header is not None
+            if writer.keeps_checkpoint(state.pending):
+                raise NeedsTransaction("checkpoint")
+            added = list(state.added.values())
+            written = await writer.write_end(
+                conn, state.header, state.pending, added, before=before, locked=False
+            )
+            if not written:
+                raise NeedsTransaction("moved_on")
+        self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
+        return answers
+
+    async def _in_transaction(
+        self, playlist_id: str, group: Sequence[Queued]
+    ) -> list[Answer | BaseException]:
+        """The group in one transaction, the playlist's row locked before it reads."""
         answers: list[Answer | BaseException] = []
         keys = [k for c in group for k in (c.keys if isinstance(c, QueuedBatch) else [c.key])]
         actors = list(dict.fromkeys(c.actor_id for c in group))
@@ -125,6 +206,7 @@ class GroupCommit:
                 header = await repository.get_playlist(conn, playlist_id, for_update=True)
                 stored = await idempotency.stored_many(conn, keys)
                 state = GroupState(playlist_id, conn, header, stored, self._context)
+            before = state.header.version if state.header is not None else 0
             for c in group:
                 answer: Answer | DomainError
                 if isinstance(c, QueuedBatch):
@@ -135,13 +217,40 @@ class GroupCommit:
             if state.committed:
                 assert state.header is not None
                 added, state.added = list(state.added.values()), {}
-                await writer.write_end(conn, state.header, state.pending, added)
+                await writer.write_end(conn, state.header, state.pending, added, before=before)
                 if state.batch_members:  # after their log rows, which they reference
                     await writer.write_batch_members(conn, playlist_id, state.batch_members)
         if state.committed:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
+
+
+def _read_params(
+    playlist_id: str, keys: Sequence[tuple[str, str]], actors: Sequence[str]
+) -> tuple[dict[str, Any], bool]:
+    """The parameters of :func:`_reads`' statements, and whether they are the ones for
+    one operation id of one actor."""
+    unique = list(dict.fromkeys(keys))
+    params: dict[str, Any] = {
+        "playlist_id": playlist_id,
+        "actors": [a for a, _ in unique],
+        "operations": [o for _, o in unique],
+        "users": list(actors),
+        "batch_member": idempotency.BATCH_MEMBER_HASH,
+        "batch_result": json.dumps(idempotency.BATCH_MEMBER[1]),
+    }
+    one = len(unique) == 1 and len(actors) == 1
+    if one:
+        params.update(actor=unique[0][0], operation=unique[0][1], user=actors[0])
+    return params, one
+
+
+def _header(row: Any) -> Playlist | None:
+    """The playlist of a row of kind :data:`_LOCKED` (``None``: no row)."""
+    if row is None:
+        return None
+    return repository.playlist_from_row(dict(zip(_HEADER_COLUMNS, row[_HEADER_AT:], strict=True)))
 
 
 async def _lock_and_read(
@@ -173,25 +282,11 @@ async def _lock_and_read(
     are SQLAlchemy's (no column has a result processor that changes what asyncpg
     returns).
     """
-    unique = list(dict.fromkeys(keys))
-    params: dict[str, Any] = {
-        "playlist_id": playlist_id,
-        "actors": [a for a, _ in unique],
-        "operations": [o for _, o in unique],
-        "users": list(actors),
-        "batch_member": idempotency.BATCH_MEMBER_HASH,
-        "batch_result": json.dumps(idempotency.BATCH_MEMBER[1]),
-    }
-    one = len(unique) == 1 and len(actors) == 1
-    if one:
-        params.update(actor=unique[0][0], operation=unique[0][1], user=actors[0])
+    params, one = _read_params(playlist_id, keys, actors)
     rows = await fetch_in_transaction(conn, _LOCK_AND_READ[one], params)
     locked: Any = next((r for r in rows if r[0] == _LOCKED), None)  # asyncpg's Record
     seen = next((r[1] for r in rows if r[0] == _SEEN), None)
-    header = None
-    if locked is not None:
-        columns = zip(_HEADER_COLUMNS, locked[_HEADER_AT:], strict=True)
-        header = repository.playlist_from_row(dict(columns))
+    header = _header(locked)
     if locked is None and seen is not None:
         header = await repository.lock_playlist(conn, playlist_id)
         rows = await fetch_in_transaction(conn, _AFTER_LOCK[one], params)
@@ -318,6 +413,27 @@ _LOCK_AND_READ = {
 holds the lock), its version at the statement's snapshot (kind 4, in ``a``; no row when
 there is no such playlist) and :data:`_AFTER_LOCK`'s rows, in one statement
 (:func:`_lock_and_read`)."""
+
+_READ = {
+    one: text(
+        f"SELECT {_LOCKED} AS kind, NULL AS a, NULL AS b, NULL AS c, NULL AS d, NULL AS e, "
+        "NULL AS f, CAST(NULL AS timestamptz) AS t, "
+        + ", ".join(f"{name} AS h_{name}" for name in _HEADER_COLUMNS)
+        + " FROM playlist WHERE id = :playlist_id UNION ALL "
+        + _reads(one, _NULL_HEADER)
+    )
+    for one in (True, False)
+}
+""":data:`_LOCK_AND_READ`'s rows without the lock: the header (kind 0; no row when there
+is no such playlist) and :data:`_AFTER_LOCK`'s rows, at one snapshot (the one-statement
+path, :meth:`GroupCommit._one_statement`)."""
+
+
+def _adds(queued: Queued) -> bool:
+    """Whether ``queued`` is an ``addEntries``: the command whose commit is only added
+    entries and its records, which the one-statement path writes. Others would be
+    decided, then decided again in a transaction (``writes_rows``)."""
+    return isinstance(queued, QueuedCommand) and isinstance(queued.command, AddEntries)
 
 
 def _versions(answers: Sequence[Answer | BaseException]) -> int:

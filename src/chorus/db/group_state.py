@@ -26,9 +26,22 @@ from chorus.domain.handlers import decide
 from chorus.domain.model import Entry, Playlist, Role
 from chorus.domain.ports import SortKey
 
-__all__ = ["GroupState", "GroupView"]
+__all__ = ["GroupState", "GroupView", "NeedsTransaction"]
 
 T = TypeVar("T")
+
+
+class NeedsTransaction(Exception):
+    """A group read outside a transaction cannot be committed as one statement
+    (:mod:`chorus.db.group_commit`): nothing was written; it is run again in one.
+
+    Attributes:
+        reason: a label of ``chorus_group_commit_fallbacks_total``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -66,9 +79,15 @@ class GroupState:
     batch_members: list[tuple[str, str, int]] = field(default_factory=list)
     """(actor id, operation id, version) of each operation of the group's atomic batches
     after the first, written after the log rows (``playlist_batch_operation``)."""
+    one_statement: bool = False
+    """``conn`` is outside a transaction, the playlist not locked: everything is written
+    by the end's one statement, so a command that writes rows before it (anything but
+    added entries) raises :class:`NeedsTransaction` before it writes."""
 
     async def flush(self) -> None:
         """Write the entries added and not written yet; forget the reads."""
+        if self.added and self.one_statement:
+            raise NeedsTransaction("writes_rows")
         if self.added:
             await writer.write_added(self.conn, self.playlist_id, list(self.added.values()))
             self.added = {}
@@ -103,6 +122,8 @@ class GroupState:
                 return refusal
             role = await self.role(c.actor_id)
             if isinstance(c.command, RevertPlaylist):
+                if self.one_statement:
+                    raise NeedsTransaction("writes_rows")
                 # It reads the log: the group's versions so far must be in it.
                 await self.flush()
                 await writer.write_records(self.conn, self.pending)
@@ -119,6 +140,8 @@ class GroupState:
         view = GroupView(self)
         decision = await decide(c.command, self.header, role, view, self.context(c.actor_id))
         deferred = writer.only_adds(decision)
+        if not deferred and self.one_statement:
+            raise NeedsTransaction("writes_rows")
         if not deferred:
             await self.flush()  # its rows are written after those added before it
         await writer.write_decision(

@@ -151,7 +151,7 @@ async def write_decision(
         group.append(done)
         return
     if decision.outcome.version > 0:
-        await write_end(conn, decision.playlist, [done], later)
+        await write_end(conn, decision.playlist, [done], later, before=p.version - 1)
     else:
         await write_records(conn, [done])
 
@@ -243,34 +243,70 @@ async def write_end(
     header: Playlist,
     records: Sequence[Record],
     added: Sequence[Entry] = (),
-) -> None:
+    *,
+    before: int,
+    locked: bool = True,
+) -> bool:
     """The end of a commit: the entries ``added`` (:func:`write_added`), the header as
     ``header``, then :func:`write_records`.
 
     On PostgreSQL all four (entries, header, log rows, outbox events) are **one**
-    statement (:data:`_END_POSTGRES`); elsewhere they are up to four.
+    statement (:data:`_END_POSTGRES`), which writes only while the playlist's row is at
+    version ``before``: it writes nothing and answers ``False`` when another commit moved
+    it on. Elsewhere they are up to four, and always written.
+
+    Args:
+        before: the version of the playlist's row the commit was decided on (a group's
+            versions before the end are in its log, not yet in the row).
+        locked: ``conn``'s transaction holds the playlist's row lock (taken before the
+            commit was decided), so the playlist cannot have moved on; ``False``: a
+            connection outside a transaction, where the statement commits on its own.
+
+    Returns:
+        Whether it wrote.
 
     Raises:
+        RuntimeError: ``locked``, and the playlist's row was not at version ``before``
+            (the transaction is rolled back: nothing of it is kept).
+        ValueError: not ``locked``, and the records keep a checkpoint
+            (:func:`keeps_checkpoint`): its statement would not be part of the commit.
         sqlalchemy.exc.IntegrityError: an operation id was committed
             concurrently by the same actor.
     """
+    if not locked and (conn.dialect.name != "postgresql" or keeps_checkpoint(records)):
+        raise ValueError("only a PostgreSQL commit with no checkpoint is one statement")
     if conn.dialect.name != "postgresql" or not records:
         await write_added(conn, header.id, added)
         await write_header(conn, header)
         await write_records(conn, records)
-        return
-    await fetch_in_transaction(conn, _END_POSTGRES, _end_params(header, records, added))
-    await _keep_checkpoint(conn, records)
+        return True
+    params = _end_params(header, records, added, before)
+    rows = await fetch_in_transaction(conn, _END_POSTGRES, params)
+    if not rows[0][0]:
+        if locked:
+            raise RuntimeError(f"playlist {header.id!r} moved on under its lock")
+        return False
+    if locked:
+        await _keep_checkpoint(conn, records)
+    return True
+
+
+def keeps_checkpoint(records: Sequence[Record]) -> bool:
+    """Whether writing ``records`` keeps a history checkpoint (:func:`write_records`)."""
+    return bool(records) and checkpoint_due(
+        records[0].playlist.version - 1, records[-1].playlist.version
+    )
 
 
 def _end_params(
-    header: Playlist, records: Sequence[Record], added: Sequence[Entry]
+    header: Playlist, records: Sequence[Record], added: Sequence[Entry], before: int
 ) -> dict[str, Any]:
     """:data:`_END_POSTGRES`' parameters: the header's columns, the records' and the
     added entries' as arrays."""
     dumps = json.dumps  # what the engine's JSON type would have used
     params = _header_params(header)
     params["e_playlist_id"] = header.id
+    params["e_before"] = before
     params["e_versions"] = [r.log["version"] for r in records]
     params["e_operation_ids"] = [r.log["operation_id"] for r in records]
     params["e_actor_ids"] = [r.log["actor_id"] for r in records]
@@ -288,38 +324,50 @@ def _end_params(
     return params
 
 
+_WRITTEN = "WHERE EXISTS (SELECT FROM header)"
 _END_POSTGRES = text(
-    "WITH entries AS ("
+    "WITH header AS ("
+    f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
+    "WHERE id = :h_id AND version = :e_before RETURNING id"
+    "), entries AS ("
     "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
     "added_at) SELECT :e_playlist_id, * FROM unnest(CAST(:a_ids AS varchar[]), "
     "CAST(:a_keys AS varchar[]), CAST(:a_media AS varchar[]), CAST(:a_by AS varchar[]), "
-    "CAST(:a_at AS timestamptz[])) "
+    f"CAST(:a_at AS timestamptz[])) {_WRITTEN} "
     "ON CONFLICT (playlist_id, entry_id) DO UPDATE "
     "SET position_key = excluded.position_key, removed_at = NULL"
-    "), header AS ("
-    f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
-    "WHERE id = :h_id"
     "), log AS ("
     "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload, "
     "request_hash, result, committed_at) "
     "SELECT :e_playlist_id, * FROM unnest(CAST(:e_versions AS integer[]), "
     "CAST(:e_operation_ids AS varchar[]), CAST(:e_actor_ids AS varchar[]), "
     "CAST(:e_payloads AS jsonb[]), CAST(:e_hashes AS varchar[]), CAST(:e_results AS jsonb[]), "
-    "CAST(:e_times AS timestamptz[]))"
-    ") "
+    f"CAST(:e_times AS timestamptz[])) {_WRITTEN}"
+    "), events AS ("
     "INSERT INTO outbox (playlist_id, version, payload, created_at, trace_context) "
     "SELECT :e_playlist_id, v, p, t, c FROM unnest(CAST(:e_versions AS integer[]), "
     "CAST(:e_events AS jsonb[]), CAST(:e_times AS timestamptz[]), CAST(:e_traces AS varchar[])) "
-    "WITH ORDINALITY AS e(v, p, t, c, n) ORDER BY n"
+    f"WITH ORDINALITY AS e(v, p, t, c, n) {_WRITTEN} ORDER BY n"
+    ") SELECT count(*) FROM header"
 )
-"""The added entries (:func:`_entry_upsert`), the header update, the log rows and the
-outbox events as one PostgreSQL statement.
+"""The header update, the added entries (:func:`_entry_upsert`), the log rows and the
+outbox events as one PostgreSQL statement, if the playlist's row is still at the version
+the commit was decided on (``:e_before``); its one row counts the headers updated (1 or 0).
 
 A commit's end was four round trips through SQLAlchemy, each ~0.4 ms of the
 process's CPU (bench/writes.py, py-spy); this is one, of a fixed shape whatever
 the group's size (arrays, not a ``VALUES`` list per size), so it is prepared
-once per connection. Four tables: no part reads what another writes. The
-outbox rows are inserted in the records' order (their ids keep the versions').
+once per connection. The other parts write only if the header's did (data-modifying
+``WITH`` parts see one snapshot and talk only through ``RETURNING``). The outbox rows
+are inserted in the records' order (their ids keep the versions').
+
+The version condition lets a commit run outside a transaction
+(:mod:`chorus.db.group_commit`, "One statement"): under ``READ COMMITTED`` an
+``UPDATE`` that meets a row another transaction changed waits for it, then checks
+its condition on the row as that one left it, so it writes only when no commit
+landed since the version was read. Inside a transaction holding the row's lock
+the condition always holds.
+
 Run on asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`): its
 parameters have no bind processor of SQLAlchemy's (the JSON is dumped here)."""
 
@@ -409,9 +457,8 @@ async def write_records(conn: AsyncConnection, records: Sequence[Record]) -> Non
 
 async def _keep_checkpoint(conn: AsyncConnection, records: Sequence[Record]) -> None:
     """Keep a history checkpoint if ``records`` reach a checkpoint's version."""
-    last = records[-1].playlist
-    if checkpoint_due(records[0].playlist.version - 1, last.version):
-        await checkpoints.keep(conn, last)
+    if keeps_checkpoint(records):
+        await checkpoints.keep(conn, records[-1].playlist)
 
 
 async def _write_member(conn: AsyncConnection, p: Playlist, change: MembersChanged) -> None:

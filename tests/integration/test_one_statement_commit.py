@@ -1,0 +1,216 @@
+"""A group of adds committed outside a transaction: one read, one guarded write.
+
+``GroupCommit`` first tries a group of ``addEntries`` on PostgreSQL (no pooler) as
+two statements outside a transaction (``group_commit._READ``, then
+``writer._END_POSTGRES``, which writes only while the playlist's row is at the
+version read). Each way it must give up, and commit in a transaction instead,
+is tried here on the machine's PostgreSQL: a commit of another process between
+the read and the write, a row lock held elsewhere, a checkpoint, a refusal. In
+every case the result is the one a transaction that locked the row first would
+have left. PostgreSQL only: SQLite commits in a transaction always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import event, func, select
+
+from chorus.db import group_commit
+from chorus.db.engine import Database
+from chorus.db.store import PlaylistStore
+from chorus.db.tables import playlist_checkpoint
+from chorus.domain import version_history
+from chorus.domain.commands import AddEntries
+from chorus.domain.errors import DomainError, ErrorCode
+from chorus.domain.positions import allocate
+from tests.integration.store_helpers import BOB, fold_log, header, live_rows, new_playlist, tally
+
+
+@pytest.fixture
+async def db(postgres: str) -> AsyncIterator[Database]:
+    database = Database(postgres)
+    yield database
+    await database.dispose()
+
+
+def counted(path: str | None = None, reason: str | None = None) -> float:
+    """``chorus_group_commits_total{path}`` or ``chorus_group_commit_fallbacks_total{reason}``."""
+    if path is not None:
+        found = REGISTRY.get_sample_value("chorus_group_commits_total", {"path": path})
+    else:
+        found = REGISTRY.get_sample_value(
+            "chorus_group_commit_fallbacks_total", {"reason": reason or ""}
+        )
+    return found or 0.0
+
+
+def dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg", "postgresql")
+
+
+async def test_an_add_is_one_read_and_one_write_outside_a_transaction(db: Database) -> None:
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    await ed.add("m0")
+    before = await tally(db, ed.playlist_id)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        statements.append(sql)
+
+    one = counted("one_statement")
+    event.listen(db.write_engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        outcome = await ed.add("m1", "m2")
+    finally:
+        event.remove(db.write_engine.sync_engine, "before_cursor_execute", seen)
+    # The read, then the end; no BEGIN, no COMMIT, no other statement.
+    assert len(statements) == 2, statements
+    assert statements[0].startswith("SELECT 0 AS kind")
+    assert statements[1].startswith("WITH header AS (UPDATE playlist")
+    assert counted("one_statement") == one + 1
+    after = await tally(db, ed.playlist_id)
+    assert (after.version, after.log, after.outbox) == (2, before.log + 1, before.outbox + 1)
+    assert after.live_entries == before.live_entries + 2
+    assert [e.entry_id for e in outcome.entries] == [
+        e.entry_id for e in (await live_rows(db, ed.playlist_id))[1:]
+    ]
+    await fold_log(db, ed.playlist_id)
+
+
+async def test_a_retry_replays_without_a_write(db: Database) -> None:
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    command = ed.command(AddEntries, media_ids=("m0",))
+    first = await store.execute(command, ed.actor)
+    before = await tally(db, ed.playlist_id)
+    one = counted("one_statement")
+    again = await store.execute(command, ed.actor)
+    assert again.replayed
+    assert again.outcome == first.outcome
+    assert counted("one_statement") == one + 1
+    assert await tally(db, ed.playlist_id) == before
+
+
+async def test_a_commit_between_the_read_and_the_write_sends_the_group_to_a_transaction(
+    postgres: str, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's owner commits an add after this group read the playlist: the
+    guarded write writes nothing, and the group is decided again, after that add."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    await ed.add("m0")
+    elsewhere = Database(postgres)  # another process's pool and owner queues
+    other = PlaylistStore(elsewhere)
+    real = group_commit.fetch_direct
+    raced: list[int] = []
+    racing_now = False
+
+    async def racing(conn: Any, statement: Any, params: Any) -> Any:
+        nonlocal racing_now
+        rows = await real(conn, statement, params)
+        if not racing_now and statement is group_commit._READ[True]:
+            racing_now = True  # the other add's own read goes by
+            other_add = AddEntries(ed.playlist_id, f"other-{uuid.uuid4().hex}", 1, ("other",))
+            raced.append((await other.execute(other_add, ed.actor)).outcome.version)
+        return rows
+
+    moved = counted(reason="moved_on")
+    monkeypatch.setattr(group_commit, "fetch_direct", racing)
+    try:
+        committed = await store.execute(ed.command(AddEntries, media_ids=("m1",)), ed.actor)
+    finally:
+        await elsewhere.dispose()
+    assert raced == [2]
+    assert counted(reason="moved_on") == moved + 1
+    assert committed.outcome.version == 3
+    assert [e.media_id for e in await live_rows(db, ed.playlist_id)] == ["m0", "other", "m1"]
+    await fold_log(db, ed.playlist_id)  # versions 0-3, each once, as the tables say
+
+
+async def test_a_row_locked_elsewhere_is_waited_for_and_decided_again(
+    postgres: str, db: Database
+) -> None:
+    """A transaction holds the row and appends an entry: the guarded write waits for it,
+    finds the version moved on, and the group appends after that entry."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    await ed.add("m0")
+    last = (await live_rows(db, ed.playlist_id))[-1]
+    moved = counted(reason="moved_on")
+    other = await asyncpg.connect(dsn(postgres))
+    try:
+        held = other.transaction()
+        await held.start()
+        await other.execute("SELECT 1 FROM playlist WHERE id = $1 FOR UPDATE", ed.playlist_id)
+        task = asyncio.create_task(ed.add("m1"))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # the write waits for the row
+        (key,) = allocate(last.position_key, None, 1) or ()
+        await other.execute(
+            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
+            "added_by, added_at) VALUES ($1, $2, $3, 'elsewhere', 'bob', $4)",
+            ed.playlist_id,
+            uuid.uuid4().hex,
+            key,
+            datetime.now(UTC),
+        )
+        await other.execute(
+            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1 "
+            "WHERE id = $1",
+            ed.playlist_id,
+        )
+        await held.commit()
+        ed.version += 1  # the other transaction's version
+        outcome = await asyncio.wait_for(task, timeout=10)
+    finally:
+        await other.close()
+    assert outcome.version == 3
+    assert counted(reason="moved_on") == moved + 1
+    rows = await live_rows(db, ed.playlist_id)
+    assert [e.media_id for e in rows] == ["m0", "elsewhere", "m1"]
+    assert (await header(db, ed.playlist_id)).entry_count == 3
+
+
+async def test_a_group_that_keeps_a_checkpoint_commits_in_a_transaction(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(version_history, "CHECKPOINT_EVERY", 3)
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    await ed.add("m0")
+    await ed.add("m1")
+    checkpoint = counted(reason="checkpoint")
+    await ed.add("m2")  # version 3: a checkpoint's
+    assert counted(reason="checkpoint") == checkpoint + 1
+    async with db.read() as conn:
+        kept = await conn.scalar(
+            select(func.count())
+            .select_from(playlist_checkpoint)
+            .where(playlist_checkpoint.c.playlist_id == ed.playlist_id)
+        )
+    assert kept == 1
+    await ed.add("m3")  # the next is one statement again
+    assert counted(reason="checkpoint") == checkpoint + 1
+
+
+async def test_a_refusal_is_decided_again_in_a_transaction(db: Database) -> None:
+    """A refused add commits nothing, so no write checks what it read: it is decided again
+    in a transaction, and answered from there."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)  # private: Bob does not see it
+    before = await tally(db, ed.playlist_id)
+    refused = counted(reason="refused")
+    with pytest.raises(DomainError) as raised:
+        await store.execute(ed.command(AddEntries, media_ids=("m0",)), BOB)
+    assert raised.value.code is ErrorCode.NOT_FOUND
+    assert counted(reason="refused") == refused + 1
+    assert await tally(db, ed.playlist_id) == before
