@@ -28,10 +28,19 @@ from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
 from chorus.db.tables import playlist_checkpoint
 from chorus.domain import version_history
+from chorus.domain.batch import Batch, Operation
 from chorus.domain.commands import AddEntries
 from chorus.domain.errors import DomainError, ErrorCode
 from chorus.domain.positions import allocate
-from tests.integration.store_helpers import BOB, fold_log, header, live_rows, new_playlist, tally
+from tests.integration.store_helpers import (
+    BOB,
+    fold_log,
+    header,
+    live_rows,
+    new_op,
+    new_playlist,
+    tally,
+)
 
 
 @pytest.fixture
@@ -56,10 +65,11 @@ def dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg", "postgresql")
 
 
-async def test_an_add_is_one_read_and_one_write_outside_a_transaction(db: Database) -> None:
+async def test_an_add_is_one_read_and_one_write_then_one_write_alone(db: Database) -> None:
+    """The first group of adds reads, then writes; the next of the same playlist in the
+    process decides on what the first left, and only writes."""
     store = PlaylistStore(db)
     ed = await new_playlist(store)
-    await ed.add("m0")
     before = await tally(db, ed.playlist_id)
     statements: list[str] = []
 
@@ -69,24 +79,58 @@ async def test_an_add_is_one_read_and_one_write_outside_a_transaction(db: Databa
     one = counted("one_statement")
     event.listen(db.write_engine.sync_engine, "before_cursor_execute", seen)
     try:
-        outcome = await ed.add("m1", "m2")
+        first = await ed.add("m0")
+        # The read, then the end; no BEGIN, no COMMIT, no other statement.
+        assert [s[:30] for s in statements] == [
+            "SELECT 0 AS kind, NULL AS a, N",
+            "WITH header AS (UPDATE playlis",
+        ]
+        assert "NOT EXISTS" not in statements[1]
+        statements.clear()
+        second = await ed.add("m1", "m2")
+        # The end alone, which checks the operation id it did not read.
+        assert len(statements) == 1
+        assert statements[0].startswith("WITH header AS (UPDATE playlist")
+        assert "NOT EXISTS (SELECT FROM playlist_mutation" in statements[0]
     finally:
         event.remove(db.write_engine.sync_engine, "before_cursor_execute", seen)
-    # The read, then the end; no BEGIN, no COMMIT, no other statement.
-    assert len(statements) == 2, statements
-    assert statements[0].startswith("SELECT 0 AS kind")
-    assert statements[1].startswith("WITH header AS (UPDATE playlist")
-    assert counted("one_statement") == one + 1
+    assert counted("one_statement") == one + 2
     after = await tally(db, ed.playlist_id)
-    assert (after.version, after.log, after.outbox) == (2, before.log + 1, before.outbox + 1)
-    assert after.live_entries == before.live_entries + 2
-    assert [e.entry_id for e in outcome.entries] == [
-        e.entry_id for e in (await live_rows(db, ed.playlist_id))[1:]
-    ]
+    assert (after.version, after.log, after.outbox) == (2, before.log + 2, before.outbox + 2)
+    assert after.live_entries == before.live_entries + 3
+    rows = await live_rows(db, ed.playlist_id)
+    assert [e.entry_id for e in rows] == [e.entry_id for e in (*first.entries, *second.entries)]
+    await fold_log(db, ed.playlist_id)
+
+
+async def test_what_another_process_committed_since_is_read_before_deciding_again(
+    postgres: str, db: Database
+) -> None:
+    """This process's last add left the playlist at version 1; another process's owner
+    committed version 2: the next add, decided on version 1, writes nothing, and is
+    decided again on a read, after the other entry."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    await ed.add("m0")
+    elsewhere = Database(postgres)
+    try:
+        other_add = AddEntries(ed.playlist_id, f"other-{uuid.uuid4().hex}", 1, ("other",))
+        assert (await PlaylistStore(elsewhere).execute(other_add, ed.actor)).outcome.version == 2
+    finally:
+        await elsewhere.dispose()
+    ed.version = 2
+    moved, one = counted(reason="moved_on"), counted("one_statement")
+    outcome = await ed.add("m1")
+    assert outcome.version == 3
+    assert counted("one_statement") == one + 1  # the second try, on the read
+    assert counted(reason="moved_on") == moved
+    assert [e.media_id for e in await live_rows(db, ed.playlist_id)] == ["m0", "other", "m1"]
     await fold_log(db, ed.playlist_id)
 
 
 async def test_a_retry_replays_without_a_write(db: Database) -> None:
+    """A retry decided on what the first commit left writes nothing (its operation id is
+    committed), and is then answered from the record it reads."""
     store = PlaylistStore(db)
     ed = await new_playlist(store)
     command = ed.command(AddEntries, media_ids=("m0",))
@@ -105,9 +149,9 @@ async def test_a_commit_between_the_read_and_the_write_sends_the_group_to_a_tran
 ) -> None:
     """Another process's owner commits an add after this group read the playlist: the
     guarded write writes nothing, and the group is decided again, after that add."""
-    store = PlaylistStore(db)
-    ed = await new_playlist(store)
+    ed = await new_playlist(PlaylistStore(db))
     await ed.add("m0")
+    store = PlaylistStore(db)  # knows nothing of the playlist: it reads first
     elsewhere = Database(postgres)  # another process's pool and owner queues
     other = PlaylistStore(elsewhere)
     real = group_commit.fetch_direct
@@ -141,9 +185,9 @@ async def test_a_row_locked_elsewhere_is_waited_for_and_decided_again(
 ) -> None:
     """A transaction holds the row and appends an entry: the guarded write waits for it,
     finds the version moved on, and the group appends after that entry."""
-    store = PlaylistStore(db)
-    ed = await new_playlist(store)
+    ed = await new_playlist(PlaylistStore(db))
     await ed.add("m0")
+    ed.store = PlaylistStore(db)  # knows nothing of the playlist: it reads first
     last = (await live_rows(db, ed.playlist_id))[-1]
     moved = counted(reason="moved_on")
     other = await asyncpg.connect(dsn(postgres))
@@ -213,4 +257,24 @@ async def test_a_refusal_is_decided_again_in_a_transaction(db: Database) -> None
         await store.execute(ed.command(AddEntries, media_ids=("m0",)), BOB)
     assert raised.value.code is ErrorCode.NOT_FOUND
     assert counted(reason="refused") == refused + 1
+    assert await tally(db, ed.playlist_id) == before
+
+
+async def test_an_atomic_batchs_later_operation_id_is_not_committed_again(db: Database) -> None:
+    """An atomic batch keeps its later operation ids apart from the log
+    (``playlist_batch_operation``); an add under one of them, decided on carried state
+    without reading records, must not commit: it is refused as the read path refuses it."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    first = AddEntries(ed.playlist_id, new_op(), 0, ("b0",))
+    later = AddEntries(ed.playlist_id, new_op(), 0, ("b1",))
+    batch = Batch(ed.playlist_id, 0, (Operation(first), Operation(later)), atomic=True)
+    assert (await store.apply_batch(batch, ed.actor)).version == 1
+    ed.version = 1
+    await ed.add("m0")  # committed as one statement: the next add decides on what it left
+    before = await tally(db, ed.playlist_id)
+    again = AddEntries(ed.playlist_id, later.operation_id, 2, ("other",))
+    with pytest.raises(DomainError) as raised:
+        await store.execute(again, ed.actor)
+    assert raised.value.code is ErrorCode.OPERATION_ID_REUSED
     assert await tally(db, ed.playlist_id) == before

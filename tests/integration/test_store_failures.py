@@ -199,10 +199,13 @@ async def test_cancelled_command_blocks_no_one(
     try:
         with monkeypatch.context() as patch:
             # SQLite's commit locks with get_playlist, PostgreSQL's with its first read;
-            # PostgreSQL's add, outside a transaction, reads with fetch_direct.
+            # PostgreSQL's add, outside a transaction, reads with fetch_direct or, deciding
+            # on what the add before it left, writes its end at once: the slow statement
+            # then comes after a commit that is whole.
             patch.setattr(repository, "get_playlist", slowed(repository.get_playlist))
             patch.setattr(group_commit, "_lock_and_read", slowed(group_commit._lock_and_read))
             patch.setattr(group_commit, "fetch_direct", slowed(group_commit.fetch_direct))
+            patch.setattr(writer, "fetch_in_transaction", slowed(writer.fetch_in_transaction))
             task = asyncio.create_task(store.execute(command, ALICE))
             await inside.wait()
             await asyncio.sleep(0.1)  # the slow statement is running now

@@ -44,12 +44,26 @@ on its own. Nothing is written, and the group runs again in a transaction, when:
 Commits by one owner in one process never meet the first case: its queue runs
 one group of a playlist at a time. ``chorus_group_commits_total`` counts the
 groups by path, ``chorus_group_commit_fallbacks_total`` the second tries.
+
+Carried. A group committed as one statement leaves what it knew of its playlist
+(:class:`_Carried`: the header it wrote, the last live entry, the roles; the
+4,096 playlists committed last, per process). The next group of adds of that
+playlist whose actors' roles are all known decides on it without reading, and
+its end also writes only if none of its operation ids is committed already (a
+retry's record was not read): one round trip while this process is the
+playlist's only writer. When that end writes nothing (the playlist moved on, or
+an operation id is known) or its commands commit nothing (a refusal may be a
+retry's), the group is decided again on a read, drawing the same ids again
+(:class:`_Drawn`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.context import Context as TraceContext
@@ -93,6 +107,8 @@ class GroupCommit:
         self._db = db
         self._context = context
         self._committed = committed
+        self._carried: OrderedDict[str, _Carried] = OrderedDict()
+        """By playlist: what its last group committed as one statement left (LRU)."""
 
     async def __call__(
         self, playlist_id: str, group: Sequence[Queued]
@@ -140,41 +156,71 @@ class GroupCommit:
     async def _group(
         self, playlist_id: str, group: Sequence[Queued]
     ) -> list[Answer | BaseException]:
+        context = self._context
         if self._db.direct_reads and all(_adds(c) for c in group):
+            drawn = _Drawn(self._context)
+            context = drawn.context
             try:
-                answers = await self._one_statement(playlist_id, group)
+                try:
+                    answers = await self._one_statement(playlist_id, group, context, carry=True)
+                except _Unread:
+                    drawn.give_back()
+                    answers = await self._one_statement(playlist_id, group, context, carry=False)
             except NeedsTransaction as why:
                 child(GROUP_COMMIT_FALLBACKS, why.reason).inc()
+                drawn.give_back()
             else:
                 child(GROUP_COMMITS, "one_statement").inc()
                 return answers
-        answers = await self._in_transaction(playlist_id, group)
+        self._carried.pop(playlist_id, None)
+        answers = await self._in_transaction(playlist_id, group, context)
         child(GROUP_COMMITS, "transaction").inc()
         return answers
 
     async def _one_statement(
-        self, playlist_id: str, group: Sequence[Queued]
+        self,
+        playlist_id: str,
+        group: Sequence[Queued],
+        context: Callable[[str], Context],
+        *,
+        carry: bool,
     ) -> list[Answer | BaseException]:
         """The group read and written outside a transaction, one statement each (module
         docstring, "One statement").
 
+        ``carry``: decide on what this process's last group of the playlist left
+        (:class:`_Carried`), if it left it and knows every actor's role, without reading.
+
         Raises:
+            _Unread: ``carry``, and the group decided on carried state wrote nothing:
+                it must be decided again on what is read (nothing was written).
             NeedsTransaction: nothing was written; the group must run in a transaction.
         """
         answers: list[Answer | BaseException] = []
         keys = [c.key for c in group if isinstance(c, QueuedCommand)]
         actors = list(dict.fromkeys(c.actor_id for c in group))
+        carried = self._carried.pop(playlist_id, None) if carry else None
+        if carried is not None and not all(a in carried.roles for a in actors):
+            carried = None
         async with self._db.write_statements() as conn:
-            params, one = _read_params(playlist_id, keys, actors)
-            rows = await fetch_direct(conn, _READ[one], params)
-            header = _header(next((r for r in rows if r[0] == _LOCKED), None))
-            state = _state(conn, playlist_id, header, rows, actors, self._context)
-            before = header.version if header is not None else 0
+            if carried is not None:
+                state = GroupState(
+                    playlist_id, conn, carried.header, {}, context, roles=dict(carried.roles)
+                )
+                state.reads["before", None, 1] = carried.tail
+            else:
+                params, one = _read_params(playlist_id, keys, actors)
+                rows = await fetch_direct(conn, _READ[one], params)
+                header = _header(next((r for r in rows if r[0] == _LOCKED), None))
+                state = _state(conn, playlist_id, header, rows, actors, context)
+            before = state.header.version if state.header is not None else 0
             state.one_statement = True
             for c in group:
                 assert isinstance(c, QueuedCommand)
                 answers.append(await state.one(c))
             if not state.committed:
+                if carried is not None:
+                    raise _Unread  # a refusal may be a retry's, whose record was not read
                 if any(isinstance(a, DomainError) for a in answers):
                     # Its later reads may be of a later snapshot than the header's; a
                     # commit's end checks that none landed, a refusal has no end.
@@ -183,17 +229,33 @@ class GroupCommit:
             assert state.header is not None
             if writer.keeps_checkpoint(state.pending):
                 raise NeedsTransaction("checkpoint")
-            added = list(state.added.values())
+            tail = list(await GroupView(state).live_before(None, 1))
             written = await writer.write_end(
-                conn, state.header, state.pending, added, before=before, locked=False
+                conn,
+                state.header,
+                state.pending,
+                list(state.added.values()),
+                before=before,
+                locked=False,
+                new=keys if carried is not None else None,
             )
             if not written:
+                if carried is not None:
+                    raise _Unread  # moved on, or an operation id was known
                 raise NeedsTransaction("moved_on")
+        self._carry(playlist_id, _Carried(state.header, tail, state.roles))
         self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
 
+    def _carry(self, playlist_id: str, carried: _Carried) -> None:
+        """Keep what a group committed as one statement left, the most recent last; at most
+        :data:`CARRIED_PLAYLISTS`."""
+        self._carried[playlist_id] = carried
+        if len(self._carried) > CARRIED_PLAYLISTS:
+            self._carried.popitem(last=False)
+
     async def _in_transaction(
-        self, playlist_id: str, group: Sequence[Queued]
+        self, playlist_id: str, group: Sequence[Queued], context: Callable[[str], Context]
     ) -> list[Answer | BaseException]:
         """The group in one transaction, the playlist's row locked before it reads."""
         answers: list[Answer | BaseException] = []
@@ -201,11 +263,11 @@ class GroupCommit:
         actors = list(dict.fromkeys(c.actor_id for c in group))
         async with self._db.write() as conn:
             if conn.dialect.name == "postgresql":
-                state = await _lock_and_read(conn, playlist_id, keys, actors, self._context)
+                state = await _lock_and_read(conn, playlist_id, keys, actors, context)
             else:
                 header = await repository.get_playlist(conn, playlist_id, for_update=True)
                 stored = await idempotency.stored_many(conn, keys)
-                state = GroupState(playlist_id, conn, header, stored, self._context)
+                state = GroupState(playlist_id, conn, header, stored, context)
             before = state.header.version if state.header is not None else 0
             for c in group:
                 answer: Answer | DomainError
@@ -224,6 +286,62 @@ class GroupCommit:
             assert state.header is not None
             self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
+
+
+CARRIED_PLAYLISTS = 4096
+"""Playlists whose last one-statement commit a process keeps (:class:`_Carried`): each is
+a header, an entry and a few roles; the least recently committed is forgotten first."""
+
+
+@dataclass(slots=True)
+class _Carried:
+    """What a playlist's last group committed as one statement in this process left: the
+    next group of adds decides on it without reading (module docstring, "Carried").
+
+    Attributes:
+        header: the playlist at the version that group committed.
+        tail: its last live entry then (what an append decides on), or none.
+        roles: the roles the group read or knew, by user id (adds change none).
+    """
+
+    header: Playlist
+    tail: list[Entry]
+    roles: dict[str, Role | None]
+
+
+class _Unread(Exception):
+    """A group decided on carried state committed nothing: decide it again on a read."""
+
+
+class _Drawn:
+    """The handlers' contexts of a group's tries, and the ids each try draws.
+
+    A try that wrote nothing gives its ids back, and the next try draws them again, in
+    the same order, before new ones: a group decided twice makes the ids it would have
+    made deciding once (``tests/integration/test_group_commit.py`` compares them with the
+    commands committed one by one).
+    """
+
+    def __init__(self, context: Callable[[str], Context]) -> None:
+        self._made = context
+        self._given_back: deque[str] = deque()
+        self._drawn: list[str] = []
+
+    def context(self, actor_id: str) -> Context:
+        made = self._made(actor_id)
+        base = made.new_id
+
+        def new_id() -> str:
+            fresh = self._given_back.popleft() if self._given_back else base()
+            self._drawn.append(fresh)
+            return fresh
+
+        return dataclasses.replace(made, new_id=new_id)
+
+    def give_back(self) -> None:
+        """The ids drawn since the last give-back are drawn again first."""
+        self._given_back.extendleft(reversed(self._drawn))
+        self._drawn = []
 
 
 def _read_params(

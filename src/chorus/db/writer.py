@@ -246,6 +246,7 @@ async def write_end(
     *,
     before: int,
     locked: bool = True,
+    new: Sequence[tuple[str, str]] | None = None,
 ) -> bool:
     """The end of a commit: the entries ``added`` (:func:`write_added`), the header as
     ``header``, then :func:`write_records`.
@@ -258,6 +259,9 @@ async def write_end(
     Args:
         before: the version of the playlist's row the commit was decided on (a group's
             versions before the end are in its log, not yet in the row).
+        new: the (actor id, operation id) of the records, when their idempotency records
+            were not read: it writes nothing, and answers ``False``, if one of them is
+            committed already (a log row's, or an atomic batch's later operation's).
         locked: ``conn``'s transaction holds the playlist's row lock (taken before the
             commit was decided), so the playlist cannot have moved on; ``False``: a
             connection outside a transaction, where the statement commits on its own.
@@ -281,7 +285,15 @@ async def write_end(
         await write_records(conn, records)
         return True
     params = _end_params(header, records, added, before)
-    rows = await fetch_in_transaction(conn, _END_POSTGRES, params)
+    statement = _END_POSTGRES
+    if new is not None:
+        keys = list(dict.fromkeys(new))
+        params["n_actors"] = [a for a, _ in keys]
+        params["n_operations"] = [o for _, o in keys]
+        if len(keys) == 1:
+            params["n_actor"], params["n_operation"] = keys[0]
+        statement = _END_IF_NEW[len(keys) == 1]
+    rows = await fetch_in_transaction(conn, statement, params)
     if not rows[0][0]:
         if locked:
             raise RuntimeError(f"playlist {header.id!r} moved on under its lock")
@@ -325,31 +337,39 @@ def _end_params(
 
 
 _WRITTEN = "WHERE EXISTS (SELECT FROM header)"
-_END_POSTGRES = text(
-    "WITH header AS ("
-    f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
-    "WHERE id = :h_id AND version = :e_before RETURNING id"
-    "), entries AS ("
-    "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
-    "added_at) SELECT :e_playlist_id, * FROM unnest(CAST(:a_ids AS varchar[]), "
-    "CAST(:a_keys AS varchar[]), CAST(:a_media AS varchar[]), CAST(:a_by AS varchar[]), "
-    f"CAST(:a_at AS timestamptz[])) {_WRITTEN} "
-    "ON CONFLICT (playlist_id, entry_id) DO UPDATE "
-    "SET position_key = excluded.position_key, removed_at = NULL"
-    "), log AS ("
-    "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload, "
-    "request_hash, result, committed_at) "
-    "SELECT :e_playlist_id, * FROM unnest(CAST(:e_versions AS integer[]), "
-    "CAST(:e_operation_ids AS varchar[]), CAST(:e_actor_ids AS varchar[]), "
-    "CAST(:e_payloads AS jsonb[]), CAST(:e_hashes AS varchar[]), CAST(:e_results AS jsonb[]), "
-    f"CAST(:e_times AS timestamptz[])) {_WRITTEN}"
-    "), events AS ("
-    "INSERT INTO outbox (playlist_id, version, payload, created_at, trace_context) "
-    "SELECT :e_playlist_id, v, p, t, c FROM unnest(CAST(:e_versions AS integer[]), "
-    "CAST(:e_events AS jsonb[]), CAST(:e_times AS timestamptz[]), CAST(:e_traces AS varchar[])) "
-    f"WITH ORDINALITY AS e(v, p, t, c, n) {_WRITTEN} ORDER BY n"
-    ") SELECT count(*) FROM header"
-)
+
+
+def _end(unknown: str = "") -> str:
+    """:data:`_END_POSTGRES`' SQL; ``unknown``: more conditions of the header's update."""
+    return (
+        "WITH header AS ("
+        f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
+        f"WHERE id = :h_id AND version = :e_before{unknown} RETURNING id"
+        "), entries AS ("
+        "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
+        "added_at) SELECT :e_playlist_id, * FROM unnest(CAST(:a_ids AS varchar[]), "
+        "CAST(:a_keys AS varchar[]), CAST(:a_media AS varchar[]), CAST(:a_by AS varchar[]), "
+        f"CAST(:a_at AS timestamptz[])) {_WRITTEN} "
+        "ON CONFLICT (playlist_id, entry_id) DO UPDATE "
+        "SET position_key = excluded.position_key, removed_at = NULL"
+        "), log AS ("
+        "INSERT INTO playlist_mutation (playlist_id, version, operation_id, actor_id, payload, "
+        "request_hash, result, committed_at) "
+        "SELECT :e_playlist_id, * FROM unnest(CAST(:e_versions AS integer[]), "
+        "CAST(:e_operation_ids AS varchar[]), CAST(:e_actor_ids AS varchar[]), "
+        "CAST(:e_payloads AS jsonb[]), CAST(:e_hashes AS varchar[]), CAST(:e_results AS jsonb[]), "
+        f"CAST(:e_times AS timestamptz[])) {_WRITTEN}"
+        "), events AS ("
+        "INSERT INTO outbox (playlist_id, version, payload, created_at, trace_context) "
+        "SELECT :e_playlist_id, v, p, t, c FROM unnest(CAST(:e_versions AS integer[]), "
+        "CAST(:e_events AS jsonb[]), CAST(:e_times AS timestamptz[]), "
+        "CAST(:e_traces AS varchar[])) "
+        f"WITH ORDINALITY AS e(v, p, t, c, n) {_WRITTEN} ORDER BY n"
+        ") SELECT count(*) FROM header"
+    )
+
+
+_END_POSTGRES = text(_end())
 """The header update, the added entries (:func:`_entry_upsert`), the log rows and the
 outbox events as one PostgreSQL statement, if the playlist's row is still at the version
 the commit was decided on (``:e_before``); its one row counts the headers updated (1 or 0).
@@ -370,6 +390,25 @@ the condition always holds.
 
 Run on asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`): its
 parameters have no bind processor of SQLAlchemy's (the JSON is dumped here)."""
+
+_KNOWN = {
+    True: (
+        " AND NOT EXISTS (SELECT FROM playlist_mutation WHERE actor_id = :n_actor "
+        "AND operation_id = :n_operation) AND NOT EXISTS (SELECT FROM "
+        "playlist_batch_operation WHERE actor_id = :n_actor AND operation_id = :n_operation)"
+    ),
+    False: (
+        " AND NOT EXISTS (SELECT FROM unnest(CAST(:n_actors AS varchar[]), "
+        "CAST(:n_operations AS varchar[])) AS k(a, o) WHERE EXISTS (SELECT FROM "
+        "playlist_mutation m WHERE m.actor_id = k.a AND m.operation_id = k.o) OR EXISTS "
+        "(SELECT FROM playlist_batch_operation b WHERE b.actor_id = k.a "
+        "AND b.operation_id = k.o))"
+    ),
+}
+_END_IF_NEW = {one: text(_end(_KNOWN[one])) for one in (True, False)}
+""":data:`_END_POSTGRES`, writing only if none of the operation ids is committed already
+(``write_end(new=...)``); by whether there is one (plain parameters: their generic plan
+is kept, group_commit._AFTER_LOCK's note) or several (arrays, each id by its index)."""
 
 
 async def write_batch_members(
