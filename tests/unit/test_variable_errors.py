@@ -64,3 +64,31 @@ async def test_a_document_that_does_not_validate_stays_a_validation_failure(docu
     result = await schema.execute(document, variable_values={"id": "x"})
     assert result.errors is not None
     assert {e.extensions["code"] for e in result.errors} == {"GRAPHQL_VALIDATION_FAILED"}  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        {"addEntries": {"operationId": "a", "mediaIds": ["m"]}, "removeEntries": None},
+        {
+            "addEntries": {"operationId": "a", "mediaIds": ["m"]},
+            "removeEntries": {"operationId": "b", "entryIds": ["x"]},
+        },
+        {},
+    ],
+)
+async def test_a_oneof_variable_without_exactly_one_member_is_bad_user_input(
+    operation: dict[str, Any],
+) -> None:
+    """A ``@oneOf`` input in the variables with other than one key: strawberry's check
+    raises out of graphql-core's coercion; still the client's input, not the document."""
+    result = await schema.execute(
+        "mutation($ops: [BatchOperationInput!]!) { applyOperations(input: "
+        '{playlistId: "p", baseVersion: 0, operations: $ops}) { version } }',
+        variable_values={"ops": [operation]},
+    )
+    assert result.data is None
+    assert result.errors is not None
+    (error,) = result.errors
+    assert "BatchOperationInput" in error.message
+    assert error.extensions == {"code": "BAD_USER_INPUT"}

@@ -63,6 +63,7 @@ from graphql import (
 )
 from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import AwaitableOrValue, Path, gather_with_cancel
+from strawberry.exceptions import StrawberryInputCoercionError
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 
@@ -229,11 +230,16 @@ class ChorusExecutionContext(StrawberryGraphQLCoreExecutionContext):
         """graphql-core's ``build``; a variable whose value does not coerce is the client's
         input (``BAD_USER_INPUT``, as Apollo Server codes it), not a document that failed
         validation: its errors (``Variable '$x' has invalid value: …``) are coded so here,
-        where only the variables' coercion gives errors of that form."""
+        where only the variables' coercion gives errors of that form, and so is a
+        variable's ``@oneOf`` input with other than one key (strawberry's error)."""
         built = super().build(*args, **kwargs)
         if isinstance(built, list):
             for error in built:
-                if error.message.startswith("Variable '$"):
+                # strawberry's check of a @oneOf input (its type's out_type) raises out of
+                # graphql-core's coercion of the variables, unwrapped: a variable's too.
+                if error.message.startswith("Variable '$") or isinstance(
+                    error, StrawberryInputCoercionError
+                ):
                     bad_user_input(error)
         return built
 
