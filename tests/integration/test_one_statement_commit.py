@@ -26,14 +26,16 @@ from sqlalchemy import event, func, select
 from chorus.db import group_commit
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
-from chorus.db.tables import playlist_checkpoint
+from chorus.db.tables import playlist, playlist_checkpoint
 from chorus.domain import version_history
 from chorus.domain.batch import Batch, Operation
-from chorus.domain.commands import AddEntries
+from chorus.domain.commands import AddEntries, SetMemberRole
 from chorus.domain.errors import DomainError, ErrorCode
+from chorus.domain.model import Role
 from chorus.domain.positions import allocate
 from tests.integration.store_helpers import (
     BOB,
+    Editor,
     fold_log,
     header,
     live_rows,
@@ -278,3 +280,103 @@ async def test_an_atomic_batchs_later_operation_id_is_not_committed_again(db: Da
         await store.execute(again, ed.actor)
     assert raised.value.code is ErrorCode.OPERATION_ID_REUSED
     assert await tally(db, ed.playlist_id) == before
+
+
+# --- a change made without a new version (SQL by hand) is never overwritten -------------
+
+
+async def sql(postgres: str, statement: str, *args: Any) -> None:
+    other = await asyncpg.connect(dsn(postgres))
+    try:
+        await other.execute(statement, *args)
+    finally:
+        await other.close()
+
+
+async def test_a_takedown_in_sql_is_not_undone_by_an_add_decided_on_what_was_carried(
+    postgres: str, db: Database
+) -> None:
+    """An operator takes a playlist down in SQL (no new version) after this process's
+    last add: the next add, decided on what that add left, must not write the old
+    header back; decided again, it finds no playlist."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store, collaborative=True)
+    await ed.add("m0")
+    await sql(
+        postgres,
+        "UPDATE playlist SET deleted_at = now(), collaborative = false, title = 'gone' "
+        "WHERE id = $1",
+        ed.playlist_id,
+    )
+    before = await tally(db, ed.playlist_id)
+    with pytest.raises(DomainError) as raised:
+        await store.execute(ed.command(AddEntries, media_ids=("m1",)), ed.actor)
+    assert raised.value.code is ErrorCode.NOT_FOUND
+    assert await tally(db, ed.playlist_id) == before
+    async with db.read() as conn:
+        row = (
+            await conn.execute(
+                select(playlist.c.deleted_at, playlist.c.collaborative, playlist.c.title).where(
+                    playlist.c.id == ed.playlist_id
+                )
+            )
+        ).one()
+    assert row.deleted_at is not None
+    assert (row.collaborative, row.title) == (False, "gone")
+
+
+async def test_a_title_set_in_sql_stays_and_a_member_removed_in_sql_may_not_add(
+    postgres: str, db: Database
+) -> None:
+    store = PlaylistStore(db)
+    ed = await new_playlist(store, collaborative=True)
+    await ed.run(SetMemberRole, user_id=BOB, role=Role.EDITOR)
+    bob = Editor(store, ed.playlist_id, BOB, ed.version)
+    await bob.add("m0")  # carried: Bob an editor
+    await sql(postgres, "UPDATE playlist SET title = 'by hand' WHERE id = $1", ed.playlist_id)
+    outcome = await bob.add("m1")  # decided again on the read: the title stays
+    assert (await header(db, ed.playlist_id)).title == "by hand"
+    await sql(
+        postgres,
+        "DELETE FROM playlist_member WHERE playlist_id = $1 AND user_id = $2",
+        ed.playlist_id,
+        BOB,
+    )
+    before = await tally(db, ed.playlist_id)
+    with pytest.raises(DomainError) as raised:
+        await store.execute(AddEntries(ed.playlist_id, new_op(), outcome.version, ("m2",)), BOB)
+    assert raised.value.code is ErrorCode.NOT_FOUND  # a private playlist he is not in
+    assert await tally(db, ed.playlist_id) == before
+
+
+async def test_a_takedown_committing_while_the_write_waits_is_not_undone(
+    postgres: str, db: Database
+) -> None:
+    """A transaction changes the row without a new version while the add's write waits for
+    its lock: the write finds the row changed and writes nothing."""
+    ed = await new_playlist(PlaylistStore(db), collaborative=True)
+    await ed.add("m0")
+    store = PlaylistStore(db)  # knows nothing of the playlist: it reads first
+    other = await asyncpg.connect(dsn(postgres))
+    try:
+        held = other.transaction()
+        await held.start()
+        await other.execute(
+            "UPDATE playlist SET deleted_at = now(), title = 'taken down' WHERE id = $1",
+            ed.playlist_id,
+        )
+        task = asyncio.create_task(
+            store.execute(ed.command(AddEntries, media_ids=("m1",)), ed.actor)
+        )
+        await asyncio.sleep(0.3)
+        assert not task.done()  # the write waits for the row
+        await held.commit()
+        with pytest.raises(DomainError) as raised:
+            await asyncio.wait_for(task, timeout=10)
+    finally:
+        await other.close()
+    assert raised.value.code is ErrorCode.NOT_FOUND
+    async with db.read() as conn:
+        title = await conn.scalar(select(playlist.c.title).where(playlist.c.id == ed.playlist_id))
+    assert title == "taken down"
+    assert (await tally(db, ed.playlist_id)).version == 1

@@ -27,14 +27,17 @@ One statement. On PostgreSQL without a transaction pooler, a group of
 where a transaction takes four (``BEGIN``, lock and read, the end, ``COMMIT``):
 one statement reads the header and what the group reads (:data:`_READ`), the
 commands are decided on it, and one statement writes the end
-(:func:`~chorus.db.writer.write_end`), only if the playlist is still at the
-version read. Every commit that changes the playlist's entries, members or log
-bumps its version, so a write that finds the version unchanged decided on what
-a transaction locking the row first would have read; the statement is atomic
-on its own. Nothing is written, and the group runs again in a transaction, when:
+(:func:`~chorus.db.writer.write_end` with :class:`~chorus.db.writer.Unlocked`),
+only if the playlist's row is still at the version read and as read, and the
+deciding actors' member rows too. Every commit that changes the playlist's
+entries, members or log bumps its version, and a change made without one (by
+hand in SQL) changes a column or a member row, so a write that finds them
+unchanged decided on what a transaction locking the row first would have read;
+the statement is atomic on its own. Nothing is written, and the group runs again
+in a transaction, when:
 
-* another commit landed between the read and the write (``moved_on``: another
-  process's owner, or a transaction that holds the lock);
+* another commit, or a change by hand, landed between the read and the write
+  (``moved_on``: another process's owner, or a transaction that holds the lock);
 * a command writes rows before the end: anything but added entries (an add that
   adds nothing, ``writes_rows``);
 * the group keeps a history checkpoint, a statement of its own (``checkpoint``);
@@ -213,7 +216,8 @@ class GroupCommit:
                 rows = await fetch_direct(conn, _READ[one], params)
                 header = _header(next((r for r in rows if r[0] == _LOCKED), None))
                 state = _state(conn, playlist_id, header, rows, actors, context)
-            before = state.header.version if state.header is not None else 0
+            decided_on = state.header
+            roles = {a: state.roles.get(a) for a in actors}
             state.one_statement = True
             for c in group:
                 assert isinstance(c, QueuedCommand)
@@ -227,6 +231,7 @@ class GroupCommit:
                     raise NeedsTransaction("refused")
                 return answers  # replays only: each answers its stored result
             assert state.header is not None
+            assert decided_on is not None  # a command committed on it
             if writer.keeps_checkpoint(state.pending):
                 raise NeedsTransaction("checkpoint")
             tail = list(await GroupView(state).live_before(None, 1))
@@ -235,9 +240,10 @@ class GroupCommit:
                 state.header,
                 state.pending,
                 list(state.added.values()),
-                before=before,
-                locked=False,
-                new=keys if carried is not None else None,
+                before=decided_on.version,
+                unlocked=writer.Unlocked(
+                    decided_on, roles, new=keys if carried is not None else None
+                ),
             )
             if not written:
                 if carried is not None:

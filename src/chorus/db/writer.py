@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from sqlalchemy import bindparam, delete, insert, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import TextClause
 
 from chorus.db import checkpoints
 from chorus.db.direct import fetch_in_transaction
@@ -238,6 +239,26 @@ def _header_params(p: Playlist) -> dict[str, Any]:
     return {f"h_{name}": value for name, value in _header_values(p).items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Unlocked:
+    """What a commit outside a transaction was decided on (:func:`write_end`): its end
+    writes only while the database still says so.
+
+    Attributes:
+        header: the playlist the commit was decided on, as read (or as this process's
+            last commit of it left it): every column but its log floor must still hold.
+        roles: the deciding actors' roles, by user id (``None``: no member row); each
+            member row must still say so.
+        new: the (actor id, operation id) of the records when their idempotency records
+            were not read: none of them may be committed already (a log row's, or an
+            atomic batch's later operation's). ``None``: they were read.
+    """
+
+    header: Playlist
+    roles: Mapping[str, Role | None]
+    new: Sequence[tuple[str, str]] | None = None
+
+
 async def write_end(
     conn: AsyncConnection,
     header: Playlist,
@@ -245,39 +266,36 @@ async def write_end(
     added: Sequence[Entry] = (),
     *,
     before: int,
-    locked: bool = True,
-    new: Sequence[tuple[str, str]] | None = None,
+    unlocked: Unlocked | None = None,
 ) -> bool:
     """The end of a commit: the entries ``added`` (:func:`write_added`), the header as
     ``header``, then :func:`write_records`.
 
     On PostgreSQL all four (entries, header, log rows, outbox events) are **one**
     statement (:data:`_END_POSTGRES`), which writes only while the playlist's row is at
-    version ``before``: it writes nothing and answers ``False`` when another commit moved
-    it on. Elsewhere they are up to four, and always written.
+    version ``before`` (and, ``unlocked``, while the rest holds): it writes nothing and
+    answers ``False`` otherwise. Elsewhere they are up to four, and always written.
 
     Args:
         before: the version of the playlist's row the commit was decided on (a group's
             versions before the end are in its log, not yet in the row).
-        new: the (actor id, operation id) of the records, when their idempotency records
-            were not read: it writes nothing, and answers ``False``, if one of them is
-            committed already (a log row's, or an atomic batch's later operation's).
-        locked: ``conn``'s transaction holds the playlist's row lock (taken before the
-            commit was decided), so the playlist cannot have moved on; ``False``: a
-            connection outside a transaction, where the statement commits on its own.
+        unlocked: ``conn`` is outside a transaction, where the statement commits on its
+            own, and this is what the commit was decided on (:data:`_END_UNLOCKED`);
+            ``None``: ``conn``'s transaction holds the playlist's row lock, taken before
+            the commit was decided, so nothing can have moved on.
 
     Returns:
         Whether it wrote.
 
     Raises:
-        RuntimeError: ``locked``, and the playlist's row was not at version ``before``
-            (the transaction is rolled back: nothing of it is kept).
-        ValueError: not ``locked``, and the records keep a checkpoint
+        RuntimeError: not ``unlocked``, and the playlist's row was not at version
+            ``before`` (the transaction is rolled back: nothing of it is kept).
+        ValueError: ``unlocked``, and the records keep a checkpoint
             (:func:`keeps_checkpoint`): its statement would not be part of the commit.
         sqlalchemy.exc.IntegrityError: an operation id was committed
             concurrently by the same actor.
     """
-    if not locked and (conn.dialect.name != "postgresql" or keeps_checkpoint(records)):
+    if unlocked is not None and (conn.dialect.name != "postgresql" or keeps_checkpoint(records)):
         raise ValueError("only a PostgreSQL commit with no checkpoint is one statement")
     if conn.dialect.name != "postgresql" or not records:
         await write_added(conn, header.id, added)
@@ -286,21 +304,41 @@ async def write_end(
         return True
     params = _end_params(header, records, added, before)
     statement = _END_POSTGRES
-    if new is not None:
-        keys = list(dict.fromkeys(new))
-        params["n_actors"] = [a for a, _ in keys]
-        params["n_operations"] = [o for _, o in keys]
-        if len(keys) == 1:
-            params["n_actor"], params["n_operation"] = keys[0]
-        statement = _END_IF_NEW[len(keys) == 1]
+    if unlocked is not None:
+        statement = _unlocked(
+            params, unlocked, [(r.log["actor_id"], r.log["operation_id"]) for r in records]
+        )
     rows = await fetch_in_transaction(conn, statement, params)
     if not rows[0][0]:
-        if locked:
+        if unlocked is None:
             raise RuntimeError(f"playlist {header.id!r} moved on under its lock")
         return False
-    if locked:
+    if unlocked is None:
         await _keep_checkpoint(conn, records)
     return True
+
+
+def _unlocked(
+    params: dict[str, Any], unlocked: Unlocked, keys: Sequence[tuple[str, str]]
+) -> TextClause:
+    """:data:`_END_UNLOCKED`'s statement for ``unlocked``, its parameters added to
+    ``params``."""
+    for name, value in _header_values(unlocked.header).items():
+        params[f"b_{name}"] = value
+    roles = [
+        (user, role.value if role is not None else None) for user, role in unlocked.roles.items()
+    ]
+    params["r_users"] = [u for u, _ in roles]
+    params["r_roles"] = [r for _, r in roles]
+    new = list(dict.fromkeys(unlocked.new or ()))
+    params["n_actors"] = [a for a, _ in new]
+    params["n_operations"] = [o for _, o in new]
+    one = len(roles) == 1 and len(dict.fromkeys(keys)) == 1
+    if one:
+        ((params["r_user"], params["r_role"]),) = roles
+        if new:
+            ((params["n_actor"], params["n_operation"]),) = new
+    return _END_UNLOCKED[one, unlocked.new is not None]
 
 
 def keeps_checkpoint(records: Sequence[Record]) -> bool:
@@ -391,6 +429,23 @@ the condition always holds.
 Run on asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`): its
 parameters have no bind processor of SQLAlchemy's (the JSON is dumped here)."""
 
+_SAME_HEADER = "".join(
+    f" AND {name} IS NOT DISTINCT FROM :b_{name}"
+    for name in _HEADER_COLUMNS
+    if name not in ("version", "title_key")  # the version is :e_before; the key, the title's
+)
+_SAME_ROLES = {
+    True: (
+        " AND (SELECT m.role FROM playlist_member m WHERE m.playlist_id = :h_id "
+        "AND m.user_id = :r_user) IS NOT DISTINCT FROM CAST(:r_role AS varchar)"
+    ),
+    False: (
+        " AND NOT EXISTS (SELECT FROM unnest(CAST(:r_users AS varchar[]), "
+        "CAST(:r_roles AS varchar[])) AS r(u, role) WHERE (SELECT m.role FROM "
+        "playlist_member m WHERE m.playlist_id = :h_id AND m.user_id = r.u) "
+        "IS DISTINCT FROM r.role)"
+    ),
+}
 _KNOWN = {
     True: (
         " AND NOT EXISTS (SELECT FROM playlist_mutation WHERE actor_id = :n_actor "
@@ -405,10 +460,20 @@ _KNOWN = {
         "AND b.operation_id = k.o))"
     ),
 }
-_END_IF_NEW = {one: text(_end(_KNOWN[one])) for one in (True, False)}
-""":data:`_END_POSTGRES`, writing only if none of the operation ids is committed already
-(``write_end(new=...)``); by whether there is one (plain parameters: their generic plan
-is kept, group_commit._AFTER_LOCK's note) or several (arrays, each id by its index)."""
+_END_UNLOCKED = {
+    (one, new): text(_end(_SAME_HEADER + _SAME_ROLES[one] + (_KNOWN[one] if new else "")))
+    for one in (True, False)
+    for new in (True, False)
+}
+""":data:`_END_POSTGRES` for a commit decided outside a transaction (:class:`Unlocked`):
+its header's update, on which every other part waits, also requires every column the
+commit was decided on (``b_<name>``; not the log floor, which only retention moves and
+no decision reads) and every deciding actor's member row (``r_``) to be as they were,
+and, for ``new``, none of its operation ids to be committed (``n_``). A change made
+without a new version, by SQL or by anything else, is not overwritten: the commit is
+decided again. By whether the group is one operation id of one actor (plain
+parameters, whose generic plan is kept: group_commit._AFTER_LOCK's note) or not
+(arrays, each looked up by its index), and whether ``new`` is checked."""
 
 
 async def write_batch_members(
