@@ -185,9 +185,10 @@ class Playlist(Node):
     @strawberry.field(
         description="Sync: what happened after sinceVersion, oldest first (at most `first` "
         f"versions, default {DEFAULT_LIMITS.page_size_default}, "
-        f"max {DEFAULT_LIMITS.page_size_max}). Selecting the versions' entries, each version "
-        "counts at 100 entries in the query cost: with the default CHORUS_MAX_QUERY_COST "
-        "(10,000) page 50 versions or fewer (docs/limits.md)."
+        f"max {DEFAULT_LIMITS.page_size_max}). Each list of entries selected in a version "
+        "(an EntriesAdded's, an EntriesMoved's) counts at 100 entries in the query cost: "
+        "with the default CHORUS_MAX_QUERY_COST (10,000) page 50 versions or fewer "
+        "selecting one such list, 49 or fewer selecting two (docs/limits.md)."
     )
     async def changes(
         self, info: ChorusInfo, since_version: int, first: int | None = None
