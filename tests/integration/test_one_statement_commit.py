@@ -84,10 +84,10 @@ async def test_an_add_is_one_read_and_one_write_then_one_write_alone(db: Databas
         first = await ed.add("m0")
         # The read, then the end; no BEGIN, no COMMIT, no other statement.
         assert [s[:30] for s in statements] == [
-            "SELECT 0 AS kind, NULL AS a, N",
+            "SELECT 0 AS kind, CAST(xmin AS",
             "WITH header AS (UPDATE playlis",
         ]
-        assert "NOT EXISTS" not in statements[1]
+        assert "NOT EXISTS (SELECT FROM playlist_mutation" not in statements[1]
         statements.clear()
         second = await ed.add("m1", "m2")
         # The end alone, which checks the operation id it did not read.

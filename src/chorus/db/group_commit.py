@@ -28,11 +28,12 @@ where a transaction takes four (``BEGIN``, lock and read, the end, ``COMMIT``):
 one statement reads the header and what the group reads (:data:`_READ`), the
 commands are decided on it, and one statement writes the end
 (:func:`~chorus.db.writer.write_end` with :class:`~chorus.db.writer.Unlocked`),
-only if the playlist's row is still at the version read and as read, and the
-deciding actors' member rows too. Every commit that changes the playlist's
-entries, members or log bumps its version, and a change made without one (by
-hand in SQL) changes a column or a member row, so a write that finds them
-unchanged decided on what a transaction locking the row first would have read;
+only if the playlist's row is still at the version read and is the row read (its
+``xmin``), and the deciding actors' member rows are as read. Every commit that
+changes the playlist's entries, members or log bumps its version, and a change
+made without one (by hand in SQL) rewrites the row or a member row, so a write
+that finds them unchanged decided on what a transaction locking the row first
+would have read;
 the statement is atomic on its own. Nothing is written, and the group runs again
 in a transaction, when:
 
@@ -211,11 +212,13 @@ class GroupCommit:
                     playlist_id, conn, carried.header, {}, context, roles=dict(carried.roles)
                 )
                 state.reads["before", None, 1] = carried.tail
+                row = carried.row
             else:
                 params, one = _read_params(playlist_id, keys, actors)
                 rows = await fetch_direct(conn, _READ[one], params)
-                header = _header(next((r for r in rows if r[0] == _LOCKED), None))
-                state = _state(conn, playlist_id, header, rows, actors, context)
+                found = next((r for r in rows if r[0] == _LOCKED), None)
+                row = found[1] if found is not None else ""
+                state = _state(conn, playlist_id, _header(found), rows, actors, context)
             decided_on = state.header
             roles = {a: state.roles.get(a) for a in actors}
             state.one_statement = True
@@ -241,15 +244,13 @@ class GroupCommit:
                 state.pending,
                 list(state.added.values()),
                 before=decided_on.version,
-                unlocked=writer.Unlocked(
-                    decided_on, roles, new=keys if carried is not None else None
-                ),
+                unlocked=writer.Unlocked(row, roles, new=keys if carried is not None else None),
             )
-            if not written:
+            if written is None:
                 if carried is not None:
                     raise _Unread  # moved on, or an operation id was known
                 raise NeedsTransaction("moved_on")
-        self._carry(playlist_id, _Carried(state.header, tail, state.roles))
+        self._carry(playlist_id, _Carried(state.header, written, tail, state.roles))
         self._committed(Outcome(state.header.id, state.header.version), _versions(answers))
         return answers
 
@@ -306,11 +307,13 @@ class _Carried:
 
     Attributes:
         header: the playlist at the version that group committed.
+        row: its row as that group wrote it (:attr:`~chorus.db.writer.Unlocked.row`).
         tail: its last live entry then (what an append decides on), or none.
         roles: the roles the group read or knew, by user id (adds change none).
     """
 
     header: Playlist
+    row: str
     tail: list[Entry]
     roles: dict[str, Role | None]
 
@@ -540,15 +543,16 @@ there is no such playlist) and :data:`_AFTER_LOCK`'s rows, in one statement
 
 _READ = {
     one: text(
-        f"SELECT {_LOCKED} AS kind, NULL AS a, NULL AS b, NULL AS c, NULL AS d, NULL AS e, "
-        "NULL AS f, CAST(NULL AS timestamptz) AS t, "
+        f"SELECT {_LOCKED} AS kind, CAST(xmin AS text) AS a, NULL AS b, NULL AS c, "
+        "NULL AS d, NULL AS e, NULL AS f, CAST(NULL AS timestamptz) AS t, "
         + ", ".join(f"{name} AS h_{name}" for name in _HEADER_COLUMNS)
         + " FROM playlist WHERE id = :playlist_id UNION ALL "
         + _reads(one, _NULL_HEADER)
     )
     for one in (True, False)
 }
-""":data:`_LOCK_AND_READ`'s rows without the lock: the header (kind 0; no row when there
+""":data:`_LOCK_AND_READ`'s rows without the lock: the header (kind 0, its row's ``xmin`` in
+``a``; no row when there
 is no such playlist) and :data:`_AFTER_LOCK`'s rows, at one snapshot (the one-statement
 path, :meth:`GroupCommit._one_statement`)."""
 

@@ -245,8 +245,9 @@ class Unlocked:
     writes only while the database still says so.
 
     Attributes:
-        header: the playlist the commit was decided on, as read (or as this process's
-            last commit of it left it): every column but its log floor must still hold.
+        row: the playlist row the commit was decided on, as read (or as this process's
+            last commit of it wrote it): its ``xmin``, as text. Any change to the row
+            writes a new one, with or without a new playlist version.
         roles: the deciding actors' roles, by user id (``None``: no member row); each
             member row must still say so.
         new: the (actor id, operation id) of the records when their idempotency records
@@ -254,7 +255,7 @@ class Unlocked:
             atomic batch's later operation's). ``None``: they were read.
     """
 
-    header: Playlist
+    row: str
     roles: Mapping[str, Role | None]
     new: Sequence[tuple[str, str]] | None = None
 
@@ -267,7 +268,7 @@ async def write_end(
     *,
     before: int,
     unlocked: Unlocked | None = None,
-) -> bool:
+) -> str | None:
     """The end of a commit: the entries ``added`` (:func:`write_added`), the header as
     ``header``, then :func:`write_records`.
 
@@ -285,7 +286,8 @@ async def write_end(
             the commit was decided, so nothing can have moved on.
 
     Returns:
-        Whether it wrote.
+        ``None`` when it wrote nothing; else the playlist row it wrote (PostgreSQL: its
+        ``xmin``, :attr:`Unlocked.row`; elsewhere ``""``).
 
     Raises:
         RuntimeError: not ``unlocked``, and the playlist's row was not at version
@@ -301,7 +303,7 @@ async def write_end(
         await write_added(conn, header.id, added)
         await write_header(conn, header)
         await write_records(conn, records)
-        return True
+        return ""
     params = _end_params(header, records, added, before)
     statement = _END_POSTGRES
     if unlocked is not None:
@@ -309,13 +311,14 @@ async def write_end(
             params, unlocked, [(r.log["actor_id"], r.log["operation_id"]) for r in records]
         )
     rows = await fetch_in_transaction(conn, statement, params)
-    if not rows[0][0]:
+    written: str | None = rows[0][0]
+    if written is None:
         if unlocked is None:
             raise RuntimeError(f"playlist {header.id!r} moved on under its lock")
-        return False
+        return None
     if unlocked is None:
         await _keep_checkpoint(conn, records)
-    return True
+    return written
 
 
 def _unlocked(
@@ -323,8 +326,7 @@ def _unlocked(
 ) -> TextClause:
     """:data:`_END_UNLOCKED`'s statement for ``unlocked``, its parameters added to
     ``params``."""
-    for name, value in _header_values(unlocked.header).items():
-        params[f"b_{name}"] = value
+    params["b_row"] = unlocked.row
     roles = [
         (user, role.value if role is not None else None) for user, role in unlocked.roles.items()
     ]
@@ -333,12 +335,13 @@ def _unlocked(
     new = list(dict.fromkeys(unlocked.new or ()))
     params["n_actors"] = [a for a, _ in new]
     params["n_operations"] = [o for _, o in new]
-    one = len(roles) == 1 and len(dict.fromkeys(keys)) == 1
-    if one:
+    one_actor = len(roles) == 1
+    if one_actor:
         ((params["r_user"], params["r_role"]),) = roles
-        if new:
-            ((params["n_actor"], params["n_operation"]),) = new
-    return _END_UNLOCKED[one, unlocked.new is not None]
+    one_key = len(new) <= 1 and len(dict.fromkeys(keys)) == 1
+    if one_key and new:
+        ((params["n_actor"], params["n_operation"]),) = new
+    return _END_UNLOCKED[one_actor, one_key, unlocked.new is not None]
 
 
 def keeps_checkpoint(records: Sequence[Record]) -> bool:
@@ -382,7 +385,8 @@ def _end(unknown: str = "") -> str:
     return (
         "WITH header AS ("
         f"UPDATE playlist SET {', '.join(f'{n} = :h_{n}' for n in _HEADER_COLUMNS)} "
-        f"WHERE id = :h_id AND version = :e_before{unknown} RETURNING id"
+        f"WHERE id = :h_id AND version = :e_before{unknown} "
+        "RETURNING CAST(xmin AS text) AS written"
         "), entries AS ("
         "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, added_by, "
         "added_at) SELECT :e_playlist_id, * FROM unnest(CAST(:a_ids AS varchar[]), "
@@ -403,7 +407,7 @@ def _end(unknown: str = "") -> str:
         "CAST(:e_events AS jsonb[]), CAST(:e_times AS timestamptz[]), "
         "CAST(:e_traces AS varchar[])) "
         f"WITH ORDINALITY AS e(v, p, t, c, n) {_WRITTEN} ORDER BY n"
-        ") SELECT count(*) FROM header"
+        ") SELECT (SELECT written FROM header)"
     )
 
 
@@ -429,11 +433,7 @@ the condition always holds.
 Run on asyncpg itself (:func:`chorus.db.direct.fetch_in_transaction`): its
 parameters have no bind processor of SQLAlchemy's (the JSON is dumped here)."""
 
-_SAME_HEADER = "".join(
-    f" AND {name} IS NOT DISTINCT FROM :b_{name}"
-    for name in _HEADER_COLUMNS
-    if name not in ("version", "title_key")  # the version is :e_before; the key, the title's
-)
+_SAME_ROW = " AND CAST(xmin AS text) = :b_row"
 _SAME_ROLES = {
     True: (
         " AND (SELECT m.role FROM playlist_member m WHERE m.playlist_id = :h_id "
@@ -461,19 +461,24 @@ _KNOWN = {
     ),
 }
 _END_UNLOCKED = {
-    (one, new): text(_end(_SAME_HEADER + _SAME_ROLES[one] + (_KNOWN[one] if new else "")))
-    for one in (True, False)
+    (one_actor, one_key, new): text(
+        _end(_SAME_ROW + _SAME_ROLES[one_actor] + (_KNOWN[one_key] if new else ""))
+    )
+    for one_actor in (True, False)
+    for one_key in (True, False)
     for new in (True, False)
 }
 """:data:`_END_POSTGRES` for a commit decided outside a transaction (:class:`Unlocked`):
-its header's update, on which every other part waits, also requires every column the
-commit was decided on (``b_<name>``; not the log floor, which only retention moves and
-no decision reads) and every deciding actor's member row (``r_``) to be as they were,
-and, for ``new``, none of its operation ids to be committed (``n_``). A change made
-without a new version, by SQL or by anything else, is not overwritten: the commit is
-decided again. By whether the group is one operation id of one actor (plain
-parameters, whose generic plan is kept: group_commit._AFTER_LOCK's note) or not
-(arrays, each looked up by its index), and whether ``new`` is checked."""
+its header's update, on which every other part waits, also requires the playlist row to
+be the one the commit was decided on (``b_row``, its ``xmin``: any update of the row
+writes a new one) and every deciding actor's member row (``r_``) to be as it was, and,
+for ``new``, none of its operation ids to be committed (``n_``). A change made without a
+new version, by SQL or by anything else (retention's log floor too), is not
+overwritten: the commit is decided again. One parameter for the row, not one per column
+(each is bound and compared at every commit). By whether the group has one actor, and
+one operation id (plain parameters, whose generic plan is kept:
+group_commit._AFTER_LOCK's note) or several (arrays, each looked up by its index), and
+whether ``new`` is checked."""
 
 
 async def write_batch_members(
