@@ -82,6 +82,7 @@ import httpx
 import jwt
 
 from _cpu import postmaster_pid
+from _metrics import counted
 from _writes_load import ADD, MEDIA, USER, WARMUP_S, Sample, figure, load, routed
 from _writes_peers import BarePeer, pgbench_runner, sqlite_peer
 from _writes_tables import cpu_table, table
@@ -248,15 +249,11 @@ def interleaved(
 
 def said_group_commits(mode: str, base_urls: list[str]) -> None:
     """Print the servers' ``chorus_group_commits_total`` by path and
-    ``chorus_group_commit_fallbacks_total`` by reason, summed (docs/observability.md): how
-    many commits were one statement, and why the others were not."""
-    counts: dict[str, int] = {}
-    for base_url in base_urls:
-        for line in httpx.get(f"{base_url}/metrics", timeout=30).text.splitlines():
-            for metric in ("chorus_group_commits_total{", "chorus_group_commit_fallbacks_total{"):
-                if line.startswith(metric):
-                    label = line.split('="', 1)[1].split('"', 1)[0]
-                    counts[label] = counts.get(label, 0) + int(float(line.rsplit(" ", 1)[1]))
+    ``chorus_group_commit_fallbacks_total`` by reason, summed (docs/semantics.md): how
+    many groups were one statement, and why the others were not."""
+    counts = counted(base_urls, "chorus_group_commits_total") | counted(
+        base_urls, "chorus_group_commit_fallbacks_total"
+    )
     said = ", ".join(f"{label} {count}" for label, count in counts.items())
     print(f"{mode}: group commits and fallbacks: {said}", file=sys.stderr, flush=True)
 

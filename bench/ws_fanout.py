@@ -92,6 +92,7 @@ from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from _metrics import counted
 from chorus.auth import mint_token
 
 if TYPE_CHECKING:
@@ -577,13 +578,7 @@ def _said_catch_ups(label: str, n: int, base_urls: list[str]) -> None:
     """Print the gateways' ``chorus_subscription_catch_ups_total`` by reason, summed: the
     streams that read the log from SQL (``subscribe``: one per subscriber; ``lost``: a
     quiet stream whose version did not come, docs/api.md)."""
-    counts: collections.Counter[str] = collections.Counter()
-    for base_url in base_urls:
-        text = httpx.get(f"{base_url}/metrics", timeout=30).text
-        for line in text.splitlines():
-            if line.startswith("chorus_subscription_catch_ups_total{"):
-                reason = line.split('reason="', 1)[1].split('"', 1)[0]
-                counts[reason] += int(float(line.rsplit(" ", 1)[1]))
+    counts = counted(base_urls, "chorus_subscription_catch_ups_total")
     said = ", ".join(f"{reason} {count}" for reason, count in sorted(counts.items()))
     print(f"{label} n={n}: catch-ups from SQL: {said}", file=sys.stderr, flush=True)
 

@@ -11,9 +11,10 @@ import itertools
 import random
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -36,6 +37,7 @@ from chorus.domain.commands import (
 from chorus.domain.decisions import Outcome
 from chorus.domain.fold import PlaylistState
 from chorus.domain.model import Entry, Playlist, Role
+from chorus.domain.positions import allocate
 from tests.unit.fakes import fold
 
 ALICE = "alice"
@@ -282,3 +284,42 @@ async def _terminate(db: Database, which: str, params: dict[str, Any]) -> int:
         raise AssertionError(f"backends where {which} ({params}) are still there")
     finally:
         await other.dispose()
+
+
+def dsn(url: str) -> str:
+    """A SQLAlchemy URL (``postgresql+asyncpg://``) as asyncpg's ``connect`` takes it."""
+    return url.replace("postgresql+asyncpg", "postgresql")
+
+
+async def append_behind_a_held_lock(postgres: str, ed: Editor, media: str) -> Outcome:
+    """``ed`` appends ``media`` while another transaction holds the playlist's row (asserted:
+    the append waits) and appends an entry ``elsewhere`` after the last live one, at the
+    next version, then commits; the append's outcome. ``ed.version`` follows both."""
+    last = (await live_rows(ed.store.db, ed.playlist_id))[-1]
+    other = await asyncpg.connect(dsn(postgres))
+    try:
+        held = other.transaction()
+        await held.start()
+        await other.execute("SELECT 1 FROM playlist WHERE id = $1 FOR UPDATE", ed.playlist_id)
+        task = asyncio.create_task(ed.add(media))
+        await asyncio.sleep(0.3)
+        assert not task.done()  # waiting for the row
+        (key,) = allocate(last.position_key, None, 1) or ()
+        await other.execute(
+            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
+            "added_by, added_at) VALUES ($1, $2, $3, 'elsewhere', 'bob', $4)",
+            ed.playlist_id,
+            uuid.uuid4().hex,
+            key,
+            datetime.now(UTC),
+        )
+        await other.execute(
+            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1 "
+            "WHERE id = $1",
+            ed.playlist_id,
+        )
+        await held.commit()
+        ed.version += 1  # the other transaction's version
+        return await asyncio.wait_for(task, timeout=10)
+    finally:
+        await other.close()

@@ -10,20 +10,20 @@ older than the header it locked. PostgreSQL only (SQLite locks the whole file).
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 import pytest
 
 from chorus.db import group_commit
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
-from chorus.domain.positions import allocate
-from tests.integration.store_helpers import header, live_rows, new_playlist
+from tests.integration.store_helpers import (
+    append_behind_a_held_lock,
+    header,
+    live_rows,
+    new_playlist,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,46 +40,14 @@ async def db(postgres: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-def dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg", "postgresql")
-
-
 async def test_a_lock_held_elsewhere_is_waited_for_and_the_group_reads_after_it(
     postgres: str, db: Database
 ) -> None:
     """Another transaction holds the row and appends an entry: the group waits for it and
     appends after that entry, at the version after it."""
-    store = PlaylistStore(db)
-    ed = await new_playlist(store)
+    ed = await new_playlist(PlaylistStore(db))
     await ed.add("m0")
-    last = (await live_rows(db, ed.playlist_id))[-1]
-    other = await asyncpg.connect(dsn(postgres))
-    try:
-        held = other.transaction()
-        await held.start()
-        await other.execute("SELECT 1 FROM playlist WHERE id = $1 FOR UPDATE", ed.playlist_id)
-        task = asyncio.create_task(ed.add("m1"))
-        await asyncio.sleep(0.3)
-        assert not task.done()  # waiting for the row
-        (key,) = allocate(last.position_key, None, 1) or ()
-        await other.execute(
-            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
-            "added_by, added_at) VALUES ($1, $2, $3, 'elsewhere', 'bob', $4)",
-            ed.playlist_id,
-            uuid.uuid4().hex,
-            key,
-            datetime.now(UTC),
-        )
-        await other.execute(
-            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1 "
-            "WHERE id = $1",
-            ed.playlist_id,
-        )
-        await held.commit()
-        ed.version += 1  # the other transaction's version
-        outcome = await asyncio.wait_for(task, timeout=10)
-    finally:
-        await other.close()
+    outcome = await append_behind_a_held_lock(postgres, ed, "m1")
     assert outcome.version == 3
     rows = await live_rows(db, ed.playlist_id)
     assert [e.media_id for e in rows] == ["m0", "elsewhere", "m1"]

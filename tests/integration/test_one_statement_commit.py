@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -32,10 +31,11 @@ from chorus.domain.batch import Batch, Operation
 from chorus.domain.commands import AddEntries, SetMemberRole
 from chorus.domain.errors import DomainError, ErrorCode
 from chorus.domain.model import Role
-from chorus.domain.positions import allocate
 from tests.integration.store_helpers import (
     BOB,
     Editor,
+    append_behind_a_held_lock,
+    dsn,
     fold_log,
     header,
     live_rows,
@@ -61,10 +61,6 @@ def counted(path: str | None = None, reason: str | None = None) -> float:
             "chorus_group_commit_fallbacks_total", {"reason": reason or ""}
         )
     return found or 0.0
-
-
-def dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg", "postgresql")
 
 
 async def test_an_add_is_one_read_and_one_write_then_one_write_alone(db: Database) -> None:
@@ -190,35 +186,8 @@ async def test_a_row_locked_elsewhere_is_waited_for_and_decided_again(
     ed = await new_playlist(PlaylistStore(db))
     await ed.add("m0")
     ed.store = PlaylistStore(db)  # knows nothing of the playlist: it reads first
-    last = (await live_rows(db, ed.playlist_id))[-1]
     moved = counted(reason="moved_on")
-    other = await asyncpg.connect(dsn(postgres))
-    try:
-        held = other.transaction()
-        await held.start()
-        await other.execute("SELECT 1 FROM playlist WHERE id = $1 FOR UPDATE", ed.playlist_id)
-        task = asyncio.create_task(ed.add("m1"))
-        await asyncio.sleep(0.3)
-        assert not task.done()  # the write waits for the row
-        (key,) = allocate(last.position_key, None, 1) or ()
-        await other.execute(
-            "INSERT INTO playlist_entry (playlist_id, entry_id, position_key, media_id, "
-            "added_by, added_at) VALUES ($1, $2, $3, 'elsewhere', 'bob', $4)",
-            ed.playlist_id,
-            uuid.uuid4().hex,
-            key,
-            datetime.now(UTC),
-        )
-        await other.execute(
-            "UPDATE playlist SET version = version + 1, entry_count = entry_count + 1 "
-            "WHERE id = $1",
-            ed.playlist_id,
-        )
-        await held.commit()
-        ed.version += 1  # the other transaction's version
-        outcome = await asyncio.wait_for(task, timeout=10)
-    finally:
-        await other.close()
+    outcome = await append_behind_a_held_lock(postgres, ed, "m1")
     assert outcome.version == 3
     assert counted(reason="moved_on") == moved + 1
     rows = await live_rows(db, ed.playlist_id)

@@ -244,7 +244,7 @@ class GroupCommit:
                 state.pending,
                 list(state.added.values()),
                 before=decided_on.version,
-                unlocked=writer.Unlocked(row, roles, new=keys if carried is not None else None),
+                unlocked=writer.Unlocked(row, roles, ids_read=carried is None),
             )
             if written is None:
                 if carried is not None:

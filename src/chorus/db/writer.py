@@ -250,14 +250,14 @@ class Unlocked:
             writes a new one, with or without a new playlist version.
         roles: the deciding actors' roles, by user id (``None``: no member row); each
             member row must still say so.
-        new: the (actor id, operation id) of the records when their idempotency records
-            were not read: none of them may be committed already (a log row's, or an
-            atomic batch's later operation's). ``None``: they were read.
+        ids_read: whether the idempotency records of the records' operation ids were
+            read; if not, none of them may be committed already (a log row's, or an
+            atomic batch's later operation's).
     """
 
     row: str
     roles: Mapping[str, Role | None]
-    new: Sequence[tuple[str, str]] | None = None
+    ids_read: bool = True
 
 
 async def write_end(
@@ -275,7 +275,7 @@ async def write_end(
     On PostgreSQL all four (entries, header, log rows, outbox events) are **one**
     statement (:data:`_END_POSTGRES`), which writes only while the playlist's row is at
     version ``before`` (and, ``unlocked``, while the rest holds): it writes nothing and
-    answers ``False`` otherwise. Elsewhere they are up to four, and always written.
+    answers ``None`` otherwise. Elsewhere they are up to four, and always written.
 
     Args:
         before: the version of the playlist's row the commit was decided on (a group's
@@ -307,9 +307,7 @@ async def write_end(
     params = _end_params(header, records, added, before)
     statement = _END_POSTGRES
     if unlocked is not None:
-        statement = _unlocked(
-            params, unlocked, [(r.log["actor_id"], r.log["operation_id"]) for r in records]
-        )
+        statement = _unlocked(params, unlocked, records)
     rows = await fetch_in_transaction(conn, statement, params)
     written: str | None = rows[0][0]
     if written is None:
@@ -321,27 +319,26 @@ async def write_end(
     return written
 
 
-def _unlocked(
-    params: dict[str, Any], unlocked: Unlocked, keys: Sequence[tuple[str, str]]
-) -> TextClause:
-    """:data:`_END_UNLOCKED`'s statement for ``unlocked``, its parameters added to
-    ``params``."""
+def _unlocked(params: dict[str, Any], unlocked: Unlocked, records: Sequence[Record]) -> TextClause:
+    """:data:`_END_UNLOCKED`'s statement for ``unlocked`` and ``records``, its parameters
+    added to ``params``."""
     params["b_row"] = unlocked.row
     roles = [
         (user, role.value if role is not None else None) for user, role in unlocked.roles.items()
     ]
-    params["r_users"] = [u for u, _ in roles]
-    params["r_roles"] = [r for _, r in roles]
-    new = list(dict.fromkeys(unlocked.new or ()))
-    params["n_actors"] = [a for a, _ in new]
-    params["n_operations"] = [o for _, o in new]
-    one_actor = len(roles) == 1
+    keys = list(dict.fromkeys((r.log["actor_id"], r.log["operation_id"]) for r in records))
+    one_actor, one_key = len(roles) == 1, len(keys) == 1
     if one_actor:
         ((params["r_user"], params["r_role"]),) = roles
-    one_key = len(new) <= 1 and len(dict.fromkeys(keys)) == 1
-    if one_key and new:
-        ((params["n_actor"], params["n_operation"]),) = new
-    return _END_UNLOCKED[one_actor, one_key, unlocked.new is not None]
+    else:
+        params["r_users"] = [u for u, _ in roles]
+        params["r_roles"] = [r for _, r in roles]
+    if one_key:
+        ((params["n_actor"], params["n_operation"]),) = keys
+    else:
+        params["n_actors"] = [a for a, _ in keys]
+        params["n_operations"] = [o for _, o in keys]
+    return _END_UNLOCKED[one_actor, one_key, not unlocked.ids_read]
 
 
 def keeps_checkpoint(records: Sequence[Record]) -> bool:
@@ -414,7 +411,8 @@ def _end(unknown: str = "") -> str:
 _END_POSTGRES = text(_end())
 """The header update, the added entries (:func:`_entry_upsert`), the log rows and the
 outbox events as one PostgreSQL statement, if the playlist's row is still at the version
-the commit was decided on (``:e_before``); its one row counts the headers updated (1 or 0).
+the commit was decided on (``:e_before``); its one row holds the updated row's ``xmin``
+as text (``NULL``: nothing was written).
 
 A commit's end was four round trips through SQLAlchemy, each ~0.4 ms of the
 process's CPU (bench/writes.py, py-spy); this is one, of a fixed shape whatever
@@ -461,24 +459,24 @@ _KNOWN = {
     ),
 }
 _END_UNLOCKED = {
-    (one_actor, one_key, new): text(
-        _end(_SAME_ROW + _SAME_ROLES[one_actor] + (_KNOWN[one_key] if new else ""))
+    (one_actor, one_key, unread): text(
+        _end(_SAME_ROW + _SAME_ROLES[one_actor] + (_KNOWN[one_key] if unread else ""))
     )
     for one_actor in (True, False)
     for one_key in (True, False)
-    for new in (True, False)
+    for unread in (True, False)
 }
 """:data:`_END_POSTGRES` for a commit decided outside a transaction (:class:`Unlocked`):
 its header's update, on which every other part waits, also requires the playlist row to
 be the one the commit was decided on (``b_row``, its ``xmin``: any update of the row
 writes a new one) and every deciding actor's member row (``r_``) to be as it was, and,
-for ``new``, none of its operation ids to be committed (``n_``). A change made without a
-new version, by SQL or by anything else (retention's log floor too), is not
-overwritten: the commit is decided again. One parameter for the row, not one per column
-(each is bound and compared at every commit). By whether the group has one actor, and
-one operation id (plain parameters, whose generic plan is kept:
+when the records' operation ids were not read, none of them to be committed (``n_``). A
+change made without a new version, by SQL or by anything else (retention's log floor
+too), is not overwritten: the commit is decided again. One parameter for the row, not
+one per column (each is bound and compared at every commit). By whether the group has
+one actor, and one operation id (plain parameters, whose generic plan is kept:
 group_commit._AFTER_LOCK's note) or several (arrays, each looked up by its index), and
-whether ``new`` is checked."""
+whether the operation ids are checked."""
 
 
 async def write_batch_members(
