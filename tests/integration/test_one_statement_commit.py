@@ -25,7 +25,7 @@ from sqlalchemy import event, func, select
 from chorus.db import group_commit
 from chorus.db.engine import Database
 from chorus.db.store import PlaylistStore
-from chorus.db.tables import playlist, playlist_checkpoint
+from chorus.db.tables import outbox, playlist, playlist_checkpoint, playlist_mutation
 from chorus.domain import version_history
 from chorus.domain.batch import Batch, Operation
 from chorus.domain.commands import AddEntries, SetMemberRole
@@ -98,6 +98,52 @@ async def test_an_add_is_one_read_and_one_write_then_one_write_alone(db: Databas
     assert after.live_entries == before.live_entries + 3
     rows = await live_rows(db, ed.playlist_id)
     assert [e.entry_id for e in rows] == [e.entry_id for e in (*first.entries, *second.entries)]
+    await fold_log(db, ed.playlist_id)
+
+
+async def test_the_ends_rows_hold_the_records_values_exactly(db: Database) -> None:
+    """The end reads its rows from one JSON document (``jsonb_to_recordset``): every
+    time keeps its microseconds, every entry and record its values, the outbox its order."""
+    store = PlaylistStore(db)
+    ed = await new_playlist(store)
+    outcome = await ed.add("m0", "m1", "m2")
+    second = await ed.add("m3")
+    async with db.read() as conn:
+        logs = (
+            await conn.execute(
+                select(playlist_mutation)
+                .where(playlist_mutation.c.playlist_id == ed.playlist_id)
+                .order_by(playlist_mutation.c.version)
+            )
+        ).all()
+        events = (
+            await conn.execute(
+                select(outbox)
+                .where(outbox.c.playlist_id == ed.playlist_id)
+                .order_by(outbox.c.event_id)
+            )
+        ).all()
+        row = (await conn.execute(select(playlist).where(playlist.c.id == ed.playlist_id))).one()
+    assert [log.version for log in logs] == [e.version for e in events] == [0, 1, 2]
+    stamped = {e.added_at for e in outcome.entries}
+    assert len(stamped) == 1
+    assert stamped == {logs[1].committed_at} == {events[1].created_at}
+    assert row.updated_at == logs[2].committed_at == second.entries[0].added_at
+    assert next(iter(stamped)).microsecond == logs[1].committed_at.microsecond
+    assert logs[1].result["entries"] == [
+        {
+            "entry_id": e.entry_id,
+            "media_id": e.media_id,
+            "position_key": e.position_key,
+            "added_by": e.added_by,
+            "added_at": e.added_at.isoformat(),
+        }
+        for e in outcome.entries
+    ]
+    assert events[1].payload["version"] == 1
+    assert [r.entry_id for r in await live_rows(db, ed.playlist_id)] == [
+        e.entry_id for e in (*outcome.entries, *second.entries)
+    ]
     await fold_log(db, ed.playlist_id)
 
 
