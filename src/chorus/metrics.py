@@ -83,6 +83,11 @@ OUTBOX_OLDEST_AGE = Gauge(
 RELAY_PUBLISHED = Counter(
     "chorus_relay_published_total", "Outbox events the relay published and stamped."
 )
+RELAY_BATCHES = Counter(
+    "chorus_relay_batches_total",
+    "Batches the relay published (each one claim and stamp); published / batches is the "
+    "mean batch.",
+)
 PRESENCE_WRITES_LOST = Counter(
     "chorus_presence_writes_lost_total",
     "Presence writes (joins, heartbeats, leaves) lost to a store error; presence is "

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client import REGISTRY
 from sqlalchemy import func, select
 
 from chorus.db import outbox
@@ -36,6 +37,10 @@ async def _unpublished(db: Database) -> int:
         )
 
 
+def _batches() -> float:
+    return REGISTRY.get_sample_value("chorus_relay_batches_total") or 0.0
+
+
 async def test_relay_publishes_each_event_keyed_by_playlist_in_version_order(
     pg_database: Database, kafka_config: KafkaConfig
 ) -> None:
@@ -45,6 +50,7 @@ async def test_relay_publishes_each_event_keyed_by_playlist_in_version_order(
         await add(store, pid, 4)
     publisher = KafkaPublisher(kafka_config)
     relay = OutboxRelay(pg_database, publisher, batch_size=5)
+    batches_before = _batches()
     try:
         while await relay.drain_once():
             pass
@@ -52,6 +58,8 @@ async def test_relay_publishes_each_event_keyed_by_playlist_in_version_order(
         await publisher.aclose()
 
     assert await _unpublished(pg_database) == 0
+    # Three claims of five; the last, empty drain is not a batch.
+    assert _batches() - batches_before == 3
     seen = await read_topic(kafka_config, expected=15)
     assert seen == {pid: [0, 1, 2, 3, 4] for pid in playlists}
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_config.bootstrap_servers)

@@ -30,7 +30,13 @@ from opentelemetry.trace import SpanKind
 from chorus.db import outbox
 from chorus.db.engine import Database, DatabaseUnavailable
 from chorus.domain.changes import PlaylistEvent
-from chorus.metrics import OUTBOX_BACKLOG, OUTBOX_OLDEST_AGE, RELAY_ERRORS, RELAY_PUBLISHED
+from chorus.metrics import (
+    OUTBOX_BACKLOG,
+    OUTBOX_OLDEST_AGE,
+    RELAY_BATCHES,
+    RELAY_ERRORS,
+    RELAY_PUBLISHED,
+)
 from chorus.resilience.backoff import Backoff
 from chorus.tracing import links_to, tracer
 
@@ -117,7 +123,9 @@ class OutboxRelay:
                 async with self._db.write() as conn:
                     await outbox.stamp(conn, [r.event_id for r in rows], self._clock())
         self.published += len(rows)
-        RELAY_PUBLISHED.inc(len(rows))
+        if rows:
+            RELAY_BATCHES.inc()
+            RELAY_PUBLISHED.inc(len(rows))
         return len(rows)
 
     async def _publish(self, rows: Sequence[outbox.OutboxRow]) -> None:
