@@ -24,6 +24,7 @@ from sqlalchemy import select
 from chorus import bootstrap, tracing
 from chorus.auth import mint_token
 from chorus.db.tables import outbox
+from chorus.graphql.schema.common.ids import playlist_id as raw_playlist_id
 from chorus.logs import ACCESS_LOGGER, JsonFormatter
 from chorus.resolvers.context import Services
 from chorus.settings import Settings
@@ -148,6 +149,35 @@ async def test_a_commit_keeps_its_trace_in_the_outbox_and_the_relay_links_to_it(
     assert publish.kind == SpanKind.PRODUCER
     assert publish.context.trace_id != mutation.context.trace_id  # its own trace, linked
     assert [link.context.trace_id for link in publish.links] == [mutation.context.trace_id]
+
+
+async def test_a_group_commit_is_a_trace_of_its_own_linked_to_each_request(
+    database_url: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """The owner's task commits a group in a ``db.group_commit`` span of its own trace,
+    linked to the request of each command it holds (made only when tracing is on)."""
+    async with running(_settings(database_url, tmp_path)) as (client, _):
+        playlist_id = await _create_with_one_entry(client)
+        spans.clear()
+        added = await _post(
+            client,
+            ADD,
+            input={
+                "operationId": _op(),
+                "playlistId": playlist_id,
+                "baseVersion": 1,
+                "mediaIds": ["chinook:track:2"],
+            },
+        )
+        assert added["addEntries"]["userErrors"] == [], added
+    finished = list(spans.get_finished_spans())
+    mutation = _one(finished, "mutation Add")
+    group = _one(finished, "db.group_commit")
+    assert group.context.trace_id != mutation.context.trace_id
+    assert [link.context.trace_id for link in group.links] == [mutation.context.trace_id]
+    assert group.attributes is not None
+    assert group.attributes["chorus.group.size"] == 1
+    assert group.attributes["chorus.playlist.id"] == raw_playlist_id(playlist_id)
 
 
 async def _trace_contexts(services: Services) -> list[str | None]:
