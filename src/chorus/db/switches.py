@@ -35,6 +35,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    bindparam,
     delete,
     literal,
     select,
@@ -67,13 +68,16 @@ async def followed_counts(conn: AsyncConnection, targets: Collection[Target]) ->
     if not targets:
         return []
     keys = [(t.kind.value, t.id) for t in targets]
-    rows = await conn.execute(
-        select(follow_count).where(
-            tuple_(follow_count.c.target_kind, follow_count.c.target_id).in_(keys),
-            follow_count.c.follower_count > 0,
-        )
-    )
-    return list(rows)
+    return list(await conn.execute(_FOLLOWED, {"keys": keys}))
+
+
+_FOLLOWED = select(follow_count).where(
+    tuple_(follow_count.c.target_kind, follow_count.c.target_id).in_(
+        bindparam("keys", expanding=True)
+    ),
+    follow_count.c.follower_count > 0,
+)
+"""Built once: the embedded relay asks it for every batch it publishes."""
 
 
 async def fan_outs(

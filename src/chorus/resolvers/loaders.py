@@ -7,6 +7,7 @@ Created with each request's :class:`~chorus.resolvers.read_source.ReadSource`
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Awaitable, Hashable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -130,28 +131,55 @@ class Loaders:
     """
 
     def __init__(self, services: Services, viewer_id: str | None, reads: ReadSet) -> None:
-        batches = _Batches(services, viewer_id, reads)
-        # Typed by annotation, not by subscripting the class: DataLoader[K, V](...) is
-        # typing's generic alias called at run time, its arguments hashed in typing's
-        # cache on every request (6% of a subscribe's CPU for these six).
-        self.playlist: DataLoader[str, Playlist | None] = DataLoader(batches.playlists)
-        self.role: DataLoader[str, Role | None] = DataLoader(batches.roles)
-        self.media: PageLoader[str, Media | None] = PageLoader(batches.media)
-        self.liked: DataLoader[str, bool] = DataLoader(batches.liked)
+        self._batches = _Batches(services, viewer_id, reads)
+
+    # Each made when a resolver first asks for it: a mutation's request uses none
+    # (six DataLoaders per request were ~1% of an addEntries' CPU, py-spy). Typed by
+    # annotation, not by subscripting the class: DataLoader[K, V](...) is typing's
+    # generic alias called at run time, its arguments hashed in typing's cache on
+    # every request (6% of a subscribe's CPU for these six).
+
+    @functools.cached_property
+    def playlist(self) -> DataLoader[str, Playlist | None]:
+        """Playlist headers by id (one query per batch)."""
+        return DataLoader(self._batches.playlists)
+
+    @functools.cached_property
+    def role(self) -> DataLoader[str, Role | None]:
+        """The viewer's role in each playlist by id (one query per batch)."""
+        return DataLoader(self._batches.roles)
+
+    @functools.cached_property
+    def media(self) -> PageLoader[str, Media | None]:
+        """Media by id (one catalog call per batch; a page's primed)."""
+        return PageLoader(self._batches.media)
+
+    @functools.cached_property
+    def liked(self) -> DataLoader[str, bool]:
         """Whether the viewer's Liked Songs holds a media id (one query per batch)."""
-        self.follower_count: DataLoader[Target, int] = DataLoader(batches.follower_counts)
+        return DataLoader(self._batches.liked)
+
+    @functools.cached_property
+    def follower_count(self) -> DataLoader[Target, int]:
         """Followers of a playlist or user (one query per batch)."""
-        self.feed_changes: DataLoader[tuple[str, int], tuple[Change, ...]] = DataLoader(
-            batches.feed_changes
-        )
+        return DataLoader(self._batches.follower_counts)
+
+    @functools.cached_property
+    def feed_changes(self) -> DataLoader[tuple[str, int], tuple[Change, ...]]:
         """The changes of a feed item's version, from the log (one query per page)."""
+        return DataLoader(self._batches.feed_changes)
 
     def forget(self, playlist_id: str) -> None:
         """Drop what was loaded about a playlist (after the request committed a change to it)."""
-        for loader in (self.playlist, self.role):
-            with contextlib.suppress(KeyError):
-                loader.clear(playlist_id)
-        self.liked.clear_all()  # a like or unlike may have changed any answer
+        made = self.__dict__  # the loaders made so far (cached_property keeps them there)
+        for name in ("playlist", "role"):
+            loader = made.get(name)
+            if loader is not None:
+                with contextlib.suppress(KeyError):
+                    loader.clear(playlist_id)
+        liked = made.get("liked")
+        if liked is not None:
+            liked.clear_all()  # a like or unlike may have changed any answer
 
 
 class _Batches:

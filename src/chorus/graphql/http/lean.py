@@ -109,8 +109,8 @@ class _Decoded:
     text, and the document's SHA-256 once a request needed it."""
 
     __slots__ = (
+        "_canonical",
         "asked",
-        "canonical",
         "extensions",
         "name",
         "operation",
@@ -123,7 +123,7 @@ class _Decoded:
         self.query = query
         self.name = name
         self.extensions = extensions
-        self.canonical = canonical_variables(variables)
+        self._canonical: str | None = None
         self.sha256: str | None = None  # of ``query``, once a request needs it
         self.variables: dict[str, Any] | None = variables
         self.asked: dict[tuple[str, str], cached_answers.AnswerRequest] = {}
@@ -131,6 +131,15 @@ class _Decoded:
         self.operation: HttpOperation | None = None
         """The operation of the last request of this body (kept while its document and
         hash are the ones resolved again: frozen, so shared)."""
+
+    @property
+    def canonical(self) -> str:
+        """The variables' canonical text (:func:`canonical_variables`), made when a query
+        first needs it: a mutation's body never does (it is not cached)."""
+        canonical = self._canonical
+        if canonical is None:
+            canonical = self._canonical = canonical_variables(self.variables)
+        return canonical
 
 
 @dataclass(frozen=True, slots=True)
