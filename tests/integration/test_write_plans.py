@@ -21,14 +21,16 @@ import pytest
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import TextClause
 
-from chorus.db import group_commit
+from chorus.db import group_commit, outbox, writer
 
 TABLES = ("playlist_mutation", "playlist_batch_operation", "playlist_member", "playlist_entry")
 
 
 def literal(value: object) -> str:
-    """``value`` (a ``str`` or a list of them) as an SQL literal (``EXECUTE`` takes no
+    """``value`` (a ``str``, a list of them or ``None``) as an SQL literal (``EXECUTE`` takes no
     bound parameters)."""
+    if value is None:
+        return "NULL"
     if isinstance(value, list):
         return f"ARRAY[{', '.join(map(literal, value))}]::text[]"
     assert isinstance(value, str)
@@ -50,7 +52,7 @@ async def generic_plan(url: str, statement: TextClause, values: dict[str, object
 
 
 @pytest.mark.parametrize("one", [True, False])
-@pytest.mark.parametrize("name", ["_AFTER_LOCK", "_LOCK_AND_READ"])
+@pytest.mark.parametrize("name", ["_AFTER_LOCK", "_LOCK_AND_READ", "_READ"])
 async def test_the_lock_and_the_reads_use_the_indexes(postgres: str, name: str, one: bool) -> None:
     operations = 1 if one else 3
     plan = await generic_plan(
@@ -70,7 +72,7 @@ async def test_the_lock_and_the_reads_use_the_indexes(postgres: str, name: str, 
     )
     scanned = re.findall(r"Seq Scan on (\w+)", plan)
     assert not scanned, plan
-    tables = (*TABLES, "playlist") if name == "_LOCK_AND_READ" else TABLES
+    tables = (*TABLES, "playlist") if name != "_AFTER_LOCK" else TABLES
     for table in tables:
         assert re.search(rf"Index (Only )?Scan(?: Backward)? using \w+ on {table}\b", plan), plan
 
@@ -101,3 +103,55 @@ async def test_a_command_alone_keeps_one_plan(postgres: str, name: str) -> None:
         await conn.close()
     assert "'alice'" not in plan, plan
     assert "= $" in plan, plan
+
+
+END_VALUES: dict[str, object] = {
+    "e_rows": '{"records": [], "added": []}',
+    "e_playlist_id": "p",
+    "e_before": "1",
+    "b_row": "1",
+    "r_user": "alice",
+    "r_role": "owner",
+    "r_users": ["alice", "bob"],
+    "r_roles": ["owner", "editor"],
+    "n_actor": "alice",
+    "n_operation": "op0",
+    "n_actors": ["alice", "bob"],
+    "n_operations": ["op0", "op1"],
+}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [None, *writer._END_UNLOCKED],
+    ids=lambda k: "locked" if k is None else "unlocked-{}-{}-{}".format(*k),
+)
+async def test_each_end_reaches_the_log_and_members_by_index(
+    postgres: str, key: tuple[bool, bool, bool] | None
+) -> None:
+    """The end of a commit (``writer._END_POSTGRES``, and outside a transaction each
+    ``_END_UNLOCKED`` variant: one actor or several, one operation id or several, read
+    or not) finds the header, the deciding actors' member rows and the operation ids'
+    records through indexes: a scan of the log per commit grows with the log."""
+    statement = writer._END_POSTGRES if key is None else writer._END_UNLOCKED[key]
+    compiled = statement.compile(dialect=postgresql.asyncpg.dialect())
+    values = {**END_VALUES, **{n: None for n in compiled.positiontup or () if n.startswith("h_")}}
+    plan = await generic_plan(postgres, statement, values)
+    assert not re.findall(r"Seq Scan on (\w+)", plan), plan
+    assert "hashed SubPlan" not in plan, plan
+    assert re.search(r"Index Scan using pk_playlist on playlist\b", plan), plan
+    if key is not None:
+        assert re.search(r"Index (Only )?Scan using \w+ on playlist_member\b", plan), plan
+        if key[2]:  # the operation ids were not read: the end looks them up
+            for table in ("playlist_mutation", "playlist_batch_operation"):
+                assert re.search(rf"Index (Only )?Scan using \w+ on {table}\b", plan), plan
+
+
+async def test_the_relays_claim_reaches_unpublished_events_by_index(postgres: str) -> None:
+    """The relay's locks and claim (``outbox.claim_and_stamp``) read the outbox's
+    unpublished events through their partial index, never the whole outbox."""
+    plan = await generic_plan(
+        postgres, outbox._CLAIM_AND_STAMP, {"lock_class": "1", "limit": "200", "now": "now"}
+    )
+    assert not re.findall(r"Seq Scan on (\w+)", plan), plan
+    assert plan.count("using ix_outbox_unpublished on outbox") == 2, plan
