@@ -109,20 +109,17 @@ async def test_the_ends_rows_hold_the_records_values_exactly(db: Database) -> No
     outcome = await ed.add("m0", "m1", "m2")
     second = await ed.add("m3")
     async with db.read() as conn:
-        logs = (
-            await conn.execute(
-                select(playlist_mutation)
-                .where(playlist_mutation.c.playlist_id == ed.playlist_id)
-                .order_by(playlist_mutation.c.version)
+        logs, events = [
+            (
+                await conn.execute(
+                    select(table).where(table.c.playlist_id == ed.playlist_id).order_by(order)
+                )
+            ).all()
+            for table, order in (
+                (playlist_mutation, playlist_mutation.c.version),
+                (outbox, outbox.c.event_id),
             )
-        ).all()
-        events = (
-            await conn.execute(
-                select(outbox)
-                .where(outbox.c.playlist_id == ed.playlist_id)
-                .order_by(outbox.c.event_id)
-            )
-        ).all()
+        ]
         row = (await conn.execute(select(playlist).where(playlist.c.id == ed.playlist_id))).one()
     assert [log.version for log in logs] == [e.version for e in events] == [0, 1, 2]
     stamped = {e.added_at for e in outcome.entries}

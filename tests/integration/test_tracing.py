@@ -67,18 +67,22 @@ async def _post(
 async def _create_with_one_entry(client: httpx.AsyncClient) -> str:
     created = await _post(client, CREATE, input={"operationId": _op(), "title": "Mix"})
     playlist_id: str = created["createPlaylist"]["playlist"]["id"]
+    await _add(client, playlist_id, 0, "chinook:track:1")
+    return playlist_id
+
+
+async def _add(client: httpx.AsyncClient, playlist_id: str, base_version: int, media: str) -> None:
     added = await _post(
         client,
         ADD,
         input={
             "operationId": _op(),
             "playlistId": playlist_id,
-            "baseVersion": 0,
-            "mediaIds": ["chinook:track:1"],
+            "baseVersion": base_version,
+            "mediaIds": [media],
         },
     )
     assert added["addEntries"]["userErrors"] == [], added
-    return playlist_id
 
 
 def _op() -> str:
@@ -159,17 +163,7 @@ async def test_a_group_commit_is_a_trace_of_its_own_linked_to_each_request(
     async with running(_settings(database_url, tmp_path)) as (client, _):
         playlist_id = await _create_with_one_entry(client)
         spans.clear()
-        added = await _post(
-            client,
-            ADD,
-            input={
-                "operationId": _op(),
-                "playlistId": playlist_id,
-                "baseVersion": 1,
-                "mediaIds": ["chinook:track:2"],
-            },
-        )
-        assert added["addEntries"]["userErrors"] == [], added
+        await _add(client, playlist_id, 1, "chinook:track:2")
     finished = list(spans.get_finished_spans())
     mutation = _one(finished, "mutation Add")
     group = _one(finished, "db.group_commit")

@@ -67,6 +67,7 @@ import dataclasses
 import json
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,18 +121,24 @@ class GroupCommit:
     ) -> list[Answer | BaseException]:
         """One answer per item of ``group``, in order; never raises."""
         try:
-            if not tracing_enabled():
-                # No tracer provider: no span (the API's no-op span and its context
-                # managers were ~1% of a commit's CPU, py-spy on bench/writes.py).
-                return await finish_even_if_cancelled(self._group(playlist_id, group))
             # The owner's task outlives the request that started it: each group
-            # is its own trace, linked to every request it commits.
-            with tracer.start_as_current_span(
-                "db.group_commit",
-                context=TraceContext(),
-                links=links_to(c.traceparent for c in group),
-                attributes={"chorus.group.size": len(group), "chorus.playlist.id": playlist_id},
-            ):
+            # is its own trace, linked to every request it commits. No tracer
+            # provider: no span (the API's no-op span and its context managers were
+            # ~1% of a commit's CPU, py-spy on bench/writes.py).
+            traced = (
+                tracer.start_as_current_span(
+                    "db.group_commit",
+                    context=TraceContext(),
+                    links=links_to(c.traceparent for c in group),
+                    attributes={
+                        "chorus.group.size": len(group),
+                        "chorus.playlist.id": playlist_id,
+                    },
+                )
+                if tracing_enabled()
+                else nullcontext()
+            )
+            with traced:
                 return await finish_even_if_cancelled(self._group(playlist_id, group))
         except DatabaseUnavailable as error:
             return [error] * len(group)

@@ -39,27 +39,19 @@ class OutboxRow:
 
 
 async def claim(conn: AsyncConnection, limit: int) -> list[OutboxRow]:
-    """Up to ``limit`` unpublished events, oldest first, locked for this transaction.
+    """SQLite: up to ``limit`` unpublished events, oldest first.
 
-    On PostgreSQL, only events of playlists whose advisory lock this
-    transaction won: playlists are tried oldest unpublished event first, those
-    another relay holds are skipped, and at most ``limit`` are locked.
+    SQLite has one writer and one relay, so nothing is locked; PostgreSQL's relays
+    claim with :func:`claim_and_stamp`.
     """
-    params: dict[str, object] = {"limit": limit}
-    query = _CLAIM
-    if conn.dialect.name == "postgresql":
-        playlists = list((await conn.execute(_LOCK_PLAYLISTS, params)).scalars())
-        if not playlists:
-            return []
-        query, params["playlists"] = _CLAIM_LOCKED, playlists
-    rows = await conn.execute(query, params)
+    rows = await conn.execute(_CLAIM, {"limit": limit})
     return [
         OutboxRow(r.event_id, r.playlist_id, r.version, r.payload, r.trace_context) for r in rows
     ]
 
 
-# The relay's statements are built once: a statement object memoises its cache
-# key and compiled form, and the relay runs them after every commit.
+# Built once: a statement object memoises its cache key and compiled form, and the
+# relay runs it after every commit.
 _CLAIM = (
     select(
         outbox.c.event_id,
@@ -72,23 +64,6 @@ _CLAIM = (
     .order_by(outbox.c.event_id)
     .limit(bindparam("limit"))
 )
-_FIRST = func.min(outbox.c.event_id).label("first")
-_HEADS = (
-    select(outbox.c.playlist_id, _FIRST)
-    .where(outbox.c.published_at.is_(None))
-    .group_by(outbox.c.playlist_id)
-    .order_by(_FIRST)
-    .offset(0)  # keeps the subquery: the lock below is tried row by row, in order
-    .subquery()
-)
-_LOCK_PLAYLISTS = (
-    select(_HEADS.c.playlist_id)
-    .where(func.pg_try_advisory_xact_lock(RELAY_LOCK_CLASS, func.hashtext(_HEADS.c.playlist_id)))
-    .limit(bindparam("limit"))
-)
-_CLAIM_LOCKED = _CLAIM.where(
-    outbox.c.playlist_id.in_(bindparam("playlists", expanding=True))
-).with_for_update(skip_locked=True)
 
 
 async def claim_and_stamp(conn: AsyncConnection, limit: int, now: datetime) -> list[OutboxRow]:

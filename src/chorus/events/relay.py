@@ -9,8 +9,8 @@ relay's transaction, :func:`chorus.db.outbox.claim_and_stamp`), so a crash in
 between publishes it again, and consumers dedupe by ``(playlist_id, version)``
 (docs/full-profile.md).
 
-Several relays may run at once: :func:`chorus.db.outbox.claim` gives each
-playlist's unpublished events to one relay at a time, so a playlist's events
+Several relays may run at once: :func:`chorus.db.outbox.claim_and_stamp` gives
+each playlist's unpublished events to one relay at a time, so a playlist's events
 are published in version order.
 """
 
