@@ -1,5 +1,6 @@
-"""What the bare peers (``bench/bare_page.py``, ``bench/bare_writes.py``) share: reading a
-request's body, serving an ASGI app as ``chorus serve`` does, waiting for a started port."""
+"""What the bare peers (``bench/bare_page.py``, ``bench/bare_writes.py``,
+``bench/bare_scale.py``) share: reading a request's body, serving an ASGI app as
+``chorus serve`` does, waiting for a started port."""
 
 from __future__ import annotations
 

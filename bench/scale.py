@@ -30,6 +30,13 @@ Two rows per k, each a 2 s warm-up then ``--seconds`` of ``wrk -t1
   cold as above, half hot (the same heads and pages, answered from the cache
   unless an edit moved that playlist).
 
+Per k, after Chorus's rows, a third: the cold reads' load against k bare peers
+(``bench/bare_scale.py``: per request the body decoded, the same Redis round
+trips as a cold read, Chorus's stored answer sent; no GraphQL) behind their own
+HAProxy, no subscribers. Their CPU per request and R(k) are what k processes
+cost and buy on this machine by themselves, and each target is printed beside
+them.
+
 Per row: req/s, p50 and p99 ms, CPU ms per request of the server side —
 the k API processes, PostgreSQL, and the rest of the full profile (relay,
 fanout, Redis, Tansu) apart — and of the load side (HAProxy; wrk and the
@@ -38,8 +45,12 @@ with the subscribers attached and no load (measured for 5 s before the rows,
 in cores: pings, presence heartbeats, polls) and the server CPU per request net
 of it (what the requests themselves cost), and the issue's targets:
 server CPU per request at k = 2 and 4 within 15% of k = 1, R(2) ≥ 1.6 for cold
-reads. After each mix the subscribers must hold every version of every
-playlist they watch, in order (the run fails otherwise). Last, each table's
+reads, with R(2)'s ceiling on this machine had CPU per request stayed k = 1's
+(the cores over k = 1's CPU per request, load side included, times its
+req/s); and the times the API processes were preempted per request
+(``nonvoluntary_ctxt_switches``), which is what grows with k. After each mix
+the subscribers must hold every version of every playlist they watch, in
+order (the run fails otherwise). Last, each table's
 rows and ``pg_total_relation_size`` per row (docs/capacity.md's storage).
 
 Every process here shares the machine's cores: with 2 cores, wrk, HAProxy,
@@ -76,6 +87,7 @@ from typing import Any
 
 import httpx
 
+import bare_scale
 from _cpu import cpu_seconds
 from _wrk import Sample, install_wrk, parse
 
@@ -333,6 +345,9 @@ class Measured:
     cpu_s: dict[str, float]
     idle_cores: float
     """The server side's CPU with no load, in cores (sockets' pings, heartbeats, polls)."""
+    preempted: int = 0
+    """Times the API processes were switched out while they could run, over the slice
+    (``nonvoluntary_ctxt_switches``): each costs the caches they had warmed."""
 
     @property
     def rps(self) -> float:
@@ -340,6 +355,9 @@ class Measured:
 
     def ms_per_request(self, *groups: str) -> float:
         return sum(self.cpu_s[g] for g in groups) * 1000 / max(1, self.sample.requests)
+
+    def preempted_per_request(self) -> float:
+        return self.preempted / max(1, self.sample.requests)
 
     def net_ms_per_request(self) -> float:
         """Server CPU per request less what the server side spends idle over the slice."""
@@ -350,6 +368,19 @@ class Measured:
 SERVER_GROUPS = ("api", "postgres", "workers")
 IDLE_S = 5.0
 LOAD_GROUPS = ("haproxy", "load")
+
+
+def preemptions(pids: Sequence[int]) -> int:
+    """Involuntary context switches of every thread of these processes so far."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/status") as f:
+                    for line in f:
+                        if line.startswith("nonvoluntary_ctxt_switches"):
+                            total += int(line.split()[1])
+    return total
 
 
 def measure(
@@ -512,8 +543,16 @@ def main() -> None:
             "workers": [w.process.pid for w in workers if w.process is not None]
             + [p.pid for p in worker_pids],
         }
+        peers = [free_port() for _ in range(max(ks))]
+        peer_pids = [stack.enter_context(bare_scale.serving(p, redis.url)) for p in peers]
+        bare_scale.store_answers(
+            redis.url, answers(f"http://127.0.0.1:{apis[0].port}/graphql", reader, gids)
+        )
         for k in ks:
             results.extend(run_k(apis[:k], gids, tmp, groups_base, (reader, owner), args))
+            bare_base = {g: groups_base[g] for g in ("postgres", "workers")}
+            bare = run_bare_k(peers[:k], peer_pids[:k], gids, tmp, bare_base, (reader, owner), args)
+            results.append(bare)
         storage = asyncio.run(table_sizes(pg.url))
     print_table(results, ks)
     print_storage(storage)
@@ -558,8 +597,10 @@ def run_k(
         for row, mix in (("cold reads", False), ("mix", True)):
             script = load_script(gids, reader, owner, mix=mix)
             measure(url, script, 2, args.connections, {})  # warm-up
+            switched = preemptions(groups["api"])
             sample, spent = measure(url, script, args.seconds, args.connections, groups)
-            out.append(Measured(k, row, sample, spent, idle))
+            switched = preemptions(groups["api"]) - switched
+            out.append(Measured(k, row, sample, spent, idle, switched))
             print(f"k={k} {row}: {sample.requests / sample.seconds:.0f} req/s", flush=True)
         time.sleep(3)  # the last edits' events on their way
         wrong = check_deliveries(watch, report(), heads(url, reader, gids))
@@ -568,6 +609,50 @@ def run_k(
     if wrong:
         sys.exit(f"k={k}: {wrong} of {len(watch)} subscribers missed or repeated versions")
     return out
+
+
+BARE_ROW = "bare peer"
+
+
+def run_bare_k(
+    peers: list[int],
+    pids: list[int],
+    gids: list[str],
+    tmp: Path,
+    groups_base: dict[str, list[int]],
+    tokens: tuple[str, str],
+    args: argparse.Namespace,
+) -> Measured:
+    """The cold reads' load against k bare peers (``bench/bare_scale.py``; ``peers`` their
+    ports, ``pids`` their processes) behind HAProxy, no subscribers: what k processes cost
+    on this machine by themselves."""
+    k = len(peers)
+    reader, owner = tokens
+    with haproxy(peers, tmp) as (port, haproxy_pid):
+        url = f"http://127.0.0.1:{port}/graphql"
+        script = load_script(gids, reader, owner, mix=False)
+        groups = {**groups_base, "api": pids, "haproxy": [haproxy_pid]}
+        measure(url, script, 2, args.connections, {})  # warm-up
+        switched = preemptions(pids)
+        sample, spent = measure(url, script, args.seconds, args.connections, groups)
+        switched = preemptions(pids) - switched
+    print(f"k={k} {BARE_ROW}: {sample.requests / sample.seconds:.0f} req/s", flush=True)
+    return Measured(k, BARE_ROW, sample, spent, 0.0, switched)
+
+
+def answers(url: str, token: str, gids: list[str]) -> dict[str, tuple[bytes, bytes]]:
+    """Chorus's bytes for each playlist's ``Head`` and ``Page`` query: the bare peer's."""
+    found = {}
+    for gid in gids:
+        got = []
+        for query, name in ((HEAD, "Head"), (PAGE, "Page")):
+            body = {"query": query, "operationName": name, "variables": {"id": gid}}
+            headers = {"Authorization": f"Bearer {token}"}
+            r = httpx.post(url, json=body, headers=headers, timeout=30)
+            r.raise_for_status()
+            got.append(r.content)
+        found[gid] = (got[0], got[1])
+    return found
 
 
 STORAGE_SQL = """
@@ -610,19 +695,21 @@ def print_storage(sizes: list[tuple[str, int, int, int, int, float]]) -> None:
 
 
 def print_table(results: list[Measured], ks: list[int]) -> None:
-    """One table per row kind: k, req/s, p99, CPU ms/req by group, R(k), and the targets."""
-    for row in ("cold reads", "mix"):
+    """One table per row kind: k, req/s, p99, CPU ms/req by group, R(k), and the targets,
+    each read against the bare peer's figure for the same k."""
+    for row in ("cold reads", "mix", BARE_ROW):
         rows = [m for m in results if m.row == row]
         if not rows:
             continue
         base = rows[0]
-        print(f"\n{row}")
+        title = f"{row} (the cold reads' load; no subscribers)" if row == BARE_ROW else row
+        print(f"\n{title}")
         print(
             "| k | req/s | p50 ms | p99 ms | server CPU ms/req | API | PostgreSQL | relay+fanout"
             "+Redis+Tansu | HAProxy | wrk+subscribers | R(k) | CPU/req vs k=1 | idle cores "
-            "| net CPU ms/req | net vs k=1 | errors |"
+            "| net CPU ms/req | net vs k=1 | API vs k=1 | preempted/req | errors |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for m in rows:
             server = m.ms_per_request(*SERVER_GROUPS)
             ratio = server / base.ms_per_request(*SERVER_GROUPS)
@@ -634,24 +721,42 @@ def print_table(results: list[Measured], ks: list[int]) -> None:
                 f"| {m.ms_per_request('haproxy'):.2f} | {m.ms_per_request('load'):.2f} "
                 f"| {m.rps / base.rps:.2f} | {ratio:.2f} | {m.idle_cores:.2f} "
                 f"| {m.net_ms_per_request():.2f} "
-                f"| {m.net_ms_per_request() / base.net_ms_per_request():.2f} | {bad} |"
+                f"| {m.net_ms_per_request() / base.net_ms_per_request():.2f} "
+                f"| {m.ms_per_request('api') / base.ms_per_request('api'):.2f} "
+                f"| {m.preempted_per_request():.2f} | {bad} |"
             )
-    print("\ntargets (issue 33):")
+    print("\ntargets (issue 33), each beside the bare peer's figure at the same k:")
+    bare = {m.k: m for m in results if m.row == BARE_ROW}
     for m in results:
-        if m.k == ks[0]:
+        if m.k == ks[0] or m.row == BARE_ROW:
             continue
         base = next(b for b in results if b.row == m.row and b.k == ks[0])
         ratio = m.ms_per_request(*SERVER_GROUPS) / base.ms_per_request(*SERVER_GROUPS)
         verdict = "pass" if abs(ratio - 1) <= CPU_TARGET else "FAIL"
         net = m.net_ms_per_request() / base.net_ms_per_request()
+        peer = ""
+        if m.k in bare and ks[0] in bare:
+            peer_ratio = bare[m.k].ms_per_request("api") / bare[ks[0]].ms_per_request("api")
+            peer = f"; the bare peer's CPU/req {peer_ratio:.2f}× its k={ks[0]}"
         print(
             f"  {m.row}, k={m.k}: server CPU/req {ratio:.2f}× k={ks[0]}, within ±15%: {verdict} "
-            f"(net of idle: {net:.2f}×)"
+            f"(net of idle: {net:.2f}×{peer})"
         )
         if m.row == "cold reads" and m.k == 2:
             r2 = m.rps / base.rps
             verdict = "pass" if r2 >= COLD_R2_TARGET else "FAIL"
-            print(f"  cold reads, R(2) = {r2:.2f} ≥ {COLD_R2_TARGET}: {verdict}")
+            peer = ""
+            if 2 in bare and ks[0] in bare:
+                peer = f"; the bare peer's R(2) {bare[2].rps / bare[ks[0]].rps:.2f}"
+            print(f"  cold reads, R(2) = {r2:.2f} ≥ {COLD_R2_TARGET}: {verdict}{peer}")
+            # Two processes can at most share the machine: its cores over k=1's CPU per
+            # request of every process (the load side included) times k=1's rate.
+            per_request = base.ms_per_request(*SERVER_GROUPS, *LOAD_GROUPS) / 1000
+            ceiling = (os.cpu_count() or 1) / (per_request * base.rps)
+            print(
+                f"  cold reads, R(2) ceiling on {os.cpu_count()} cores had CPU per request "
+                f"stayed k={ks[0]}'s: {ceiling:.2f}"
+            )
 
 
 def _exit(signum: int, frame: object) -> None:
