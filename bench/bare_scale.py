@@ -34,6 +34,7 @@ HEAD_KEY = "bench:bare:{{{id}}}:head"
 """A playlist's ``Head`` answer (Chorus's bytes)."""
 SNAPSHOT_KEY = "bench:bare:{{{id}}}:snapshot"
 """A playlist's ``Page`` answer (Chorus's bytes)."""
+GENERATION_KEY = "bench:bare:generation"
 SCRIPT = "return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}"
 """Reads two keys, as the heads' script reads the generation and a head."""
 
@@ -44,6 +45,7 @@ def store_answers(redis_url: str, answers: dict[str, tuple[bytes, bytes]]) -> No
 
     client = redis.Redis.from_url(redis_url)
     try:
+        client.set(GENERATION_KEY, "bench")
         for playlist, (head, page) in answers.items():
             keys = (HEAD_KEY.format(id=playlist), SNAPSHOT_KEY.format(id=playlist))
             client.mset(dict(zip(keys, (head, page), strict=True)))
@@ -73,7 +75,7 @@ def app_for(redis_url: str) -> Any:
         keys = [HEAD_KEY.format(id=playlist), SNAPSHOT_KEY.format(id=playlist)]
         head, page = await client.mget(keys)
         if request.get("operationName") == "Head":
-            head, _ = await script(keys=keys)
+            _, head = await script(keys=[GENERATION_KEY, keys[0]])
             body = head
         else:
             body = page

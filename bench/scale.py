@@ -142,7 +142,9 @@ def _templates(bodies: list[str], headers: dict[str, str]) -> str:
 
 def load_script(gids: list[str], reader: str, owner: str, *, mix: bool) -> str:
     """wrk's Lua: cold reads only, or (``mix``) 1 in 20 an edit and the rest half cold, half
-    hot. A nonce is the run's tag and a counter: unique within the run and across runs."""
+    hot. A nonce is the script's tag and a counter, so each wrk run needs a script of its
+    own: its nonces (and its edits' operation ids) are then new, not the warm-up's again.
+    Edits go to every playlist in turn, reads to each playlist's head and page in turn."""
     reads: list[str] = []
     hot: list[str] = []
     for gid in gids:
@@ -180,15 +182,20 @@ def load_script(gids: list[str], reader: str, owner: str, *, mix: bool) -> str:
         f"local mix = {'true' if mix else 'false'}\n"
         f"local tag = {_lua(uuid.uuid4().hex[:12])}\n"
         "local i = 0\n"
+        # Each list by a count of its own turns, so that each takes its entries in turn:
+        # edits at every 20th request would otherwise see only even indexes of one count.
+        "local turns = {}\n"
         "local function pick(list)\n"
-        "  local t = list[math.floor(i / 2) % #list + 1]\n"  # heads and pages alike (LuaJIT: no //)
+        "  local n = turns[list] or 0\n"
+        "  turns[list] = n + 1\n"
+        "  local t = list[n % #list + 1]\n"
         "  local body = t[1]\n"
         '  if t[2] then body = body .. tag .. "-" .. i .. t[2] end\n'
         '  return wrk.format("POST", "/graphql", t[3], body)\n'
         "end\n"
         "request = function()\n"
         "  i = i + 1\n"
-        f"  if not mix then return pick(cold) end\n"
+        "  if not mix then return pick(cold) end\n"
         f"  if i % {EDIT_EVERY} == 0 then return pick(edits) end\n"
         "  if i % 2 == 0 then return pick(cold) end\n"
         "  return pick(hot)\n"
@@ -545,9 +552,9 @@ def main() -> None:
         }
         peers = [free_port() for _ in range(max(ks))]
         peer_pids = [stack.enter_context(bare_scale.serving(p, redis.url)) for p in peers]
-        bare_scale.store_answers(
-            redis.url, answers(f"http://127.0.0.1:{apis[0].port}/graphql", reader, gids)
-        )
+        stored = answers(f"http://127.0.0.1:{apis[0].port}/graphql", reader, gids)
+        bare_scale.store_answers(redis.url, stored)
+        check_bare(peers[0], gids[0], stored[gids[0]])
         for k in ks:
             results.extend(run_k(apis[:k], gids, tmp, groups_base, (reader, owner), args))
             bare_base = {g: groups_base[g] for g in ("postgres", "workers")}
@@ -595,8 +602,9 @@ def run_k(
         idle = (cpu_seconds([p for pids in server.values() for p in pids]) - before) / IDLE_S
         print(f"k={k}: server side idle with the subscribers: {idle:.2f} cores", flush=True)
         for row, mix in (("cold reads", False), ("mix", True)):
-            script = load_script(gids, reader, owner, mix=mix)
-            measure(url, script, 2, args.connections, {})  # warm-up
+            warm_up = load_script(gids, reader, owner, mix=mix)
+            measure(url, warm_up, 2, args.connections, {})
+            script = load_script(gids, reader, owner, mix=mix)  # nonces of its own
             switched = preemptions(groups["api"])
             sample, spent = measure(url, script, args.seconds, args.connections, groups)
             switched = preemptions(groups["api"]) - switched
@@ -630,9 +638,9 @@ def run_bare_k(
     reader, owner = tokens
     with haproxy(peers, tmp) as (port, haproxy_pid):
         url = f"http://127.0.0.1:{port}/graphql"
-        script = load_script(gids, reader, owner, mix=False)
         groups = {**groups_base, "api": pids, "haproxy": [haproxy_pid]}
-        measure(url, script, 2, args.connections, {})  # warm-up
+        measure(url, load_script(gids, reader, owner, mix=False), 2, args.connections, {})
+        script = load_script(gids, reader, owner, mix=False)
         switched = preemptions(pids)
         sample, spent = measure(url, script, args.seconds, args.connections, groups)
         switched = preemptions(pids) - switched
@@ -653,6 +661,16 @@ def answers(url: str, token: str, gids: list[str]) -> dict[str, tuple[bytes, byt
             got.append(r.content)
         found[gid] = (got[0], got[1])
     return found
+
+
+def check_bare(port: int, gid: str, expected: tuple[bytes, bytes]) -> None:
+    """The bare peer answers a ``Head`` and a ``Page`` of ``gid`` with Chorus's bytes (a key
+    it does not find would answer ``{}``, and wrk counts only statuses)."""
+    for (query, name), want in zip(((HEAD, "Head"), (PAGE, "Page")), expected, strict=True):
+        body = {"query": query, "operationName": name, "variables": {"id": gid, "nonce": "x"}}
+        got = httpx.post(f"http://127.0.0.1:{port}/graphql", json=body, timeout=30).content
+        if got != want:
+            raise RuntimeError(f"the bare peer answered {name} with {got[:200]!r}")
 
 
 STORAGE_SQL = """
@@ -709,7 +727,7 @@ def print_table(results: list[Measured], ks: list[int]) -> None:
             "+Redis+Tansu | HAProxy | wrk+subscribers | R(k) | CPU/req vs k=1 | idle cores "
             "| net CPU ms/req | net vs k=1 | API vs k=1 | preempted/req | errors |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---" * 18 + "|")
         for m in rows:
             server = m.ms_per_request(*SERVER_GROUPS)
             ratio = server / base.ms_per_request(*SERVER_GROUPS)
@@ -735,8 +753,10 @@ def print_table(results: list[Measured], ks: list[int]) -> None:
         verdict = "pass" if abs(ratio - 1) <= CPU_TARGET else "FAIL"
         net = m.net_ms_per_request() / base.net_ms_per_request()
         peer = ""
-        if m.k in bare and ks[0] in bare:
-            peer_ratio = bare[m.k].ms_per_request("api") / bare[ks[0]].ms_per_request("api")
+        if m.row == "cold reads" and m.k in bare and ks[0] in bare:  # the same load
+            peer_ratio = bare[m.k].ms_per_request(*SERVER_GROUPS) / bare[ks[0]].ms_per_request(
+                *SERVER_GROUPS
+            )
             peer = f"; the bare peer's CPU/req {peer_ratio:.2f}× its k={ks[0]}"
         print(
             f"  {m.row}, k={m.k}: server CPU/req {ratio:.2f}× k={ks[0]}, within ±15%: {verdict} "
