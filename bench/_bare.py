@@ -4,9 +4,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 import uvicorn
@@ -59,3 +61,16 @@ def wait_for_port(port: int, failed: Callable[[], bool], what: str, timeout_s: f
             if failed() or time.monotonic() > deadline:
                 raise RuntimeError(f"{what} did not start") from None
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def spawned(command: Sequence[str], port: int) -> Iterator[int]:
+    """``command`` (a bare peer serving 127.0.0.1:``port``) in its own process; yields its
+    process id once the port accepts connections, and terminates it at the end."""
+    process = subprocess.Popen(list(command))
+    try:
+        wait_for_port(port, lambda: process.poll() is not None, "the bare peer")
+        yield process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

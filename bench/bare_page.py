@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _bare import read_body, run, wait_for_port
+from _bare import read_body, run, spawned
 
 SKIPPED = {"date", "server", "content-length", "transfer-encoding", "connection"}
 """Response headers uvicorn writes itself (or that belong to the connection)."""
@@ -63,13 +62,8 @@ def serving(
     yields its process id once it accepts connections."""
     table.write_text(json.dumps(answers))
     command = [sys.executable, __file__, str(port), str(table)]
-    process = subprocess.Popen(command + (["--chorus-transport"] if chorus_transport else []))
-    try:
-        wait_for_port(port, lambda: process.poll() is not None, "the bare peer")
-        yield process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    with spawned(command + (["--chorus-transport"] if chorus_transport else []), port) as pid:
+        yield pid
 
 
 def main() -> None:

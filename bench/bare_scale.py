@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from _bare import read_body, run, wait_for_port
+from _bare import read_body, run, spawned
 
 HEAD_KEY = "bench:bare:{{{id}}}:head"
 """A playlist's ``Head`` answer (Chorus's bytes)."""
@@ -73,12 +72,9 @@ def app_for(redis_url: str) -> Any:
         request = json.loads(raw)
         playlist = request.get("variables", {}).get("id", "")
         keys = [HEAD_KEY.format(id=playlist), SNAPSHOT_KEY.format(id=playlist)]
-        head, page = await client.mget(keys)
+        _, body = await client.mget(keys)  # a snapshot read: the head and the snapshot
         if request.get("operationName") == "Head":
-            _, head = await script(keys=[GENERATION_KEY, keys[0]])
-            body = head
-        else:
-            body = page
+            _, body = await script(keys=[GENERATION_KEY, keys[0]])  # as the heads' script
         body = body or b"{}"
         length = (b"content-length", b"%d" % len(body))
         await send({"type": "http.response.start", "status": 200, "headers": [*headers, length]})
@@ -91,13 +87,8 @@ def app_for(redis_url: str) -> Any:
 def serving(port: int, redis_url: str) -> Iterator[int]:
     """This app in its own process at ``port``; yields its process id once it accepts
     connections."""
-    process = subprocess.Popen([sys.executable, __file__, str(port), redis_url])
-    try:
-        wait_for_port(port, lambda: process.poll() is not None, "the bare peer")
-        yield process.pid
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+    with spawned([sys.executable, __file__, str(port), redis_url], port) as pid:
+        yield pid
 
 
 def main() -> None:

@@ -66,6 +66,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -78,7 +79,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -602,14 +603,8 @@ def run_k(
         idle = (cpu_seconds([p for pids in server.values() for p in pids]) - before) / IDLE_S
         print(f"k={k}: server side idle with the subscribers: {idle:.2f} cores", flush=True)
         for row, mix in (("cold reads", False), ("mix", True)):
-            warm_up = load_script(gids, reader, owner, mix=mix)
-            measure(url, warm_up, 2, args.connections, {})
-            script = load_script(gids, reader, owner, mix=mix)  # nonces of its own
-            switched = preemptions(groups["api"])
-            sample, spent = measure(url, script, args.seconds, args.connections, groups)
-            switched = preemptions(groups["api"]) - switched
-            out.append(Measured(k, row, sample, spent, idle, switched))
-            print(f"k={k} {row}: {sample.requests / sample.seconds:.0f} req/s", flush=True)
+            script = functools.partial(load_script, gids, reader, owner, mix=mix)
+            out.append(measure_row(k, row, url, script, groups, idle, args))
         time.sleep(3)  # the last edits' events on their way
         wrong = check_deliveries(watch, report(), heads(url, reader, gids))
         held = len(watch) - wrong
@@ -634,18 +629,33 @@ def run_bare_k(
     """The cold reads' load against k bare peers (``bench/bare_scale.py``; ``peers`` their
     ports, ``pids`` their processes) behind HAProxy, no subscribers: what k processes cost
     on this machine by themselves."""
-    k = len(peers)
     reader, owner = tokens
     with haproxy(peers, tmp) as (port, haproxy_pid):
         url = f"http://127.0.0.1:{port}/graphql"
         groups = {**groups_base, "api": pids, "haproxy": [haproxy_pid]}
-        measure(url, load_script(gids, reader, owner, mix=False), 2, args.connections, {})
-        script = load_script(gids, reader, owner, mix=False)
-        switched = preemptions(pids)
-        sample, spent = measure(url, script, args.seconds, args.connections, groups)
-        switched = preemptions(pids) - switched
-    print(f"k={k} {BARE_ROW}: {sample.requests / sample.seconds:.0f} req/s", flush=True)
-    return Measured(k, BARE_ROW, sample, spent, 0.0, switched)
+        script = functools.partial(load_script, gids, reader, owner, mix=False)
+        return measure_row(len(peers), BARE_ROW, url, script, groups, 0.0, args)
+
+
+def measure_row(
+    k: int,
+    row: str,
+    url: str,
+    script: Callable[[], str],
+    groups: dict[str, list[int]],
+    idle: float,
+    args: argparse.Namespace,
+) -> Measured:
+    """A 2 s warm-up, then ``--seconds`` measured, each with a script of its own from
+    ``script()`` (a script's nonces and operation ids are its own: the measured slice must
+    not repeat the warm-up's), and the preemptions of ``groups["api"]`` over the slice."""
+    measure(url, script(), 2, args.connections, {})
+    measured = script()
+    switched = preemptions(groups["api"])
+    sample, spent = measure(url, measured, args.seconds, args.connections, groups)
+    switched = preemptions(groups["api"]) - switched
+    print(f"k={k} {row}: {sample.requests / sample.seconds:.0f} req/s", flush=True)
+    return Measured(k, row, sample, spent, idle, switched)
 
 
 def answers(url: str, token: str, gids: list[str]) -> dict[str, tuple[bytes, bytes]]:
